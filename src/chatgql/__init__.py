@@ -1,0 +1,1 @@
+"""chatgql: chat message storage and read state over GraphQL."""

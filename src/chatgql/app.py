@@ -1,0 +1,179 @@
+"""create_app(settings) -> Starlette, and the one lifespan that owns every resource.
+
+Opened in order, closed in reverse: database (embedded or configured) and
+migrations, engine, broadcast bus, dispatcher feed, Kafka producer, relay,
+Kafka consumer. Background loops are tasks of the lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from broadcaster import Broadcast
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+
+from . import db
+from .events.bus import feed_dispatcher
+from .events.consumer import FanoutConsumer
+from .events.dispatch import Dispatcher, MembershipCache
+from .events.publish import BusPublisher, KafkaPublisher
+from .events.relay import OutboxRelay
+from .graphql.context import Deps
+from .graphql.schema import ChatGraphQL
+from .metrics import Metrics
+from .settings import Settings
+from .store import conversations, outbox
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Everything one chatgql process runs; filled in by `running()`."""
+
+    settings: Settings
+    deps: Deps
+    metrics: Metrics = field(default_factory=Metrics)
+    database_url: str | None = None
+    relay: OutboxRelay | None = None
+    consumer: FanoutConsumer | None = None
+    bus_ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def _database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
+    log.info("embedded PostgreSQL in %s", settings.data_dir.resolve())
+    stack.callback(server.cleanup)
+    return url
+
+
+async def _task(stack: contextlib.AsyncExitStack, coro, name: str) -> None:
+    task = asyncio.create_task(coro, name=name)
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop)
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, deps: Deps | None = None, *, api: bool = True) -> AsyncIterator[Runtime]:
+    """Open everything this process needs (api: serve subscriptions too).
+
+    deps, when given, is filled in as resources open (the GraphQL view holds it).
+    """
+    deps = deps or Deps(settings=settings, engine=None)  # type: ignore[arg-type]
+    runtime = Runtime(settings=settings, deps=deps)
+    metrics = runtime.metrics
+    async with contextlib.AsyncExitStack() as stack:
+        url = runtime.database_url = await _database_url(settings, stack)
+        if settings.migrate_on_start:
+            await db.upgrade(url)
+        engine = db.create_engine(url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
+        stack.push_async_callback(engine.dispose)
+        runtime.deps.engine = engine
+
+        broadcast = Broadcast(settings.broadcast_url)
+        await broadcast.connect()
+        stack.push_async_callback(broadcast.disconnect)
+
+        if api:
+            async def load_members(conversation_id: int) -> frozenset[int]:
+                async with engine.connect() as conn:
+                    return frozenset(await conversations.member_user_ids(conn, conversation_id))
+
+            dispatcher = Dispatcher(
+                MembershipCache(load_members), settings.subscriber_buffer, on_drop=metrics.subscribers_dropped.inc
+            )
+            runtime.deps.dispatcher = dispatcher
+            metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
+            await _task(stack, feed_dispatcher(broadcast, dispatcher, runtime.bus_ready), "bus-feed")
+            await asyncio.wait_for(runtime.bus_ready.wait(), 10)
+
+        kafka = settings.kafka_bootstrap_servers
+        if settings.run_relay:
+            if kafka:
+                producer = KafkaPublisher(kafka, settings.kafka_topic)
+                await producer.start()
+                stack.push_async_callback(producer.stop)
+                publisher = producer
+            else:
+                publisher = BusPublisher(broadcast)
+            runtime.relay = OutboxRelay(engine, publisher, on_relayed=metrics.events_relayed.inc)
+            await _task(stack, runtime.relay.run(), "outbox-relay")
+
+        if kafka and settings.run_consumer:
+            runtime.consumer = FanoutConsumer(
+                kafka, settings.kafka_topic, settings.kafka_group, broadcast, offset_reset=settings.kafka_offset_reset
+            )
+            metrics.track(metrics.consumer_lag, lambda: runtime.consumer.lag)
+            await _task(stack, runtime.consumer.run(), "kafka-consumer")
+
+        yield runtime
+
+
+def create_app(settings: Settings) -> Starlette:
+    deps = Deps(settings=settings, engine=None)  # type: ignore[arg-type]
+    graphql = ChatGraphQL(deps)
+    state: dict[str, Runtime] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with running(settings, deps) as runtime:
+            state["runtime"] = runtime
+            app.state.runtime = runtime
+            yield
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(request: Request) -> Response:
+        runtime = state.get("runtime")
+        checks: dict[str, bool] = {}
+        if runtime is not None:
+            try:
+                async with runtime.deps.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+                checks["database"] = True
+            except Exception:
+                checks["database"] = False
+            if runtime.consumer is not None:
+                checks["kafka_consumer"] = runtime.consumer.assigned.is_set()
+        ready = runtime is not None and all(checks.values())
+        return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        runtime = state["runtime"]
+        metrics = runtime.metrics
+        try:
+            async with runtime.deps.engine.connect() as conn:
+                backlog = await outbox.backlog(conn)
+            metrics.outbox_rows.set(backlog.rows)
+            metrics.outbox_oldest_age.set(backlog.oldest_age)
+        except Exception:
+            log.warning("could not read the outbox backlog", exc_info=True)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(
+        routes=[
+            Route("/graphql", graphql, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", graphql),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics_endpoint),
+        ],
+        lifespan=lifespan,
+    )

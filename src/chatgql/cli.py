@@ -1,0 +1,140 @@
+"""`chatgql serve | migrate | relay | consume | token | export-schema`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .settings import Settings, load_settings
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except ValidationError as error:
+        for problem in error.errors():
+            print(f"chatgql: configuration error: {problem['msg']}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .app import create_app
+
+    overrides: dict[str, object] = {}
+    if args.no_relay:
+        overrides["run_relay"] = False
+    if args.no_consumer:
+        overrides["run_consumer"] = False
+    settings = _settings(**overrides)
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level=args.log_level,
+        ws_max_size=1 << 20,
+    )
+
+
+async def _run_until_cancelled(settings: Settings) -> None:
+    from .app import running
+
+    async with running(settings, api=False):
+        await asyncio.Event().wait()
+
+
+def relay(args: argparse.Namespace) -> None:
+    asyncio.run(_run_until_cancelled(_settings(run_relay=True, run_consumer=False)))
+
+
+def consume(args: argparse.Namespace) -> None:
+    settings = _settings(run_relay=False, run_consumer=True)
+    if not settings.kafka_bootstrap_servers:
+        raise SystemExit("chatgql consume needs CHATGQL_KAFKA_BOOTSTRAP_SERVERS")
+    asyncio.run(_run_until_cancelled(settings))
+
+
+def migrate(args: argparse.Namespace) -> None:
+    from . import db
+
+    settings = _settings()
+
+    async def main() -> None:
+        if settings.database_url is not None:
+            await db.upgrade(settings.database_url.get_secret_value(), args.revision)
+            return
+        server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
+        try:
+            await db.upgrade(url, args.revision)
+        finally:
+            server.cleanup()
+
+    asyncio.run(main())
+
+
+def token(args: argparse.Namespace) -> None:
+    from .auth import issue_token
+    from .services.checks import check_id
+
+    settings = _settings()
+    print(issue_token(settings, check_id(args.user_id, "USER_ID"), ttl_seconds=args.ttl))
+
+
+def export_schema(args: argparse.Namespace) -> None:
+    from strawberry.printer import print_schema
+
+    from .graphql.schema import schema
+
+    text = print_schema(schema) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="chatgql", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("serve", help="run the GraphQL API (with relay and consumer unless told not to)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--no-relay", action="store_true", help="do not run the outbox relay in this process")
+    p.add_argument("--no-consumer", action="store_true", help="do not run the Kafka consumer in this process")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=serve)
+
+    p = commands.add_parser("migrate", help="apply database migrations")
+    p.add_argument("revision", nargs="?", default="head")
+    p.set_defaults(func=migrate)
+
+    commands.add_parser("relay", help="run only the outbox relay").set_defaults(func=relay)
+    commands.add_parser("consume", help="run only the Kafka consumer (feeds a redis:// bus)").set_defaults(
+        func=consume
+    )
+
+    p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
+    p.add_argument("user_id", metavar="USER_ID")
+    p.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
+    p.set_defaults(func=token)
+
+    p = commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=export_schema)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Events: their JSON form, the outbox relay, the Kafka consumer, the bus."""

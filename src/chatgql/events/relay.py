@@ -1,0 +1,86 @@
+"""The outbox relay: outbox rows -> publisher, in id order, deleted after the ack.
+
+Exactly one relay is active per database: the one holding a session-level
+advisory lock on its own connection. Others stand by and take over when that
+connection goes away. The leader wakes on LISTEN/NOTIFY at commit and polls
+as a fallback, since notifications can be missed while reconnecting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..store import outbox
+from .publish import Publisher
+
+log = logging.getLogger(__name__)
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        publisher: Publisher,
+        *,
+        batch_size: int = 500,
+        poll_seconds: float = 1.0,
+        standby_seconds: float = 1.0,
+        on_relayed=lambda n: None,
+    ) -> None:
+        self._engine = engine
+        self._publisher = publisher
+        self._batch_size = batch_size
+        self._poll_seconds = poll_seconds
+        self._standby_seconds = standby_seconds
+        self._on_relayed = on_relayed
+        self.is_leader = False
+
+    async def run(self) -> None:
+        """Relay until cancelled; any failure (database, Kafka) is retried."""
+        while True:
+            try:
+                await self._lead()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("outbox relay failed; retrying", exc_info=True)
+                await asyncio.sleep(self._standby_seconds)
+
+    async def _lead(self) -> None:
+        async with self._engine.connect() as lock_conn:
+            try:
+                lock_conn = await lock_conn.execution_options(isolation_level="AUTOCOMMIT")
+                while not await outbox.try_lead(lock_conn):
+                    await asyncio.sleep(self._standby_seconds)
+                self.is_leader = True
+                wake = asyncio.Event()
+                await outbox.listen(lock_conn, wake.set)
+                while True:
+                    wake.clear()
+                    await self.drain()
+                    try:
+                        await asyncio.wait_for(wake.wait(), self._poll_seconds)
+                    except TimeoutError:
+                        # Quiet: make sure the lock connection (and so the lock) is alive.
+                        await outbox.try_lead(lock_conn)
+            finally:
+                self.is_leader = False
+                # Never hand a connection that holds the lock back to the pool.
+                await lock_conn.invalidate()
+
+    async def drain(self) -> int:
+        """Relay everything in the outbox now; returns how many events were sent."""
+        sent = 0
+        while True:
+            async with self._engine.connect() as conn:
+                rows = await outbox.oldest(conn, self._batch_size)
+            if not rows:
+                return sent
+            await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
+            async with self._engine.begin() as conn:
+                await outbox.delete(conn, [row.id for row in rows])
+            sent += len(rows)
+            self._on_relayed(len(rows))

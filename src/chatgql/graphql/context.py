@@ -1,0 +1,69 @@
+"""The per-request context: who is asking, and the request's loaders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.websockets import WebSocket
+
+from ..auth import user_from_authorization
+from ..errors import Unauthenticated
+from ..settings import Settings
+from .loaders import Loaders
+
+
+@dataclass
+class Deps:
+    """What resolvers need from the running process (built by app.py's lifespan)."""
+
+    settings: Settings
+    engine: AsyncEngine
+    dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
+
+
+@dataclass
+class Context:
+    deps: Deps
+    request: Request | WebSocket
+    response: Response | WebSocket | None = None
+    # Set by Strawberry from the websocket connection_init payload.
+    connection_params: dict[str, Any] | None = None
+    _viewer: int | Unauthenticated | None = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self.deps.engine
+
+    def _authorization(self) -> object:
+        if isinstance(self.request, WebSocket):
+            return (self.connection_params or {}).get("Authorization")
+        return self.request.headers.get("authorization")
+
+    @property
+    def viewer_id(self) -> int:
+        """The caller's user id; UNAUTHENTICATED without a valid bearer token."""
+        if self._viewer is None:
+            try:
+                self._viewer = user_from_authorization(self.settings, self._authorization())
+            except Unauthenticated as error:
+                self._viewer = error
+        if isinstance(self._viewer, Unauthenticated):
+            raise self._viewer
+        return self._viewer
+
+    @cached_property
+    def loaders(self) -> Loaders:
+        return Loaders(self.engine, self.viewer_id)
+
+    def fresh_loaders(self) -> Loaders:
+        """New loaders (a subscription event must not see another event's cache)."""
+        return Loaders(self.engine, self.viewer_id)

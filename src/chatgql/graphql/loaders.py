@@ -1,0 +1,104 @@
+"""Per-request DataLoaders: each batches one kind of read into one SQL statement.
+
+Built per HTTP request, and per subscription event over websockets, so
+nothing is cached across events.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncEngine
+from strawberry.dataloader import DataLoader
+
+from ..services.checks import PageRequest
+from ..store import conversations, messages
+
+
+@dataclass(frozen=True, slots=True)
+class PageKey:
+    conversation_id: int
+    page: PageRequest
+
+
+class Roster:
+    """A conversation's members and their watermarks; answers "seen by" questions."""
+
+    __slots__ = ("rows", "_watermarks", "_by_user")
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows  # ascending user_id
+        self._watermarks = sorted(row.last_read_seq for row in rows)
+        self._by_user = {row.user_id: row.last_read_seq for row in rows}
+
+    def others(self, sender_id: int) -> int:
+        return len(self.rows) - (sender_id in self._by_user)
+
+    def seen_by_count(self, seq: int, sender_id: int) -> int:
+        count = len(self._watermarks) - bisect_left(self._watermarks, seq)
+        if self._by_user.get(sender_id, -1) >= seq:
+            count -= 1
+        return count
+
+    def seen_by(self, seq: int, sender_id: int, first: int) -> list[int]:
+        seen = []
+        for row in self.rows:
+            if len(seen) >= first:
+                break
+            if row.user_id != sender_id and row.last_read_seq >= seq:
+                seen.append(row.user_id)
+        return seen
+
+
+class Loaders:
+    def __init__(self, engine: AsyncEngine, viewer_id: int | None) -> None:
+        self._engine = engine
+        self._viewer_id = viewer_id
+        self.conversation = DataLoader(self._load_conversations)
+        self.member_count = DataLoader(self._load_member_counts)
+        self.roster = DataLoader(self._load_rosters)
+        self.message = DataLoader(self._load_messages)
+        self.message_page = DataLoader(self._load_message_pages)
+        self.viewer_totals = DataLoader(self._load_viewer_totals)
+
+    async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
+        """Conversations as the viewer sees them (None where not a member)."""
+        async with self._engine.connect() as conn:
+            rows = await conversations.for_viewer(conn, ids, self._viewer_id)
+        by_id = {row.id: row for row in rows}
+        return [by_id.get(cid) for cid in ids]
+
+    async def _load_member_counts(self, ids: Sequence[int]) -> list[int]:
+        async with self._engine.connect() as conn:
+            counts = await conversations.member_counts(conn, ids)
+        return [counts.get(cid, 0) for cid in ids]
+
+    async def _load_rosters(self, ids: Sequence[int]) -> list[Roster]:
+        async with self._engine.connect() as conn:
+            rows = await conversations.members_of(conn, ids)
+        grouped: dict[int, list[Row]] = defaultdict(list)
+        for row in rows:
+            grouped[row.conversation_id].append(row)
+        return [Roster(grouped[cid]) for cid in ids]
+
+    async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
+        async with self._engine.connect() as conn:
+            rows = await messages.by_keys(conn, keys)
+        by_key = {(row.conversation_id, row.seq): row for row in rows}
+        return [by_key.get(key) for key in keys]
+
+    async def _load_message_pages(self, keys: Sequence[PageKey]) -> list[list[Row]]:
+        """Pages fetched with one extra row (to tell whether more exist), ascending."""
+        async with self._engine.connect() as conn:
+            found = await messages.pages(
+                conn, [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys]
+            )
+        return found
+
+    async def _load_viewer_totals(self, user_ids: Sequence[int]) -> list[Row]:
+        async with self._engine.connect() as conn:
+            return [await conversations.viewer_totals(conn, uid) for uid in user_ids]

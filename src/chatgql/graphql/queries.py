@@ -1,0 +1,110 @@
+"""Query root."""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry import ID
+from strawberry.types import Info
+
+from ..errors import conversation_not_found
+from ..services.checks import check_id, check_page_size
+from ..services.history import read_sync
+from ..store import conversations
+from .types import (
+    Conversation,
+    ConversationConnection,
+    ConversationEdge,
+    ConversationSync,
+    Message,
+    MessageConnection,
+    PageInfo,
+    SyncCursor,
+    Viewer,
+    inbox_cursor,
+    load_message_page,
+    parse_inbox_cursor,
+)
+
+
+async def load_conversation(info: Info, conversation_id: int) -> Conversation:
+    """The conversation as the viewer sees it; NOT_FOUND when missing or not a member."""
+    row = await info.context.loaders.conversation.load(conversation_id)
+    if row is None:
+        raise conversation_not_found(conversation_id)
+    return Conversation.from_row(row)
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def viewer(self, info: Info) -> Viewer:
+        return Viewer(user_id=ID(str(info.context.viewer_id)))
+
+    @strawberry.field
+    async def conversation(self, info: Info, id: ID) -> Conversation:
+        info.context.viewer_id  # authenticate before validating input
+        return await load_conversation(info, check_id(id, "id"))
+
+    @strawberry.field
+    async def inbox(
+        self, info: Info, first: int | None = 20, after: str | None = strawberry.UNSET
+    ) -> ConversationConnection:
+        limit = check_page_size(first, "first", default=20)
+        after = None if after is strawberry.UNSET else after
+        keyset = parse_inbox_cursor(after) if after is not None else None
+        async with info.context.engine.connect() as conn:
+            rows = await conversations.inbox_page(conn, info.context.viewer_id, limit + 1, keyset)
+        edges = [
+            ConversationEdge(cursor=inbox_cursor(row.activity_at, row.id), node=Conversation.from_row(row))
+            for row in rows[:limit]
+        ]
+        return ConversationConnection(
+            edges=edges,
+            nodes=[edge.node for edge in edges],
+            page_info=PageInfo(
+                has_next_page=len(rows) > limit,
+                has_previous_page=after is not None,
+                start_cursor=edges[0].cursor if edges else None,
+                end_cursor=edges[-1].cursor if edges else None,
+            ),
+        )
+
+    @strawberry.field
+    async def messages(
+        self,
+        info: Info,
+        conversation_id: ID,
+        first: int | None = strawberry.UNSET,
+        after: str | None = strawberry.UNSET,
+        last: int | None = strawberry.UNSET,
+        before: str | None = strawberry.UNSET,
+    ) -> MessageConnection:
+        info.context.viewer_id
+        conversation = await load_conversation(info, check_id(conversation_id, "conversationId"))
+        return await load_message_page(
+            info, int(conversation.id), conversation.last_seq, first, after, last, before
+        )
+
+    @strawberry.field(
+        description="Catch-up after being offline: per conversation, what came after the seq the client holds."
+    )
+    async def sync(self, info: Info, cursors: list[SyncCursor], limit: int | None = 100) -> list[ConversationSync]:
+        info.context.viewer_id
+        parsed = [(check_id(c.conversation_id, "conversationId"), c.after_seq) for c in cursors]
+        results = await read_sync(
+            info.context.engine,
+            info.context.viewer_id,
+            parsed,
+            limit,
+            max_cursors=info.context.settings.max_sync_cursors,
+        )
+        return [
+            ConversationSync(
+                conversation_id=ID(str(r.conversation_id)),
+                messages=[Message.from_row(row) for row in r.messages],
+                has_more=r.has_more,
+                last_seq=r.last_seq,
+                last_read_seq=r.last_read_seq,
+            )
+            for r in results
+        ]

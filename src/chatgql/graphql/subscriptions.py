@@ -1,0 +1,65 @@
+"""Subscription root: live events from this process's Dispatcher.
+
+Over websockets the context lives as long as the connection, so every event
+gets its own loaders (nothing is cached across events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from uuid import UUID
+
+import strawberry
+from strawberry import ID
+from strawberry.types import Info
+
+from ..events import types as events
+from ..services.checks import check_id
+from .queries import load_conversation
+from .types import Message, MessageNewEvent, ReadUpdatedEvent
+
+
+async def _events(info: Info, conversation_id: ID | None, event_type: str) -> AsyncGenerator[dict, None]:
+    ctx = info.context
+    viewer = ctx.viewer_id
+    cid = None
+    if conversation_id is not None and conversation_id is not strawberry.UNSET:
+        cid = check_id(conversation_id, "conversationId")
+        await load_conversation(info, cid)  # NOT_FOUND unless a member
+    async with ctx.deps.dispatcher.subscribe(viewer, cid, event_type) as subscription:
+        async for event in subscription:
+            yield event
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(
+        description="New messages in one conversation, or in every conversation the viewer is a member of "
+        "when conversationId is omitted."
+    )
+    async def message_new(
+        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+    ) -> AsyncGenerator[MessageNewEvent, None]:
+        async for event in _events(info, conversation_id, events.MESSAGE_NEW):
+            message = Message(
+                conversation_id=ID(str(event["conversationId"])),
+                seq=event["seq"],
+                sender_id=ID(str(event["senderId"])),
+                client_msg_id=UUID(event["clientMsgId"]),
+                body=event["body"],
+                created_at=datetime.fromisoformat(event["createdAt"]),
+                loaders=info.context.fresh_loaders(),
+            )
+            yield MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message)
+
+    @strawberry.subscription(description="Watermark moves in one conversation, or in all of the viewer's.")
+    async def read_updated(
+        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+    ) -> AsyncGenerator[ReadUpdatedEvent, None]:
+        async for event in _events(info, conversation_id, events.READ_UPDATED):
+            yield ReadUpdatedEvent(
+                conversation_id=ID(str(event["conversationId"])),
+                user_id=ID(str(event["userId"])),
+                last_read_seq=event["lastReadSeq"],
+            )

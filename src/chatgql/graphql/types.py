@@ -1,0 +1,310 @@
+"""GraphQL object types of the contract, built from store rows."""
+
+from __future__ import annotations
+
+import base64
+import enum
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import strawberry
+from strawberry import ID
+from strawberry.types import Info
+
+from ..errors import BadUserInput
+from ..services.checks import PageRequest, check_message_page
+from .loaders import Loaders, PageKey
+from .scalars import Long
+
+
+@strawberry.enum
+class ConversationType(enum.Enum):
+    DIRECT = "DIRECT"
+    GROUP = "GROUP"
+
+
+@strawberry.enum
+class MemberRole(enum.Enum):
+    OWNER = "OWNER"
+    MEMBER = "MEMBER"
+
+
+@strawberry.type
+class PageInfo:
+    has_next_page: bool
+    has_previous_page: bool
+    start_cursor: str | None
+    end_cursor: str | None
+
+
+@strawberry.type
+class Member:
+    user_id: ID
+    role: MemberRole
+    last_read_seq: Long
+    joined_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> Member:
+        return cls(
+            user_id=ID(str(row.user_id)),
+            role=MemberRole(row.role),
+            last_read_seq=row.last_read_seq,
+            joined_at=row.joined_at,
+        )
+
+
+@strawberry.type
+class Message:
+    conversation_id: ID
+    seq: Long
+    sender_id: ID
+    client_msg_id: UUID
+    body: str
+    created_at: datetime
+    # Set on subscription events: that event's own loaders (see subscriptions.py).
+    loaders: strawberry.Private[Loaders | None] = None
+
+    def _loaders(self, info: Info) -> Loaders:
+        return self.loaders or info.context.loaders
+
+    @classmethod
+    def from_row(cls, row: Any) -> Message:
+        return cls(
+            conversation_id=ID(str(row.conversation_id)),
+            seq=row.seq,
+            sender_id=ID(str(row.sender_id)),
+            client_msg_id=row.client_msg_id,
+            body=row.body,
+            created_at=row.created_at,
+        )
+
+    @strawberry.field(description="Members other than the sender whose lastReadSeq >= seq.")
+    async def seen_by_count(self, info: Info) -> int:
+        roster = await self._loaders(info).roster.load(int(self.conversation_id))
+        return roster.seen_by_count(self.seq, int(self.sender_id))
+
+    @strawberry.field(description="User ids of those members, at most `first` of them, ascending.")
+    async def seen_by(self, info: Info, first: int | None = 100) -> list[ID]:
+        limit = 100 if first is None else first
+        if limit < 0:
+            raise BadUserInput("first must not be negative")
+        roster = await self._loaders(info).roster.load(int(self.conversation_id))
+        return [ID(str(uid)) for uid in roster.seen_by(self.seq, int(self.sender_id), limit)]
+
+    @strawberry.field(
+        description="True when every member other than the sender has read it "
+        "(in a DIRECT chat: the other person)."
+    )
+    async def seen(self, info: Info) -> bool:
+        roster = await self._loaders(info).roster.load(int(self.conversation_id))
+        others = roster.others(int(self.sender_id))
+        return others > 0 and roster.seen_by_count(self.seq, int(self.sender_id)) == others
+
+
+@strawberry.type
+class MessageEdge:
+    cursor: str
+    node: Message
+
+
+@strawberry.type(
+    description="Messages ascending by seq. A message cursor is its seq in decimal, so a\n"
+    'client may build one from a seq it holds: after: "40" gives seq 41, 42, ...\n'
+    "No arguments, or only `last`, gives the newest messages. `first` and `last`\n"
+    "are 1..200 (default 50); `first` goes with `after`, `last` with `before`."
+)
+class MessageConnection:
+    edges: list[MessageEdge]
+    nodes: list[Message]
+    page_info: PageInfo
+
+    @classmethod
+    def from_page(cls, rows: list[Any], page: PageRequest, last_seq: int) -> MessageConnection:
+        """rows: the page as fetched (limit + 1 rows at most, newest first when from_end)."""
+        more = len(rows) > page.limit
+        rows = rows[: page.limit]
+        if page.from_end:
+            rows.reverse()
+            has_previous, has_next = more, page.before is not None and page.before <= last_seq
+        else:
+            has_previous, has_next = page.after > 0 and last_seq > 0, more
+        nodes = [Message.from_row(row) for row in rows]
+        return cls(
+            edges=[MessageEdge(cursor=str(node.seq), node=node) for node in nodes],
+            nodes=nodes,
+            page_info=PageInfo(
+                has_next_page=has_next,
+                has_previous_page=has_previous,
+                start_cursor=str(nodes[0].seq) if nodes else None,
+                end_cursor=str(nodes[-1].seq) if nodes else None,
+            ),
+        )
+
+
+async def load_message_page(
+    info: Info,
+    conversation_id: int,
+    last_seq: int,
+    first: int | None,
+    after: str | None,
+    last: int | None,
+    before: str | None,
+) -> MessageConnection:
+    page = check_message_page(*(None if arg is strawberry.UNSET else arg for arg in (first, after, last, before)))
+    rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
+    return MessageConnection.from_page(list(rows), page, last_seq)
+
+
+@strawberry.type
+class Conversation:
+    id: ID
+    type: ConversationType
+    title: str | None = strawberry.field(description="Groups only; null for DIRECT.")
+    last_seq: Long = strawberry.field(description="Seq of the newest message; 0 when there is none.")
+    last_message_at: datetime | None
+    created_at: datetime
+    last_read_seq: Long = strawberry.field(description="The viewer's own watermark here.")
+
+    @classmethod
+    def from_row(cls, row: Any) -> Conversation:
+        """row: a conversation joined with the viewer's membership (store.conversations.for_viewer)."""
+        return cls(
+            id=ID(str(row.id)),
+            type=ConversationType(row.type),
+            title=row.title,
+            last_seq=row.last_seq,
+            last_message_at=row.last_message_at,
+            created_at=row.created_at,
+            last_read_seq=row.last_read_seq,
+        )
+
+    @strawberry.field(description="lastSeq - lastReadSeq for the viewer.")
+    def unread_count(self) -> Long:
+        return Long(self.last_seq - self.last_read_seq)
+
+    @strawberry.field
+    async def member_count(self, info: Info) -> int:
+        return await info.context.loaders.member_count.load(int(self.id))
+
+    @strawberry.field
+    async def members(self, info: Info) -> list[Member]:
+        roster = await info.context.loaders.roster.load(int(self.id))
+        return [Member.from_row(row) for row in roster.rows]
+
+    @strawberry.field
+    async def last_message(self, info: Info) -> Message | None:
+        if self.last_seq == 0:
+            return None
+        row = await info.context.loaders.message.load((int(self.id), self.last_seq))
+        return Message.from_row(row) if row is not None else None
+
+    @strawberry.field(description="Same as Query.messages for this conversation.")
+    async def messages(
+        self,
+        info: Info,
+        first: int | None = strawberry.UNSET,
+        after: str | None = strawberry.UNSET,
+        last: int | None = strawberry.UNSET,
+        before: str | None = strawberry.UNSET,
+    ) -> MessageConnection:
+        return await load_message_page(info, int(self.id), self.last_seq, first, after, last, before)
+
+
+@strawberry.type
+class ConversationEdge:
+    cursor: str
+    node: Conversation
+
+
+@strawberry.type(description="The viewer's conversations, newest activity first (lastMessageAt, else createdAt).")
+class ConversationConnection:
+    edges: list[ConversationEdge]
+    nodes: list[Conversation]
+    page_info: PageInfo
+
+
+def inbox_cursor(activity_at: datetime, conversation_id: int) -> str:
+    raw = f"{activity_at.isoformat()}|{conversation_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_inbox_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, _, cid = raw.partition("|")
+        parsed = datetime.fromisoformat(at)
+        if parsed.tzinfo is None:
+            raise ValueError
+        return parsed, int(cid)
+    except (ValueError, UnicodeDecodeError):
+        raise BadUserInput("after is not an inbox cursor") from None
+
+
+@strawberry.type
+class Viewer:
+    user_id: ID
+
+    @strawberry.field(description="Sum of unreadCount over all of the viewer's conversations.")
+    async def total_unread(self, info: Info) -> Long:
+        return (await info.context.loaders.viewer_totals.load(int(self.user_id))).total_unread
+
+    @strawberry.field(description="How many of the viewer's conversations have unreadCount > 0.")
+    async def unread_conversations(self, info: Info) -> int:
+        return (await info.context.loaders.viewer_totals.load(int(self.user_id))).unread_conversations
+
+
+@strawberry.type
+class ConversationSync:
+    conversation_id: ID
+    messages: list[Message] = strawberry.field(
+        description="Messages with seq > afterSeq, ascending, at most `limit`."
+    )
+    has_more: bool = strawberry.field(description="More messages remain after the last one returned.")
+    last_seq: Long
+    last_read_seq: Long
+
+
+@strawberry.input
+class SyncCursor:
+    conversation_id: ID
+    after_seq: Long = strawberry.field(description="The highest seq the client holds for this conversation (0 for none).")
+
+
+@strawberry.type
+class SendMessagePayload:
+    message: Message = strawberry.field(
+        description="The stored message; on a retry, the original one with its original seq."
+    )
+    duplicate: bool = strawberry.field(description="True when this clientMsgId had already been stored.")
+
+
+@strawberry.type
+class MarkReadPayload:
+    conversation_id: ID
+    last_read_seq: Long = strawberry.field(
+        description="The viewer's watermark after the call (clamped to lastSeq, never lowered)."
+    )
+    advanced: bool = strawberry.field(description="True when the watermark moved forward.")
+    unread_count: Long
+
+
+@strawberry.type
+class RemoveMemberPayload:
+    conversation_id: ID
+    user_id: ID
+
+
+@strawberry.type
+class MessageNewEvent:
+    conversation_id: ID
+    seq: Long
+    message: Message
+
+
+@strawberry.type
+class ReadUpdatedEvent:
+    conversation_id: ID
+    user_id: ID
+    last_read_seq: Long

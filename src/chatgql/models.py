@@ -1,0 +1,87 @@
+"""Table definitions only. Alembic owns the schema; these mirror it."""
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+conversation = Table(
+    "conversation",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("type", Text, nullable=False),
+    Column("title", Text),
+    Column("last_seq", BigInteger, nullable=False, server_default="0"),
+    Column("last_message_at", DateTime(timezone=True)),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
+    CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
+)
+
+conversation_member = Table(
+    "conversation_member",
+    metadata,
+    Column("conversation_id", BigInteger, ForeignKey("conversation.id"), nullable=False),
+    Column("user_id", BigInteger, nullable=False),
+    Column("role", Text, nullable=False, server_default="MEMBER"),
+    Column("last_read_seq", BigInteger, nullable=False, server_default="0"),
+    Column("joined_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "user_id"),
+    CheckConstraint("role IN ('OWNER', 'MEMBER')", name="conversation_member_role_check"),
+    CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
+    Index("conversation_member_user_id_idx", "user_id"),
+)
+
+message = Table(
+    "message",
+    metadata,
+    Column("conversation_id", BigInteger, ForeignKey("conversation.id"), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("sender_id", BigInteger, nullable=False),
+    Column("client_msg_id", UUID(as_uuid=True), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+    UniqueConstraint("conversation_id", "client_msg_id", name="message_client_msg_id_key"),
+    CheckConstraint("seq > 0", name="message_seq_check"),
+)
+
+direct_pair = Table(
+    "direct_pair",
+    metadata,
+    Column("user_low", BigInteger, nullable=False),
+    Column("user_high", BigInteger, nullable=False),
+    Column(
+        "conversation_id",
+        BigInteger,
+        ForeignKey("conversation.id"),
+        nullable=False,
+        unique=True,
+    ),
+    PrimaryKeyConstraint("user_low", "user_high"),
+    CheckConstraint("user_low < user_high", name="direct_pair_order_check"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("msg_key", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+

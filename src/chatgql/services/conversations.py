@@ -1,0 +1,104 @@
+"""Creating conversations and changing who is in them."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
+from ..events import types as events
+from ..store import conversations, outbox
+
+OWNER, MEMBER = "OWNER", "MEMBER"
+DIRECT, GROUP = "DIRECT", "GROUP"
+
+
+class _LostRace(Exception):
+    """Another transaction created the same direct pair first."""
+
+
+async def do_create_direct_conversation(engine: AsyncEngine, viewer_id: int, other_id: int) -> int:
+    """The one DIRECT conversation of two users, created on first call.
+
+    Two people calling at once get the same conversation: direct_pair's key
+    decides; the loser's transaction rolls back and it reads the winner's.
+    """
+    if other_id == viewer_id:
+        raise BadUserInput("a direct conversation needs another user")
+    low, high = sorted((viewer_id, other_id))
+    async with engine.connect() as conn:
+        existing = await conversations.find_direct(conn, low, high)
+    if existing is not None:
+        return existing
+    try:
+        async with engine.begin() as conn:
+            created = await conversations.insert_conversation(conn, DIRECT, None)
+            await conversations.insert_members(conn, created.id, [(low, MEMBER), (high, MEMBER)])
+            if not await conversations.claim_direct_pair(conn, low, high, created.id):
+                raise _LostRace
+            await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=[low, high])])
+            return created.id
+    except _LostRace:
+        async with engine.connect() as conn:
+            return await conversations.find_direct(conn, low, high)
+
+
+async def do_create_group(
+    engine: AsyncEngine, viewer_id: int, title: str, member_ids: list[int], *, max_members: int
+) -> int:
+    """A GROUP owned by the viewer, with member_ids as MEMBERs (the viewer counts toward max_members)."""
+    others = [uid for uid in dict.fromkeys(member_ids) if uid != viewer_id]
+    if 1 + len(others) > max_members:
+        raise LimitExceeded(f"a group has at most {max_members} members")
+    async with engine.begin() as conn:
+        created = await conversations.insert_conversation(conn, GROUP, title)
+        added = await conversations.insert_members(
+            conn, created.id, [(viewer_id, OWNER)] + [(uid, MEMBER) for uid in others]
+        )
+        await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=added)])
+        return created.id
+
+
+async def do_add_members(
+    engine: AsyncEngine, viewer_id: int, conversation_id: int, user_ids: list[int], *, max_members: int
+) -> None:
+    """Any member may add people to a group; ids already present are ignored.
+
+    New members start with nothing unread: their watermark is the current lastSeq.
+    """
+    async with engine.begin() as conn:
+        conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
+        if conv is None or conv.role is None:
+            raise conversation_not_found(conversation_id)
+        if conv.type == DIRECT:
+            raise Forbidden("members of a direct conversation cannot change")
+        present = await conversations.member_ids_among(conn, conversation_id, user_ids)
+        new = [uid for uid in user_ids if uid not in present]
+        if not new:
+            return
+        if await conversations.count_members(conn, conversation_id) + len(new) > max_members:
+            raise LimitExceeded(f"a group has at most {max_members} members")
+        added = await conversations.insert_members(
+            conn, conversation_id, [(uid, MEMBER) for uid in new], last_read_seq=conv.last_seq
+        )
+        await outbox.append(conn, [events.members_added(conversation_id=conversation_id, user_ids=added)])
+
+
+async def do_remove_member(engine: AsyncEngine, viewer_id: int, conversation_id: int, user_id: int) -> None:
+    """Anyone may leave a group; only an OWNER may remove others.
+
+    When the last OWNER leaves, the longest-standing member becomes OWNER.
+    """
+    async with engine.begin() as conn:
+        conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
+        if conv is None or conv.role is None:
+            raise conversation_not_found(conversation_id)
+        if conv.type == DIRECT:
+            raise Forbidden("members of a direct conversation cannot change")
+        if user_id != viewer_id and conv.role != OWNER:
+            raise Forbidden("only an OWNER may remove other members")
+        removed_role = await conversations.delete_member(conn, conversation_id, user_id)
+        if removed_role is None:
+            raise NotFound(f"user {user_id} is not a member of conversation {conversation_id}")
+        if removed_role == OWNER:
+            await conversations.promote_if_ownerless(conn, conversation_id)
+        await outbox.append(conn, [events.member_removed(conversation_id=conversation_id, user_id=user_id)])

@@ -1,0 +1,59 @@
+"""Reading history for offline catch-up (sync)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..errors import BadUserInput, LimitExceeded, conversation_not_found
+from ..store import conversations, messages
+from .checks import check_page_size, check_seq
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    conversation_id: int
+    messages: list[Row]
+    has_more: bool
+    last_seq: int
+    last_read_seq: int
+
+
+async def read_sync(
+    engine: AsyncEngine,
+    viewer_id: int,
+    cursors: list[tuple[int, int]],
+    limit: int | None,
+    *,
+    max_cursors: int,
+) -> list[SyncResult]:
+    """Per (conversation_id, after_seq): the messages after it, at most limit, in
+    two SQL statements whatever the number of cursors. Unknown or foreign
+    conversations are NOT_FOUND, like everywhere else."""
+    limit = check_page_size(limit, "limit")
+    if len(cursors) > max_cursors:
+        raise LimitExceeded(f"at most {max_cursors} cursors in one sync")
+    if len({cid for cid, _ in cursors}) != len(cursors):
+        raise BadUserInput("each conversationId may appear once in cursors")
+    for _, after_seq in cursors:
+        check_seq(after_seq, "afterSeq")
+    if not cursors:
+        return []
+    async with engine.connect() as conn:
+        visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
+        for cid, _ in cursors:
+            if cid not in visible:
+                raise conversation_not_found(cid)
+        rows = await messages.after_many(conn, cursors, limit + 1)
+    by_conversation: dict[int, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_conversation[row.conversation_id].append(row)
+    results = []
+    for cid, _ in cursors:
+        found = by_conversation[cid]
+        conv = visible[cid]
+        results.append(SyncResult(cid, found[:limit], len(found) > limit, conv.last_seq, conv.last_read_seq))
+    return results

@@ -1,0 +1,78 @@
+"""Typed settings, read once from the environment (prefix CHATGQL_).
+
+This is the only module that reads os.environ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_JWT_SECRET = "chatgql-dev-secret-change-me-0000000000"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CHATGQL_", extra="ignore")
+
+    env: Literal["development", "production"] = "development"
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    # PostgreSQL. Unset: an embedded server is started in data_dir.
+    database_url: SecretStr | None = None
+    data_dir: Path = Path(".chatgql")
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
+    migrate_on_start: bool = True
+
+    # Kafka. Unset: events go through the in-process bus.
+    kafka_bootstrap_servers: str | None = None
+    kafka_topic: str = "chat.events"
+    kafka_group: str = "fanout"
+    # Where a brand-new consumer group starts: the live path only needs what is new.
+    kafka_offset_reset: Literal["latest", "earliest"] = "latest"
+    # Broadcast bus that feeds subscriptions: memory:// or redis://host:port
+    broadcast_url: str = "memory://"
+
+    # Which background roles this process runs besides the API.
+    run_relay: bool = True
+    run_consumer: bool = True
+
+    jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
+    jwt_audience: str | None = None
+
+    graphiql: bool | None = None  # default: on in development, off in production
+    introspection: bool | None = None
+
+    # Limits
+    max_body_chars: int = 4000
+    max_title_chars: int = 200
+    max_group_members: int = 1000
+    max_sync_cursors: int = 500
+    max_ids_per_call: int = 1000
+    subscriber_buffer: int = Field(default=1000, ge=1)
+    max_subscriptions_per_connection: int = 100
+
+    @model_validator(mode="after")
+    def _refuse_default_secret_in_production(self) -> Settings:
+        if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
+            raise ValueError(
+                "CHATGQL_JWT_SECRET must be set to a secret of your own when CHATGQL_ENV=production"
+            )
+        return self
+
+    @property
+    def graphiql_enabled(self) -> bool:
+        return self.env == "development" if self.graphiql is None else self.graphiql
+
+    @property
+    def introspection_enabled(self) -> bool:
+        return self.env == "development" if self.introspection is None else self.introspection
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment once; keyword overrides win (tests, CLI flags)."""
+    return Settings(**overrides)  # type: ignore[arg-type]

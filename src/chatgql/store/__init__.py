@@ -1,0 +1,1 @@
+"""All of chatgql's SQL. Functions take a connection first and never commit."""

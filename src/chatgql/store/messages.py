@@ -1,0 +1,148 @@
+"""Messages: the per-conversation, gap-free sequence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy import Row, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_MESSAGE_COLUMNS = "conversation_id, seq, sender_id, client_msg_id, body, created_at"
+_NO_BOUND = 2**63 - 1
+
+
+async def find_by_client_msg_id(conn: AsyncConnection, conversation_id: int, client_msg_id: UUID) -> Row | None:
+    result = await conn.execute(
+        text(
+            f"""
+            SELECT {_MESSAGE_COLUMNS} FROM message
+             WHERE conversation_id = :cid AND client_msg_id = :cmid
+            """
+        ),
+        {"cid": conversation_id, "cmid": client_msg_id},
+    )
+    return result.first()
+
+
+async def append_txn(
+    conn: AsyncConnection,
+    *,
+    conversation_id: int,
+    seq: int,
+    sender_id: int,
+    client_msg_id: UUID,
+    body: str,
+    created_at: datetime,
+) -> int:
+    """Store message `seq` (the caller holds the conversation lock and chose
+    seq = last_seq + 1), move last_seq, and raise the sender's watermark to it.
+
+    Returns the sender's watermark before the send.
+    """
+    result = await conn.execute(
+        text(
+            """
+            WITH msg AS (
+                INSERT INTO message (conversation_id, seq, sender_id, client_msg_id, body, created_at)
+                VALUES (:cid, :seq, :uid, :cmid, :body, :at)
+            ), conv AS (
+                UPDATE conversation SET last_seq = :seq, last_message_at = :at WHERE id = :cid
+            ), prev AS (
+                SELECT last_read_seq FROM conversation_member
+                 WHERE conversation_id = :cid AND user_id = :uid
+            ), mark AS (
+                UPDATE conversation_member SET last_read_seq = :seq
+                 WHERE conversation_id = :cid AND user_id = :uid AND last_read_seq < :seq
+            )
+            SELECT last_read_seq FROM prev
+            """
+        ),
+        {
+            "cid": conversation_id,
+            "seq": seq,
+            "uid": sender_id,
+            "cmid": client_msg_id,
+            "body": body,
+            "at": created_at,
+        },
+    )
+    return result.scalar_one()
+
+
+async def pages(
+    conn: AsyncConnection, requests: Sequence[tuple[int, int, int | None, int, bool]]
+) -> list[list[Row]]:
+    """Several history pages at once. Each request is (conversation_id, after,
+    before, limit, from_end): messages with after < seq < before (before None:
+    no bound), at most limit, taken from the newest end when from_end.
+    Each page comes back in the order taken (newest first when from_end).
+    One statement per direction, whatever the number of pages."""
+    found: list[list[Row]] = [[] for _ in requests]
+    for from_end in (False, True):
+        wanted = [(i, r) for i, r in enumerate(requests) if r[4] is from_end]
+        if not wanted:
+            continue
+        order = "DESC" if from_end else "ASC"
+        result = await conn.execute(
+            text(
+                f"""
+                SELECT k.i, m.* FROM unnest(CAST(:idx AS int[]), CAST(:cids AS bigint[]),
+                                            CAST(:afters AS bigint[]), CAST(:befores AS bigint[]),
+                                            CAST(:limits AS int[])) AS k(i, cid, after_seq, before_seq, lim)
+                CROSS JOIN LATERAL (
+                    SELECT {_MESSAGE_COLUMNS} FROM message
+                     WHERE conversation_id = k.cid AND seq > k.after_seq AND seq < k.before_seq
+                     ORDER BY seq {order}
+                     LIMIT k.lim
+                ) m
+                ORDER BY k.i, m.seq {order}
+                """
+            ),
+            {
+                "idx": [i for i, _ in wanted],
+                "cids": [r[0] for _, r in wanted],
+                "afters": [r[1] for _, r in wanted],
+                "befores": [_NO_BOUND if r[2] is None else r[2] for _, r in wanted],
+                "limits": [r[3] for _, r in wanted],
+            },
+        )
+        for row in result:
+            found[row.i].append(row)
+    return found
+
+
+async def by_keys(conn: AsyncConnection, keys: Sequence[tuple[int, int]]) -> list[Row]:
+    """Messages by (conversation_id, seq)."""
+    result = await conn.execute(
+        text(
+            f"""
+            SELECT {_MESSAGE_COLUMNS} FROM message
+             WHERE (conversation_id, seq) IN (
+                   SELECT * FROM unnest(CAST(:cids AS bigint[]), CAST(:seqs AS bigint[])))
+            """
+        ),
+        {"cids": [k[0] for k in keys], "seqs": [k[1] for k in keys]},
+    )
+    return list(result)
+
+
+async def after_many(conn: AsyncConnection, cursors: Sequence[tuple[int, int]], limit: int) -> list[Row]:
+    """For each (conversation_id, after_seq): up to limit messages with seq > after_seq, ascending."""
+    result = await conn.execute(
+        text(
+            f"""
+            SELECT m.* FROM unnest(CAST(:cids AS bigint[]), CAST(:afters AS bigint[])) AS k(cid, after_seq)
+            CROSS JOIN LATERAL (
+                SELECT {_MESSAGE_COLUMNS} FROM message
+                 WHERE conversation_id = k.cid AND seq > k.after_seq
+                 ORDER BY seq
+                 LIMIT :limit
+            ) m
+            ORDER BY m.conversation_id, m.seq
+            """
+        ),
+        {"cids": [c[0] for c in cursors], "afters": [c[1] for c in cursors], "limit": limit},
+    )
+    return list(result)

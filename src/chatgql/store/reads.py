@@ -1,0 +1,45 @@
+"""Read state: one watermark per member."""
+
+from __future__ import annotations
+
+from sqlalchemy import Row, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+async def advance_watermark(conn: AsyncConnection, conversation_id: int, user_id: int, seq: int) -> Row | None:
+    """The monotonic, clamped update of DESIGN.md, in one statement.
+
+    Returns (last_read_seq, last_seq) when the watermark moved forward, None
+    when it did not (a seq at or below it, nothing newer, or not a member).
+    Concurrent calls serialise on the member row and re-check the condition,
+    so the watermark only ever takes the maximum.
+    """
+    result = await conn.execute(
+        text(
+            """
+            UPDATE conversation_member m SET last_read_seq = LEAST(:seq, c.last_seq)
+              FROM conversation c
+             WHERE c.id = m.conversation_id AND m.conversation_id = :cid AND m.user_id = :uid
+               AND m.last_read_seq < LEAST(:seq, c.last_seq)
+            RETURNING m.last_read_seq, c.last_seq
+            """
+        ),
+        {"cid": conversation_id, "uid": user_id, "seq": seq},
+    )
+    return result.first()
+
+
+async def watermark(conn: AsyncConnection, conversation_id: int, user_id: int) -> Row | None:
+    """(last_read_seq, last_seq) for a member; None when user_id is not a member."""
+    result = await conn.execute(
+        text(
+            """
+            SELECT m.last_read_seq, c.last_seq
+              FROM conversation_member m
+              JOIN conversation c ON c.id = m.conversation_id
+             WHERE m.conversation_id = :cid AND m.user_id = :uid
+            """
+        ),
+        {"cid": conversation_id, "uid": user_id},
+    )
+    return result.first()
