@@ -9,10 +9,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-
 from graphql import GraphQLError
-from strawberry.extensions import SchemaExtension
 
 from ..errors import ChatError
 
@@ -27,6 +24,8 @@ def is_internal(error: GraphQLError) -> bool:
 
 def client_error(error: GraphQLError) -> GraphQLError:
     original = error.original_error
+    if original is None and (error.extensions or {}).get("code"):
+        return error  # already in the contract's form
     if isinstance(original, ChatError):
         message, extensions = original.message, {**original.extensions, "code": original.code}
     elif error.path is None:
@@ -54,12 +53,12 @@ def log_errors(errors: list[GraphQLError]) -> None:
             log.error("internal error at %s", error.path, exc_info=(type(original), original, original.__traceback__))
 
 
-class ContractErrors(SchemaExtension):
-    """Rewrites result errors into the contract's form (see module docstring)."""
+def to_contract_errors(errors: list[GraphQLError]) -> None:
+    """Log what is internal, then rewrite errors in place into the contract's form.
 
-    def on_operation(self) -> Iterator[None]:
-        yield
-        result = self.execution_context.result
-        errors = getattr(result, "errors", None)
-        if errors:
-            result.errors = [client_error(error) for error in errors]
+    Strawberry hands every error list of every path (parse, validation,
+    execution, subscription events) to Schema.process_errors, and returns that
+    same list to the client: rewriting it there covers all of them.
+    """
+    log_errors(errors)
+    errors[:] = [client_error(error) for error in errors]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 
 from sqlalchemy import Row
@@ -64,6 +65,12 @@ class Loaders:
         self.message = DataLoader(self._load_messages)
         self.message_page = DataLoader(self._load_message_pages)
         self.viewer_totals = DataLoader(self._load_viewer_totals)
+
+    def forget_conversation(self, conversation_id: int) -> None:
+        """Drop what this request cached about a conversation it just changed."""
+        for loader in (self.conversation, self.member_count, self.roster):
+            with suppress(KeyError):
+                loader.clear(conversation_id)
 
     async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
         """Conversations as the viewer sees them (None where not a member)."""

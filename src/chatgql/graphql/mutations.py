@@ -19,9 +19,7 @@ from .types import Conversation, MarkReadPayload, Message, RemoveMemberPayload, 
 
 async def reload_conversation(info: Info, conversation_id: int) -> Conversation:
     """Read the conversation after a write, past anything cached earlier in the request."""
-    info.context.loaders.conversation.clear(conversation_id)
-    info.context.loaders.member_count.clear(conversation_id)
-    info.context.loaders.roster.clear(conversation_id)
+    info.context.loaders.forget_conversation(conversation_id)
     return await load_conversation(info, conversation_id)
 
 
@@ -80,7 +78,7 @@ class Mutation:
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         result = await do_send_message(ctx.engine, viewer, cid, client_msg_id, body)
-        ctx.loaders.roster.clear(cid)
+        ctx.loaders.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
 
     @strawberry.mutation(
@@ -92,7 +90,7 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         result = await do_mark_read(ctx.engine, viewer, cid, seq)
-        ctx.loaders.roster.clear(cid)
+        ctx.loaders.forget_conversation(cid)
         return MarkReadPayload(
             conversation_id=ID(str(cid)),
             last_read_seq=result.last_read_seq,

@@ -17,7 +17,7 @@ from strawberry.schema.config import StrawberryConfig
 
 from ..errors import Unauthenticated
 from .context import Context, Deps
-from .errors import ContractErrors, log_errors
+from .errors import to_contract_errors
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
@@ -26,24 +26,24 @@ from .subscriptions import Subscription
 
 class ChatSchema(strawberry.Schema):
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
-        # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents.
-        log_errors(errors)
+        # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
+        # only internal ones are logged.
+        to_contract_errors(errors)
 
 
 def build_schema(*, introspection: bool = True) -> ChatSchema:
     extensions: list[Any] = [
-        ContractErrors,
-        ParserCache(maxsize=1024),
-        ValidationCache(maxsize=1024),
+        lambda: ParserCache(maxsize=1024),
+        lambda: ValidationCache(maxsize=1024),
     ]
     if not introspection:
-        extensions.append(AddValidationRules([NoSchemaIntrospectionCustomRule]))
+        extensions.append(lambda: AddValidationRules([NoSchemaIntrospectionCustomRule]))
     return ChatSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
-        config=StrawberryConfig(scalar_map=SCALARS),
+        config=StrawberryConfig(scalar_map=SCALARS, disable_field_suggestions=not introspection),
     )
 
 

