@@ -25,7 +25,7 @@ from . import db
 from .events.bus import feed_dispatcher
 from .events.consumer import FanoutConsumer
 from .events.dispatch import Dispatcher, MembershipCache
-from .events.publish import BusPublisher, KafkaPublisher
+from .events.publish import BusPublisher, KafkaPublisher, ensure_topic
 from .events.relay import OutboxRelay
 from .graphql.context import Deps
 from .graphql.schema import ChatGraphQL
@@ -106,6 +106,10 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         kafka = settings.kafka_bootstrap_servers
         if settings.run_relay:
             if kafka:
+                if settings.kafka_create_topic:
+                    await ensure_topic(
+                        kafka, settings.kafka_topic, settings.kafka_topic_partitions, settings.kafka_topic_replication
+                    )
                 producer = KafkaPublisher(kafka, settings.kafka_topic)
                 await producer.start()
                 stack.push_async_callback(producer.stop)

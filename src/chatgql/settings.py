@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str | None = None
     kafka_topic: str = "chat.events"
     kafka_group: str = "fanout"
+    # Create the topic at start when missing (production: let ops own it).
+    kafka_create_topic: bool = True
+    kafka_topic_partitions: int = 16
+    kafka_topic_replication: int = 1
     # Where a brand-new consumer group starts: the live path only needs what is new.
     kafka_offset_reset: Literal["latest", "earliest"] = "latest"
     # Broadcast bus that feeds subscriptions: memory:// or redis://host:port

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
 from broadcaster import Broadcast
 
 BUS_CHANNEL = "chatgql.events"
@@ -21,13 +23,33 @@ class Publisher(Protocol):
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None: ...
 
 
+async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> None:
+    """Create the events topic if it does not exist yet (keyed by conversation id)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        await admin.close()
+
+
 class KafkaPublisher:
-    """Idempotent producer, acks=all: a returned publish is on every in-sync replica."""
+    """Idempotent producer, acks=all: a returned publish is on every in-sync replica.
+
+    After a failed publish the producer is replaced by a fresh one (aiokafka
+    issue #1017: an idempotent producer can stay stuck after a broker blip).
+    """
 
     def __init__(self, bootstrap_servers: str, topic: str) -> None:
         self.topic = topic
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers,
+        self._bootstrap = bootstrap_servers
+        self.producer = self._new_producer()
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap,
             enable_idempotence=True,
             acks="all",
             linger_ms=2,
@@ -43,9 +65,21 @@ class KafkaPublisher:
         await self.producer.stop()
 
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
-        # send() queues in order per partition; then wait for every ack.
-        pending = [await self.producer.send(self.topic, value=payload, key=key) for key, payload in batch]
-        await asyncio.gather(*pending)
+        try:
+            # send() queues in order per partition; then wait for every ack.
+            pending = [await self.producer.send(self.topic, value=payload, key=key) for key, payload in batch]
+            await asyncio.gather(*pending)
+        except Exception:
+            await self._replace_producer()
+            raise
+
+    async def _replace_producer(self) -> None:
+        old, self.producer = self.producer, self._new_producer()
+        try:
+            await old.stop()
+        except Exception:
+            pass
+        await self.producer.start()
 
 
 class BusPublisher:
