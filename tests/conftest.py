@@ -200,3 +200,18 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def client(server: RunningServer, http: httpx.AsyncClient) -> GraphQLClient:
     return GraphQLClient(http, server.url, server.settings)
+
+
+# A skipped test is a test that did not run: the suite fails instead.
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped and not os.environ.get("CHATGQL_ALLOW_SKIPS"):
+        print(f"\n{len(_skipped)} test(s) skipped; chatgql's suite runs everything:", *_skipped, sep="\n  ")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
