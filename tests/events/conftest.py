@@ -82,6 +82,9 @@ def kafka_settings(database_url: str, kafka: KafkaBroker, topic: str, **override
         kafka_topic=topic,
         kafka_group=f"fanout-{topic}",
         kafka_topic_partitions=8,
+        # The topic is new: read it from its start, so nothing sent before the
+        # group's first position lookup is missed.
+        kafka_offset_reset="earliest",
         **overrides,
     )
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
+from strawberry.extensions import SchemaExtension
 
 from ..auth import user_from_authorization
 from ..errors import Unauthenticated
@@ -60,10 +61,26 @@ class Context:
             raise self._viewer
         return self._viewer
 
-    @cached_property
+    _loaders: Loaders | None = field(default=None, repr=False)
+
+    @property
     def loaders(self) -> Loaders:
-        return Loaders(self.engine, self.viewer_id)
+        """This operation's loaders (see FreshLoadersPerOperation for websockets)."""
+        if self._loaders is None:
+            self._loaders = Loaders(self.engine, self.viewer_id)
+        return self._loaders
 
     def fresh_loaders(self) -> Loaders:
         """New loaders (a subscription event must not see another event's cache)."""
         return Loaders(self.engine, self.viewer_id)
+
+
+class FreshLoadersPerOperation(SchemaExtension):
+    """A websocket's context lives as long as the connection: give each operation
+    on it new loaders, so no operation reads another's cache."""
+
+    def on_operation(self) -> Iterator[None]:
+        context = self.execution_context.context
+        if isinstance(context, Context) and isinstance(context.request, WebSocket):
+            context._loaders = None
+        yield

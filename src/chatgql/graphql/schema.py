@@ -16,7 +16,7 @@ from strawberry.extensions import AddValidationRules, ParserCache, ValidationCac
 from strawberry.schema.config import StrawberryConfig
 
 from ..errors import Unauthenticated
-from .context import Context, Deps
+from .context import Context, Deps, FreshLoadersPerOperation
 from .errors import to_contract_errors
 from .mutations import Mutation
 from .queries import Query
@@ -33,6 +33,7 @@ class ChatSchema(strawberry.Schema):
 
 def build_schema(*, introspection: bool = True) -> ChatSchema:
     extensions: list[Any] = [
+        FreshLoadersPerOperation,
         lambda: ParserCache(maxsize=1024),
         lambda: ValidationCache(maxsize=1024),
     ]

@@ -14,9 +14,9 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
+from ..errors import conversation_not_found
 from ..events import types as events
 from ..services.checks import check_id
-from .queries import load_conversation
 from .types import Message, MessageNewEvent, ReadUpdatedEvent
 
 
@@ -26,7 +26,9 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> As
     cid = None
     if conversation_id is not None and conversation_id is not strawberry.UNSET:
         cid = check_id(conversation_id, "conversationId")
-        await load_conversation(info, cid)  # NOT_FOUND unless a member
+        # NOT_FOUND unless a member (asked afresh: the connection may be old).
+        if await ctx.fresh_loaders().conversation.load(cid) is None:
+            raise conversation_not_found(cid)
     async with ctx.deps.dispatcher.subscribe(viewer, cid, event_type) as subscription:
         async for event in subscription:
             yield event

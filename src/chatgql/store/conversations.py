@@ -20,7 +20,9 @@ async def lock_for_member_txn(conn: AsyncConnection, conversation_id: int, user_
     result = await conn.execute(
         text(
             """
-            SELECT c.type, c.last_seq, now() AS now, m.role
+            SELECT c.type, c.last_seq, m.role,
+                   -- taken under the lock, never before the previous message's time
+                   greatest(clock_timestamp(), c.last_message_at) AS now
               FROM conversation c
               LEFT JOIN conversation_member m
                 ON m.conversation_id = c.id AND m.user_id = :uid
