@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from . import db
+from .db import single_statement
 from .events.bus import feed_dispatcher
 from .events.consumer import FanoutConsumer
 from .events.dispatch import Dispatcher, MembershipCache
@@ -92,7 +93,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
 
         if api:
             async def load_members(conversation_id: int) -> frozenset[int]:
-                async with engine.connect() as conn:
+                async with single_statement(engine) as conn:
                     return frozenset(await conversations.member_user_ids(conn, conversation_id))
 
             dispatcher = Dispatcher(
@@ -149,7 +150,7 @@ def create_app(settings: Settings) -> Starlette:
         checks: dict[str, bool] = {}
         if runtime is not None:
             try:
-                async with runtime.deps.engine.connect() as conn:
+                async with single_statement(runtime.deps.engine) as conn:
                     await conn.execute(text("SELECT 1"))
                 checks["database"] = True
             except Exception:
@@ -163,7 +164,7 @@ def create_app(settings: Settings) -> Starlette:
         runtime = state["runtime"]
         metrics = runtime.metrics
         try:
-            async with runtime.deps.engine.connect() as conn:
+            async with single_statement(runtime.deps.engine) as conn:
                 backlog = await outbox.backlog(conn)
             metrics.outbox_rows.set(backlog.rows)
             metrics.outbox_oldest_age.set(backlog.oldest_age)

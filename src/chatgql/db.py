@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from .models import metadata
 
-__all__ = ["metadata", "create_engine", "start_embedded_postgres", "asyncpg_url", "upgrade"]
+__all__ = ["metadata", "create_engine", "single_statement", "start_embedded_postgres", "asyncpg_url", "upgrade"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,18 @@ def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> A
         json_serializer=lambda obj: orjson.dumps(obj).decode(),
         json_deserializer=orjson.loads,
     )
+
+
+@asynccontextmanager
+async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A pooled connection in autocommit: each statement is its own transaction.
+
+    For reads, and for writes done in one statement (chat_send, the markRead
+    CTE): one round trip instead of BEGIN, statement, COMMIT/ROLLBACK. Work
+    that needs several statements in one transaction uses engine.begin().
+    """
+    async with engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def start_embedded_postgres(data_dir: Path):

@@ -13,6 +13,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..db import single_statement
 from ..store import outbox
 from .publish import Publisher
 
@@ -75,7 +76,7 @@ class OutboxRelay:
         """Relay everything in the outbox now; returns how many events were sent."""
         sent = 0
         while True:
-            async with self._engine.connect() as conn:
+            async with single_statement(self._engine) as conn:
                 rows = await outbox.oldest(conn, self._batch_size)
             if not rows:
                 return sent

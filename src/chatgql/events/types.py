@@ -6,7 +6,6 @@ conversation id, so one conversation's events stay in order.
 
 from __future__ import annotations
 
-from datetime import datetime
 from uuid import UUID
 
 MESSAGE_NEW = "message.new"
@@ -16,32 +15,25 @@ MEMBER_REMOVED = "member.removed"
 
 
 def message_new(
-    *,
-    conversation_id: int,
-    seq: int,
-    sender_id: int,
-    client_msg_id: UUID,
-    body: str,
-    created_at: datetime,
+    *, conversation_id: int, sender_id: int, client_msg_id: UUID, body: str
 ) -> tuple[str, dict]:
-    """Carries every common field of Message, so fanout needs no query per subscriber."""
+    """Carries every common field of Message, so fanout needs no query per
+    subscriber. "seq" and "createdAt" are added by chat_send() when stored."""
     return str(conversation_id), {
         "type": MESSAGE_NEW,
         "conversationId": conversation_id,
-        "seq": seq,
         "senderId": sender_id,
         "clientMsgId": str(client_msg_id),
         "body": body,
-        "createdAt": created_at.isoformat(),
     }
 
 
-def read_updated(*, conversation_id: int, user_id: int, last_read_seq: int) -> tuple[str, dict]:
+def read_updated(*, conversation_id: int, user_id: int) -> tuple[str, dict]:
+    """"lastReadSeq" is added by the statement that moved the watermark."""
     return str(conversation_id), {
         "type": READ_UPDATED,
         "conversationId": conversation_id,
         "userId": user_id,
-        "lastReadSeq": last_read_seq,
     }
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.dataloader import DataLoader
 
+from ..db import single_statement
 from ..services.checks import PageRequest
 from ..store import conversations, messages
 
@@ -74,18 +75,18 @@ class Loaders:
 
     async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
         """Conversations as the viewer sees them (None where not a member)."""
-        async with self._engine.connect() as conn:
+        async with single_statement(self._engine) as conn:
             rows = await conversations.for_viewer(conn, ids, self._viewer_id)
         by_id = {row.id: row for row in rows}
         return [by_id.get(cid) for cid in ids]
 
     async def _load_member_counts(self, ids: Sequence[int]) -> list[int]:
-        async with self._engine.connect() as conn:
+        async with single_statement(self._engine) as conn:
             counts = await conversations.member_counts(conn, ids)
         return [counts.get(cid, 0) for cid in ids]
 
     async def _load_rosters(self, ids: Sequence[int]) -> list[Roster]:
-        async with self._engine.connect() as conn:
+        async with single_statement(self._engine) as conn:
             rows = await conversations.members_of(conn, ids)
         grouped: dict[int, list[Row]] = defaultdict(list)
         for row in rows:
@@ -93,19 +94,19 @@ class Loaders:
         return [Roster(grouped[cid]) for cid in ids]
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
-        async with self._engine.connect() as conn:
+        async with single_statement(self._engine) as conn:
             rows = await messages.by_keys(conn, keys)
         by_key = {(row.conversation_id, row.seq): row for row in rows}
         return [by_key.get(key) for key in keys]
 
     async def _load_message_pages(self, keys: Sequence[PageKey]) -> list[list[Row]]:
         """Pages fetched with one extra row (to tell whether more exist), ascending."""
-        async with self._engine.connect() as conn:
+        async with single_statement(self._engine) as conn:
             found = await messages.pages(
                 conn, [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys]
             )
         return found
 
     async def _load_viewer_totals(self, user_ids: Sequence[int]) -> list[Row]:
-        async with self._engine.connect() as conn:
+        async with single_statement(self._engine) as conn:
             return [await conversations.viewer_totals(conn, uid) for uid in user_ids]

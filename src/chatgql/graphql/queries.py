@@ -6,6 +6,7 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
+from ..db import single_statement
 from ..errors import conversation_not_found
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync
@@ -52,7 +53,7 @@ class Query:
         limit = check_page_size(first, "first", default=20)
         after = None if after is strawberry.UNSET else after
         keyset = parse_inbox_cursor(after) if after is not None else None
-        async with info.context.engine.connect() as conn:
+        async with single_statement(info.context.engine) as conn:
             rows = await conversations.inbox_page(conn, info.context.viewer_id, limit + 1, keyset)
         edges = [
             ConversationEdge(cursor=inbox_cursor(row.activity_at, row.id), node=Conversation.from_row(row))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
@@ -13,7 +13,7 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import BadUserInput
-from ..services.checks import PageRequest, check_message_page
+from ..services.checks import MAX_ID, PageRequest, check_message_page
 from .loaders import Loaders, PageKey
 from .scalars import Long
 
@@ -237,8 +237,12 @@ def parse_inbox_cursor(cursor: str) -> tuple[datetime, int]:
         parsed = datetime.fromisoformat(at)
         if parsed.tzinfo is None:
             raise ValueError
-        return parsed, int(cid)
-    except (ValueError, UnicodeDecodeError):
+        parsed = parsed.astimezone(timezone.utc)  # OverflowError when outside years 1..9999 in UTC
+        conversation_id = int(cid)
+        if not 0 < conversation_id <= MAX_ID:
+            raise ValueError
+        return parsed, conversation_id
+    except (ValueError, UnicodeDecodeError, OverflowError):
         raise BadUserInput("after is not an inbox cursor") from None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..db import single_statement
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events import types as events
 from ..store import conversations, outbox
@@ -25,7 +26,7 @@ async def do_create_direct_conversation(engine: AsyncEngine, viewer_id: int, oth
     if other_id == viewer_id:
         raise BadUserInput("a direct conversation needs another user")
     low, high = sorted((viewer_id, other_id))
-    async with engine.connect() as conn:
+    async with single_statement(engine) as conn:
         existing = await conversations.find_direct(conn, low, high)
     if existing is not None:
         return existing
@@ -38,7 +39,7 @@ async def do_create_direct_conversation(engine: AsyncEngine, viewer_id: int, oth
             await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=[low, high])])
             return created.id
     except _LostRace:
-        async with engine.connect() as conn:
+        async with single_statement(engine) as conn:
             return await conversations.find_direct(conn, low, high)
 
 

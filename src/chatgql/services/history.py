@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..db import single_statement
 from ..errors import BadUserInput, LimitExceeded, conversation_not_found
 from ..store import conversations, messages
 from .checks import check_page_size, check_seq
@@ -42,7 +43,7 @@ async def read_sync(
         check_seq(after_seq, "afterSeq")
     if not cursors:
         return []
-    async with engine.connect() as conn:
+    async with single_statement(engine) as conn:
         visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
         for cid, _ in cursors:
             if cid not in visible:

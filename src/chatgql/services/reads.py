@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..db import single_statement
 from ..errors import conversation_not_found
 from ..events import types as events
-from ..store import outbox, reads
+from ..store import reads
 from .checks import check_seq
 
 
@@ -23,22 +24,18 @@ class MarkReadResult:
 async def do_mark_read(engine: AsyncEngine, viewer_id: int, conversation_id: int, seq: int) -> MarkReadResult:
     """Raise the viewer's watermark to min(seq, lastSeq); never lower it.
 
-    A read.updated event is written, in the same transaction, only when it moved.
+    The update and its read.updated event are one statement, so one
+    transaction; the event is written only when the watermark moved.
     """
     check_seq(seq)
-    async with engine.begin() as conn:
-        moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq)
+    _, event = events.read_updated(conversation_id=conversation_id, user_id=viewer_id)
+    async with single_statement(engine) as conn:
+        moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)
         if moved is not None:
-            await outbox.append(
-                conn,
-                [
-                    events.read_updated(
-                        conversation_id=conversation_id, user_id=viewer_id, last_read_seq=moved.last_read_seq
-                    )
-                ],
-            )
             return MarkReadResult(conversation_id, moved.last_read_seq, moved.last_seq, advanced=True)
+        # Nothing moved: read the watermark as it is now (it may be higher than
+        # the update's snapshot showed, if another device just raised it).
         current = await reads.watermark(conn, conversation_id, viewer_id)
-        if current is None:
-            raise conversation_not_found(conversation_id)
-        return MarkReadResult(conversation_id, current.last_read_seq, current.last_seq, advanced=False)
+    if current is None:
+        raise conversation_not_found(conversation_id)
+    return MarkReadResult(conversation_id, current.last_read_seq, current.last_seq, advanced=False)

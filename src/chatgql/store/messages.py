@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from uuid import UUID
 
+import orjson
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -13,62 +13,40 @@ _MESSAGE_COLUMNS = "conversation_id, seq, sender_id, client_msg_id, body, create
 _NO_BOUND = 2**63 - 1
 
 
-async def find_by_client_msg_id(conn: AsyncConnection, conversation_id: int, client_msg_id: UUID) -> Row | None:
-    result = await conn.execute(
-        text(
-            f"""
-            SELECT {_MESSAGE_COLUMNS} FROM message
-             WHERE conversation_id = :cid AND client_msg_id = :cmid
-            """
-        ),
-        {"cid": conversation_id, "cmid": client_msg_id},
-    )
-    return result.first()
-
-
-async def append_txn(
+async def send(
     conn: AsyncConnection,
     *,
     conversation_id: int,
-    seq: int,
     sender_id: int,
     client_msg_id: UUID,
     body: str,
-    created_at: datetime,
-) -> int:
-    """Store message `seq` (the caller holds the conversation lock and chose
-    seq = last_seq + 1), move last_seq, and raise the sender's watermark to it.
+    message_event: dict,
+    read_event: dict,
+) -> Row:
+    """The whole send transaction, server-side (chat_send, migration 0002).
 
-    Returns the sender's watermark before the send.
+    Returns (outcome, seq, sender_id, body, created_at); outcome is 'stored',
+    'duplicate' (the stored original), 'conflict' (the clientMsgId holds
+    another message; nothing written) or 'not_found' (no such conversation,
+    or the sender is not a member). Run it as its own transaction.
     """
     result = await conn.execute(
         text(
             """
-            WITH msg AS (
-                INSERT INTO message (conversation_id, seq, sender_id, client_msg_id, body, created_at)
-                VALUES (:cid, :seq, :uid, :cmid, :body, :at)
-            ), conv AS (
-                UPDATE conversation SET last_seq = :seq, last_message_at = :at WHERE id = :cid
-            ), prev AS (
-                SELECT last_read_seq FROM conversation_member
-                 WHERE conversation_id = :cid AND user_id = :uid
-            ), mark AS (
-                UPDATE conversation_member SET last_read_seq = :seq
-                 WHERE conversation_id = :cid AND user_id = :uid AND last_read_seq < :seq
-            )
-            SELECT last_read_seq FROM prev
+            SELECT * FROM chat_send(:cid, :uid, :cmid, :body,
+                                    CAST(:message_event AS jsonb), CAST(:read_event AS jsonb))
             """
         ),
         {
             "cid": conversation_id,
-            "seq": seq,
             "uid": sender_id,
             "cmid": client_msg_id,
             "body": body,
-            "at": created_at,
+            "message_event": orjson.dumps(message_event).decode(),
+            "read_event": orjson.dumps(read_event).decode(),
         },
     )
-    return result.scalar_one()
+    return result.one()
 
 
 async def pages(
