@@ -134,6 +134,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "migrate_on_start": False,
         "kafka_bootstrap_servers": None,
         "broadcast_url": "memory://",
+        # Concurrency tests fire hundreds of calls per user; the limits have their own tests.
+        "rate_send_per_second": 0,
+        "rate_read_per_second": 0,
     }
     base.update(overrides)
     return load_settings(**base)

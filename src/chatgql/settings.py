@@ -60,6 +60,22 @@ class Settings(BaseSettings):
     subscriber_buffer: int = Field(default=1000, ge=1)
     max_subscriptions_per_connection: int = 100
 
+    # What one request may ask for (exceeding one: LIMIT_EXCEEDED / HTTP 413)
+    max_query_depth: int = 10
+    max_aliases: int = 20
+    max_fields: int = 300
+    max_tokens: int = 3000
+    max_query_chars: int = 20_000
+    max_request_bytes: int = 256 * 1024
+    max_batch_operations: int = 10
+    request_timeout_seconds: float = 10.0
+
+    # Per-user rate limits (token buckets, per process); a rate of 0 turns one off
+    rate_send_per_second: float = 10.0
+    rate_send_burst: int = 30
+    rate_read_per_second: float = 20.0
+    rate_read_burst: int = 60
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

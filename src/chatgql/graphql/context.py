@@ -14,6 +14,7 @@ from strawberry.extensions import SchemaExtension
 
 from ..auth import user_from_authorization
 from ..errors import Unauthenticated
+from ..ratelimit import RateLimiter
 from ..settings import Settings
 from .loaders import Loaders
 
@@ -24,7 +25,14 @@ class Deps:
 
     settings: Settings
     engine: AsyncEngine
-    dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
+    dispatcher: Any = None
+    send_limiter: RateLimiter = field(init=False)
+    read_limiter: RateLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.send_limiter = RateLimiter("sendMessage", s.rate_send_per_second, s.rate_send_burst)
+        self.read_limiter = RateLimiter("markRead", s.rate_read_per_second, s.rate_read_burst)  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
 
 
 @dataclass

@@ -31,7 +31,8 @@ def client_error(error: GraphQLError) -> GraphQLError:
     elif error.path is None:
         message = error.message
         extensions = {**(error.extensions or {})}
-        extensions.setdefault("code", "BAD_USER_INPUT")
+        # The parser's token limit (MaxTokensLimiter) is a limit, not a typo.
+        extensions.setdefault("code", "LIMIT_EXCEEDED" if "tokens. Parsing aborted" in message else "BAD_USER_INPUT")
     elif isinstance(original, GraphQLError) and original.extensions.get("code"):
         message, extensions = original.message, original.extensions
     else:

@@ -77,6 +77,7 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
+        ctx.deps.send_limiter.check(viewer)
         result = await do_send_message(ctx.engine, viewer, cid, client_msg_id, body)
         ctx.loaders.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
@@ -89,6 +90,7 @@ class Mutation:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
+        ctx.deps.read_limiter.check(viewer)
         result = await do_mark_read(ctx.engine, viewer, cid, seq)
         ctx.loaders.forget_conversation(cid)
         return MarkReadPayload(

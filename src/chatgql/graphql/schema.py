@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+from cross_web import HTTPException
 
 import strawberry
 from graphql import GraphQLError
 from graphql.validation import NoSchemaIntrospectionCustomRule
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.extensions import AddValidationRules, ParserCache, ValidationCache
+from strawberry.extensions import AddValidationRules, MaxTokensLimiter, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
+from strawberry.types import ExecutionResult
 
 from ..errors import Unauthenticated
 from .context import Context, Deps, FreshLoadersPerOperation
 from .errors import to_contract_errors
+from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
@@ -31,20 +37,36 @@ class ChatSchema(strawberry.Schema):
         to_contract_errors(errors)
 
 
-def build_schema(*, introspection: bool = True) -> ChatSchema:
+DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300)
+
+
+def build_schema(
+    *,
+    introspection: bool = True,
+    limits: OperationLimits = DEFAULT_LIMITS,
+    max_tokens: int = 3000,
+    max_batch_operations: int = 10,
+) -> ChatSchema:
     extensions: list[Any] = [
         FreshLoadersPerOperation,
+        # Before the parser cache: it sets the parser's token limit.
+        lambda: MaxTokensLimiter(max_token_count=max_tokens),
         lambda: ParserCache(maxsize=1024),
+        lambda: AddValidationRules(
+            [limits_rule(limits)] + ([] if introspection else [NoSchemaIntrospectionCustomRule])
+        ),
         lambda: ValidationCache(maxsize=1024),
     ]
-    if not introspection:
-        extensions.append(lambda: AddValidationRules([NoSchemaIntrospectionCustomRule]))
     return ChatSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
-        config=StrawberryConfig(scalar_map=SCALARS, disable_field_suggestions=not introspection),
+        config=StrawberryConfig(
+            scalar_map=SCALARS,
+            disable_field_suggestions=not introspection,
+            batching_config={"max_operations": max_batch_operations},
+        ),
     )
 
 
@@ -57,7 +79,12 @@ class ChatGraphQL(GraphQL):
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
         super().__init__(
-            build_schema(introspection=settings.introspection_enabled),
+            build_schema(
+                introspection=settings.introspection_enabled,
+                limits=OperationLimits(settings.max_query_depth, settings.max_aliases, settings.max_fields),
+                max_tokens=settings.max_tokens,
+                max_batch_operations=settings.max_batch_operations,
+            ),
             graphql_ide="graphiql" if settings.graphiql_enabled else None,
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
             **kwargs,
@@ -74,3 +101,56 @@ class ChatGraphQL(GraphQL):
         except Unauthenticated as error:
             raise ConnectionRejectionError({"message": error.message, "code": error.code}) from None
         return await super().on_ws_connect(context)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """HTTP: cap the request body; refusals are GraphQL-shaped JSON with a code."""
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        request = Request(scope=scope, receive=_capped(receive, self.deps.settings.max_request_bytes))
+        try:
+            response = await self.run(request)
+        except HTTPException as error:
+            code = "LIMIT_EXCEEDED" if error.status_code == 413 else "BAD_USER_INPUT"
+            response = JSONResponse(
+                {"data": None, "errors": [{"message": error.reason, "extensions": {"code": code}}]},
+                status_code=error.status_code,
+            )
+        await response(scope, receive, send)
+
+    async def parse_http_body(self, request: Any) -> Any:
+        data = await super().parse_http_body(request)
+        limit = self.deps.settings.max_query_chars
+        for item in data if isinstance(data, list) else [data]:
+            if item.query is not None and len(item.query) > limit:
+                raise HTTPException(413, f"the GraphQL document is longer than {limit} characters")
+        return data
+
+    async def execute_operation(self, *args: Any, **kwargs: Any) -> Any:
+        """Every HTTP operation (or batch) gets request_timeout_seconds."""
+        timeout = self.deps.settings.request_timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                return await super().execute_operation(*args, **kwargs)
+        except TimeoutError:
+            error = GraphQLError(
+                f"the request took longer than {timeout} s",
+                extensions={"code": "LIMIT_EXCEEDED", "reason": "TIMEOUT"},
+            )
+            return ExecutionResult(data=None, errors=[error])
+
+
+def _capped(receive: Receive, limit: int) -> Receive:
+    """receive() that refuses a body larger than limit bytes (HTTP 413) as it streams in."""
+    seen = 0
+
+    async def capped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise HTTPException(413, f"the request body is larger than {limit} bytes")
+        return message
+
+    return capped
