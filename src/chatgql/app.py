@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from broadcaster import Broadcast
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from starlette.applications import Starlette
@@ -23,7 +22,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from . import db
 from .db import single_statement
-from .events.bus import feed_dispatcher
+from .events.bus import Bus, feed_dispatcher
 from .events.consumer import FanoutConsumer
 from .events.dispatch import Dispatcher, MembershipCache
 from .events.publish import BusPublisher, KafkaPublisher, ensure_topic
@@ -87,9 +86,9 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         stack.push_async_callback(engine.dispose)
         runtime.deps.engine = engine
 
-        broadcast = Broadcast(settings.broadcast_url)
-        await broadcast.connect()
-        stack.push_async_callback(broadcast.disconnect)
+        bus = Bus(settings.broadcast_url)
+        await bus.connect()
+        stack.push_async_callback(bus.disconnect)
 
         if api:
             async def load_members(conversation_id: int) -> frozenset[int]:
@@ -101,7 +100,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             )
             runtime.deps.dispatcher = dispatcher
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
-            await _task(stack, feed_dispatcher(broadcast, dispatcher, runtime.bus_ready), "bus-feed")
+            await _task(stack, feed_dispatcher(bus, dispatcher, runtime.bus_ready), "bus-feed")
             await asyncio.wait_for(runtime.bus_ready.wait(), 10)
 
         kafka = settings.kafka_bootstrap_servers
@@ -116,13 +115,13 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 stack.push_async_callback(producer.stop)
                 publisher = producer
             else:
-                publisher = BusPublisher(broadcast)
+                publisher = BusPublisher(bus)
             runtime.relay = OutboxRelay(engine, publisher, on_relayed=metrics.events_relayed.inc)
             await _task(stack, runtime.relay.run(), "outbox-relay")
 
         if kafka and settings.run_consumer:
             runtime.consumer = FanoutConsumer(
-                kafka, settings.kafka_topic, settings.kafka_group, broadcast, offset_reset=settings.kafka_offset_reset
+                kafka, settings.kafka_topic, settings.kafka_group, bus, offset_reset=settings.kafka_offset_reset
             )
             metrics.track(metrics.consumer_lag, lambda: runtime.consumer.lag)
             await _task(stack, runtime.consumer.run(), "kafka-consumer")

@@ -1,41 +1,124 @@
-"""The broadcast bus -> the Dispatcher of this process."""
+"""The broadcast bus (the `broadcaster` package) and its feed into the Dispatcher.
+
+memory:// within one process; redis:// when several API processes serve
+subscribers. broadcaster's Redis listener dies silently when its connection
+drops, leaving subscribers waiting forever; so the feed sends itself a
+heartbeat through the bus and, when one does not come back in time, ends
+every subscription with a resync error and reconnects on a new Broadcast.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import uuid
+from collections.abc import AsyncIterator
 
 import orjson
 from broadcaster import Broadcast
 
 from .dispatch import Dispatcher
-from .publish import BUS_CHANNEL
 
 log = logging.getLogger(__name__)
 
+CHANNEL = "chatgql.events"
+HEARTBEAT = "bus.heartbeat"
 
-async def feed_dispatcher(broadcast: Broadcast, dispatcher: Dispatcher, ready: asyncio.Event | None = None) -> None:
+
+class Bus:
+    """One process's handle on the broadcast bus; reconnect() swaps in a new one."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._broadcast: Broadcast | None = None
+
+    async def connect(self) -> None:
+        broadcast = Broadcast(self.url)
+        await broadcast.connect()
+        self._broadcast = broadcast
+
+    async def disconnect(self) -> None:
+        broadcast, self._broadcast = self._broadcast, None
+        if broadcast is not None:
+            with contextlib.suppress(Exception):
+                await broadcast.disconnect()
+
+    async def reconnect(self) -> None:
+        await self.disconnect()
+        await self.connect()
+
+    async def publish(self, message: str) -> None:
+        assert self._broadcast is not None, "bus not connected"
+        await self._broadcast.publish(CHANNEL, message)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self) -> AsyncIterator:
+        assert self._broadcast is not None, "bus not connected"
+        async with self._broadcast.subscribe(CHANNEL) as subscriber:
+            yield subscriber
+
+
+async def feed_dispatcher(
+    bus: Bus,
+    dispatcher: Dispatcher,
+    ready: asyncio.Event | None = None,
+    *,
+    heartbeat_seconds: float = 2.0,
+) -> None:
     """Hand every bus event to the dispatcher, until cancelled.
 
-    If an event cannot be dispatched (say the membership query fails), the
-    subscribers may have missed it: they are ended with a resync error.
+    Any break in the stream (a stalled backend, an event that could not be
+    dispatched) may have lost events, so subscribers are ended with a resync
+    error rather than left believing they saw everything.
     """
+    nonce = uuid.uuid4().hex
+    beat = orjson.dumps({"type": HEARTBEAT, "from": nonce}).decode()
     while True:
         try:
-            async with broadcast.subscribe(BUS_CHANNEL) as subscriber:
+            async with bus.subscribe() as subscriber:
                 if ready is not None:
                     ready.set()
-                async for event in subscriber:
-                    if event is None:  # the backend went away
-                        break
-                    try:
-                        await dispatcher.dispatch(orjson.loads(event.message))
-                    except Exception:
-                        log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
-                        dispatcher.interrupt_all()
+                await _pump(bus, subscriber, dispatcher, nonce, beat, heartbeat_seconds)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.warning("broadcast bus subscription failed; resubscribing", exc_info=True)
+            log.warning("broadcast bus feed broke; ending subscriptions and reconnecting", exc_info=True)
         dispatcher.interrupt_all()
         await asyncio.sleep(0.5)
+        try:
+            await bus.reconnect()
+        except Exception:
+            log.warning("broadcast bus reconnect failed; retrying", exc_info=True)
+
+
+async def _pump(bus: Bus, subscriber, dispatcher: Dispatcher, nonce: str, beat: str, every: float) -> None:
+    async def send_beats() -> None:
+        while True:
+            await bus.publish(beat)
+            await asyncio.sleep(every)
+
+    beater = asyncio.create_task(send_beats())
+    loop = asyncio.get_running_loop()
+    last_beat = loop.time()
+    try:
+        while True:
+            wait = max(0.0, last_beat + 3 * every - loop.time())
+            try:
+                event = await asyncio.wait_for(subscriber.get(), wait)
+            except TimeoutError:
+                raise RuntimeError("no heartbeat came back through the bus") from None
+            payload = orjson.loads(event.message)
+            if payload["type"] == HEARTBEAT:
+                if payload["from"] == nonce:
+                    last_beat = loop.time()
+                continue
+            try:
+                await dispatcher.dispatch(payload)
+            except Exception:
+                log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
+                dispatcher.interrupt_all()
+    finally:
+        beater.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await beater

@@ -9,9 +9,8 @@ import asyncio
 import logging
 
 from aiokafka import AIOKafkaConsumer
-from broadcaster import Broadcast
 
-from .publish import BUS_CHANNEL
+from .bus import Bus
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +21,14 @@ class FanoutConsumer:
         bootstrap_servers: str,
         topic: str,
         group: str,
-        broadcast: Broadcast,
+        bus: Bus,
         *,
         offset_reset: str = "latest",
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
         self._group = group
-        self._broadcast = broadcast
+        self._bus = bus
         self._offset_reset = offset_reset
         self.assigned = asyncio.Event()
         self.lag = 0
@@ -62,7 +61,7 @@ class FanoutConsumer:
                 self.assigned.set()
             for records in batches.values():
                 for record in records:
-                    await self._broadcast.publish(BUS_CHANNEL, record.value.decode())
+                    await self._bus.publish(record.value.decode())
             if batches:
                 await consumer.commit()
             self.lag = await self._lag(consumer)

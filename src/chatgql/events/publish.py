@@ -14,10 +14,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-from broadcaster import Broadcast
 
-BUS_CHANNEL = "chatgql.events"
-
+from .bus import Bus
 
 class Publisher(Protocol):
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None: ...
@@ -83,11 +81,11 @@ class KafkaPublisher:
 
 
 class BusPublisher:
-    """No Kafka: events go straight to this process's broadcast bus."""
+    """No Kafka: events go straight to the broadcast bus."""
 
-    def __init__(self, broadcast: Broadcast) -> None:
-        self.broadcast = broadcast
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
 
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
         for _, payload in batch:
-            await self.broadcast.publish(BUS_CHANNEL, orjson.dumps(payload).decode())
+            await self.bus.publish(orjson.dumps(payload).decode())
