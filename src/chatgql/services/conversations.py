@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..db import single_statement
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
@@ -59,6 +60,16 @@ async def do_create_group(
         return created.id
 
 
+async def _lock_group_txn(conn: AsyncConnection, conversation_id: int, viewer_id: int) -> Row:
+    """Lock a group whose members are about to change; the viewer must be in it."""
+    conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
+    if conv is None or conv.role is None:
+        raise conversation_not_found(conversation_id)
+    if conv.type == DIRECT:
+        raise Forbidden("members of a direct conversation cannot change")
+    return conv
+
+
 async def do_add_members(
     engine: AsyncEngine, viewer_id: int, conversation_id: int, user_ids: list[int], *, max_members: int
 ) -> None:
@@ -67,11 +78,7 @@ async def do_add_members(
     New members start with nothing unread: their watermark is the current lastSeq.
     """
     async with engine.begin() as conn:
-        conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
-        if conv is None or conv.role is None:
-            raise conversation_not_found(conversation_id)
-        if conv.type == DIRECT:
-            raise Forbidden("members of a direct conversation cannot change")
+        conv = await _lock_group_txn(conn, conversation_id, viewer_id)
         present = await conversations.member_ids_among(conn, conversation_id, user_ids)
         new = [uid for uid in user_ids if uid not in present]
         if not new:
@@ -90,11 +97,7 @@ async def do_remove_member(engine: AsyncEngine, viewer_id: int, conversation_id:
     When the last OWNER leaves, the longest-standing member becomes OWNER.
     """
     async with engine.begin() as conn:
-        conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
-        if conv is None or conv.role is None:
-            raise conversation_not_found(conversation_id)
-        if conv.type == DIRECT:
-            raise Forbidden("members of a direct conversation cannot change")
+        conv = await _lock_group_txn(conn, conversation_id, viewer_id)
         if user_id != viewer_id and conv.role != OWNER:
             raise Forbidden("only an OWNER may remove other members")
         removed_role = await conversations.delete_member(conn, conversation_id, user_id)
