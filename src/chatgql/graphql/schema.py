@@ -112,8 +112,10 @@ class ChatGraphQL(GraphQL):
             response = await self.run(request)
         except HTTPException as error:
             code = "LIMIT_EXCEEDED" if error.status_code == 413 else "BAD_USER_INPUT"
+            # The reason may quote the request (an operationName); a lone surrogate can't be UTF-8.
+            message = error.reason.encode("utf-8", "backslashreplace").decode("utf-8")
             response = JSONResponse(
-                {"data": None, "errors": [{"message": error.reason, "extensions": {"code": code}}]},
+                {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
                 status_code=error.status_code,
             )
         await response(scope, receive, send)

@@ -1,0 +1,184 @@
+"""Settings, the command line and docker-compose.yml."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from chatgql.settings import DEV_JWT_SECRET, Settings, load_settings
+
+from .conftest import REPO
+
+CUSTOM_SECRET = "a-production-secret-of-our-own-0123456789abcdef"
+COMPOSE = REPO / "docker-compose.yml"
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No CHATGQL_* variable from the calling shell leaks into Settings."""
+    for name in list(os.environ):
+        if name.upper().startswith("CHATGQL_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def _child_env(**chatgql: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("CHATGQL_")}
+    env.update({f"CHATGQL_{k.upper()}": v for k, v in chatgql.items()})
+    return env
+
+
+def _cli(*args: str, **chatgql: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chatgql.cli", *args],
+        cwd=REPO,
+        env=_child_env(**chatgql),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# ---------------------------------------------------------------- settings
+
+
+def test_production_refuses_the_default_dev_jwt_secret(clean_env):
+    with pytest.raises(ValidationError, match="CHATGQL_JWT_SECRET"):
+        load_settings(env="production")
+    with pytest.raises(ValidationError):
+        load_settings(env="production", jwt_secret=DEV_JWT_SECRET)
+
+
+def test_production_from_the_environment_refuses_the_default_dev_jwt_secret(clean_env):
+    clean_env.setenv("CHATGQL_ENV", "production")
+    with pytest.raises(ValidationError, match="CHATGQL_JWT_SECRET"):
+        load_settings()
+
+
+def test_production_accepts_a_secret_of_its_own(clean_env):
+    settings = load_settings(env="production", jwt_secret=CUSTOM_SECRET)
+    assert settings.env == "production"
+    assert settings.jwt_secret.get_secret_value() == CUSTOM_SECRET
+    # Production defaults: no GraphiQL, no introspection.
+    assert settings.graphiql_enabled is False
+    assert settings.introspection_enabled is False
+
+    clean_env.setenv("CHATGQL_ENV", "production")
+    clean_env.setenv("CHATGQL_JWT_SECRET", CUSTOM_SECRET)
+    from_env = load_settings()
+    assert from_env.env == "production"
+    assert from_env.jwt_secret.get_secret_value() == CUSTOM_SECRET
+
+
+def test_development_runs_with_the_dev_secret_and_developer_tools(clean_env):
+    settings = load_settings()
+    assert settings.env == "development"
+    assert settings.jwt_secret.get_secret_value() == DEV_JWT_SECRET
+    assert settings.graphiql_enabled is True
+    assert settings.introspection_enabled is True
+
+
+def test_an_unknown_env_is_refused(clean_env):
+    with pytest.raises(ValidationError):
+        load_settings(env="staging")
+
+
+# ---------------------------------------------------------------- command line
+
+
+async def test_cli_token_prints_a_token_the_server_accepts_as_that_user(client):
+    secret = client.settings.jwt_secret.get_secret_value()
+    done = _cli("token", "42", jwt_secret=secret)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    token = lines[0].strip()
+
+    response = await client.raw("{ viewer { userId } }", headers={"authorization": f"Bearer {token}"})
+    assert response.json() == {"data": {"viewer": {"userId": "42"}}}
+
+
+async def test_cli_token_made_with_another_secret_is_refused_by_the_server(client):
+    done = _cli("token", "42", jwt_secret="some-other-secret-" + "y" * 32)
+    assert done.returncode == 0, done.stderr
+    response = await client.raw(
+        "{ viewer { userId } }", headers={"authorization": f"Bearer {done.stdout.strip()}"}
+    )
+    assert response.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+
+
+def test_cli_refuses_to_run_in_production_with_the_dev_secret():
+    done = _cli("token", "42", env="production")
+    assert done.returncode != 0
+    assert done.stdout.strip() == ""
+    assert "CHATGQL_JWT_SECRET" in done.stderr
+
+
+@pytest.mark.parametrize("user_id", ["abc", "0", "-4", "99999999999999999999"])
+def test_cli_token_refuses_a_user_id_that_is_not_a_positive_64_bit_integer(user_id):
+    done = _cli("token", user_id)
+    assert done.returncode != 0
+    assert done.stdout.strip() == ""
+
+
+def test_cli_export_schema_prints_the_committed_schema_graphql():
+    done = _cli("export-schema")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (REPO / "schema.graphql").read_text()
+
+
+# ---------------------------------------------------------------- docker-compose.yml
+
+
+def _compose() -> dict:
+    assert COMPOSE.is_file(), f"{COMPOSE} is missing"
+    document = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(document, dict), document
+    return document
+
+
+def _environment(service: dict) -> dict[str, str | None]:
+    """A compose service's `environment`, in either of its two forms."""
+    environment = service.get("environment") or {}
+    if isinstance(environment, list):
+        pairs = [item.split("=", 1) for item in environment]
+        return {pair[0]: (pair[1] if len(pair) == 2 else None) for pair in pairs}
+    return {key: (None if value is None else str(value)) for key, value in environment.items()}
+
+
+def _chatgql_environment() -> dict[str, str | None]:
+    return {
+        key: value
+        for key, value in _environment(_compose()["services"]["chatgql"]).items()
+        if key.upper().startswith("CHATGQL_")
+    }
+
+
+def test_docker_compose_defines_postgres_kafka_and_chatgql():
+    services = _compose().get("services") or {}
+    assert {"postgres", "kafka", "chatgql"} <= set(services), sorted(services)
+
+
+def test_every_chatgql_variable_in_docker_compose_is_a_settings_field():
+    variables = _chatgql_environment()
+    assert variables, "the chatgql service sets no CHATGQL_* variable"
+    fields = {name.lower() for name in Settings.model_fields}
+    unknown = sorted(key for key in variables if key[len("CHATGQL_"):].lower() not in fields)
+    assert unknown == [], f"not fields of chatgql.settings.Settings: {unknown}"
+
+
+def test_docker_compose_chatgql_environment_loads_as_valid_settings_pointing_at_its_services(clean_env):
+    for key, value in _chatgql_environment().items():
+        if value is not None:
+            clean_env.setenv(key, value)
+    settings = load_settings()  # a production config with the dev secret would raise here
+    assert settings.database_url is not None
+    assert urlsplit(settings.database_url.get_secret_value()).hostname == "postgres"
+    assert settings.kafka_bootstrap_servers is not None
+    assert {server.split(":")[0] for server in settings.kafka_bootstrap_servers.split(",")} == {"kafka"}
