@@ -96,7 +96,9 @@ class RunningServer:
         self.port = free_port()
         self.app = create_app(settings)
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+            uvicorn.Config(
+                self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_keep_alive=30
+            )
         )
         self._task: asyncio.Task | None = None
 
@@ -196,7 +198,10 @@ def error_code(error: dict) -> str:
 
 @pytest.fixture(scope="session")
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=300)) as client:
+    async with httpx.AsyncClient(
+        # keep-alive shorter than the server's, so a reused connection is never one it is closing
+        timeout=60, limits=httpx.Limits(max_connections=300, keepalive_expiry=1)
+    ) as client:
         yield client
 
 
