@@ -27,6 +27,7 @@ from .events.consumer import FanoutConsumer
 from .events.dispatch import Dispatcher, MembershipCache
 from .events.publish import BusPublisher, KafkaPublisher, ensure_topic
 from .events.relay import OutboxRelay
+from .events.wakeup import RelayWakeup
 from .graphql.context import Deps
 from .graphql.schema import ChatGraphQL
 from .metrics import Metrics
@@ -85,6 +86,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         engine = db.create_engine(url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow)
         stack.push_async_callback(engine.dispose)
         runtime.deps.engine = engine
+        wakeup = runtime.deps.wakeup = RelayWakeup(engine)
+        stack.push_async_callback(wakeup.close)
 
         bus = Bus(settings.broadcast_url)
         await bus.connect()
@@ -117,6 +120,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             else:
                 publisher = BusPublisher(bus)
             runtime.relay = OutboxRelay(engine, publisher, on_relayed=metrics.events_relayed.inc)
+            wakeup.local = runtime.relay.wake
             await _task(stack, runtime.relay.run(), "outbox-relay")
 
         if kafka and settings.run_consumer:

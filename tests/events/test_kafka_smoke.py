@@ -19,5 +19,5 @@ async def test_a_message_sent_over_http_arrives_on_a_subscription_through_kafka(
         await asyncio.sleep(0.2)
         sent = await http.post(kafka_server.url, json={"query": 'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "via kafka") { message { seq } } }', "variables": {"c": cid, "m": str(uuid.uuid4())}}, headers=headers)
         assert sent.json()["data"]["sendMessage"]["message"]["seq"] == 1
-        frame = json.loads(await asyncio.wait_for(ws.recv(), 20))
+        frame = json.loads(await asyncio.wait_for(ws.recv(), 60))
         assert frame["payload"]["data"]["messageNew"] == {"seq": 1, "message": {"body": "via kafka"}}

@@ -4,6 +4,7 @@ Exactly one relay is active per database: the one holding a session-level
 advisory lock on its own connection. Others stand by and take over when that
 connection goes away. The leader wakes on LISTEN/NOTIFY at commit and polls
 as a fallback, since notifications can be missed while reconnecting.
+Writers in this process also set `wake` directly (events.wakeup).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class OutboxRelay:
         self._standby_seconds = standby_seconds
         self._on_relayed = on_relayed
         self.is_leader = False
+        self.wake = asyncio.Event()  # set after commits in this process, and on NOTIFY
 
     async def run(self) -> None:
         """Relay until cancelled; any failure (database, Kafka) is retried."""
@@ -57,13 +59,12 @@ class OutboxRelay:
                 while not await outbox.try_lead(lock_conn):
                     await asyncio.sleep(self._standby_seconds)
                 self.is_leader = True
-                wake = asyncio.Event()
-                await outbox.listen(lock_conn, wake.set)
+                await outbox.listen(lock_conn, self.wake.set)
                 while True:
-                    wake.clear()
+                    self.wake.clear()
                     await self.drain()
                     try:
-                        await asyncio.wait_for(wake.wait(), self._poll_seconds)
+                        await asyncio.wait_for(self.wake.wait(), self._poll_seconds)
                     except TimeoutError:
                         # Quiet: make sure the lock connection (and so the lock) is alive.
                         await outbox.try_lead(lock_conn)

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
 
 from ..auth import user_from_authorization
 from ..errors import Unauthenticated
@@ -92,3 +93,20 @@ class FreshLoadersPerOperation(SchemaExtension):
         if isinstance(context, Context) and isinstance(context.request, WebSocket):
             context._loaders = None
         yield
+
+
+class WakeRelayAfterMutations(SchemaExtension):
+    """Mutations write outbox rows; once they have committed, wake the relay.
+
+    (A mutation that wrote nothing costs one spurious, harmless wake-up.)
+    """
+
+    def on_execute(self) -> Iterator[None]:
+        yield
+        context = self.execution_context.context
+        if (
+            self.execution_context.operation_type == OperationType.MUTATION
+            and isinstance(context, Context)
+            and context.deps.wakeup is not None
+        ):
+            context.deps.wakeup.wake()

@@ -21,7 +21,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 
 from ..errors import Unauthenticated
-from .context import Context, Deps, FreshLoadersPerOperation
+from .context import Context, Deps, FreshLoadersPerOperation, WakeRelayAfterMutations
 from .errors import to_contract_errors
 from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
@@ -49,6 +49,7 @@ def build_schema(
 ) -> ChatSchema:
     extensions: list[Any] = [
         FreshLoadersPerOperation,
+        WakeRelayAfterMutations,
         # Before the parser cache: it sets the parser's token limit.
         lambda: MaxTokensLimiter(max_token_count=max_tokens),
         lambda: ParserCache(maxsize=1024),

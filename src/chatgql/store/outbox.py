@@ -57,6 +57,11 @@ async def try_lead(conn: AsyncConnection) -> bool:
     return bool(result.scalar_one())
 
 
+async def notify(conn: AsyncConnection) -> None:
+    """Tell listening relays that events have committed (run it after the commit)."""
+    await conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+
+
 async def listen(conn: AsyncConnection, callback) -> None:
     """Call callback() whenever events commit (LISTEN on the raw asyncpg connection)."""
     raw = (await conn.get_raw_connection()).driver_connection

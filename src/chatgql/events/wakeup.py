@@ -1,0 +1,54 @@
+"""Waking the outbox relay once events have committed.
+
+After a mutation commits, wake() sets the in-process relay's event (if this
+process runs one) and sends one pg_notify for relays in other processes.
+The NOTIFY is a statement of its own, outside the write transaction (a
+notifying commit takes a database-wide lock), and debounced: at most one in
+flight per process, so a burst of writes costs one NOTIFY, not one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..db import single_statement
+from ..store import outbox
+
+log = logging.getLogger(__name__)
+
+
+class RelayWakeup:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self.local: asyncio.Event | None = None  # the in-process relay's, when there is one
+        self._dirty = False
+        self._task: asyncio.Task | None = None
+
+    def wake(self) -> None:
+        if self.local is not None:
+            self.local.set()
+        self._dirty = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._notify(), name="outbox-notify")
+
+    async def _notify(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            try:
+                async with single_statement(self._engine) as conn:
+                    await outbox.notify(conn)
+            except Exception:
+                # The relay's poll picks the events up anyway.
+                log.warning("could not notify the outbox relay", exc_info=True)
+                return
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
