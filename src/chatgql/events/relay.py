@@ -30,6 +30,7 @@ class OutboxRelay:
         batch_size: int = 500,
         poll_seconds: float = 1.0,
         standby_seconds: float = 1.0,
+        publish_timeout: float = 30.0,
         on_relayed=lambda n: None,
     ) -> None:
         self._engine = engine
@@ -37,6 +38,7 @@ class OutboxRelay:
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
         self._standby_seconds = standby_seconds
+        self._publish_timeout = publish_timeout
         self._on_relayed = on_relayed
         self.is_leader = False
         self.wake = asyncio.Event()  # set after commits in this process, and on NOTIFY
@@ -81,7 +83,10 @@ class OutboxRelay:
                 rows = await outbox.oldest(conn, self._batch_size)
             if not rows:
                 return sent
-            await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
+            # A publish that never completes must not stall the relay for good:
+            # time it out, and run() starts over (the rows are still there).
+            async with asyncio.timeout(self._publish_timeout):
+                await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
             async with self._engine.begin() as conn:
                 await outbox.delete(conn, [row.id for row in rows])
             sent += len(rows)
