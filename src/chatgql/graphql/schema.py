@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from cross_web import HTTPException
@@ -19,6 +21,7 @@ from strawberry.exceptions import ConnectionRejectionError
 from strawberry.extensions import AddValidationRules, MaxTokensLimiter, ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
+from strawberry.types.graphql import OperationType
 
 from ..errors import Unauthenticated
 from .context import Context, Deps, FreshLoadersPerOperation, WakeRelayAfterMutations
@@ -35,6 +38,17 @@ class ChatSchema(strawberry.Schema):
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
         # only internal ones are logged.
         to_contract_errors(errors)
+
+    async def execute(
+        self, *args: Any, allowed_operation_types: Iterable[OperationType] | None = None, **kwargs: Any
+    ) -> ExecutionResult:
+        # Only HTTP executes here (websockets subscribe): a subscription has no single answer to give,
+        # so it is refused (BAD_USER_INPUT) instead of being run as a plain field (an internal error).
+        if allowed_operation_types is None:
+            allowed_operation_types = (OperationType.QUERY, OperationType.MUTATION)
+        return await super().execute(
+            *args, allowed_operation_types=set(allowed_operation_types) - {OperationType.SUBSCRIPTION}, **kwargs
+        )
 
 
 DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300)
@@ -120,6 +134,26 @@ class ChatGraphQL(GraphQL):
                 status_code=error.status_code,
             )
         await response(scope, receive, send)
+
+    def parse_json(self, data: str | bytes) -> Any:
+        """An HTTP body (or a GET's variables): an object, or a batch of them; else 400 BAD_USER_INPUT."""
+        try:
+            parsed = json.loads(data)
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
+            raise HTTPException(400, "Unable to parse request body as JSON") from None
+        if not all(isinstance(item, dict) for item in (parsed if isinstance(parsed, list) else [parsed])):
+            raise HTTPException(400, "a GraphQL request is a JSON object (or a list of them, for a batch)")
+        return parsed
+
+    def decode_json(self, data: str | bytes) -> object:
+        """A websocket message: a JSON object, else the protocols' invalid-message answer (not a crash)."""
+        try:
+            parsed = json.loads(data)
+        except RecursionError:
+            raise json.JSONDecodeError("nested too deeply", "", 0) from None
+        if not isinstance(parsed, dict):
+            raise json.JSONDecodeError("a message must be a JSON object", "", 0)
+        return parsed
 
     async def parse_http_body(self, request: Any) -> Any:
         data = await super().parse_http_body(request)
