@@ -36,7 +36,10 @@ def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> A
         asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
+        # No pre-ping: it is a round trip per checkout, and requests check out
+        # often (one statement each). A connection broken by a database restart
+        # fails one statement, is invalidated, and the pool replaces it.
+        pool_recycle=1800,
         json_serializer=lambda obj: orjson.dumps(obj).decode(),
         json_deserializer=orjson.loads,
     )

@@ -61,15 +61,15 @@ def build_schema(
     max_tokens: int = 3000,
     max_batch_operations: int = 10,
 ) -> ChatSchema:
+    rules = [limits_rule(limits)] + ([] if introspection else [NoSchemaIntrospectionCustomRule])
     extensions: list[Any] = [
         FreshLoadersPerOperation,
         WakeRelayAfterMutations,
         # Before the parser cache: it sets the parser's token limit.
         lambda: MaxTokensLimiter(max_token_count=max_tokens),
         lambda: ParserCache(maxsize=1024),
-        lambda: AddValidationRules(
-            [limits_rule(limits)] + ([] if introspection else [NoSchemaIntrospectionCustomRule])
-        ),
+        # The same rule classes for every request: ValidationCache keys on them.
+        lambda: AddValidationRules(rules),
         lambda: ValidationCache(maxsize=1024),
     ]
     return ChatSchema(
