@@ -14,6 +14,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import orjson
 from broadcaster import Broadcast
@@ -26,6 +27,31 @@ CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
 
 
+def _redis_backend(url: str):
+    """broadcaster's RedisBackend, with its start-up race fixed.
+
+    Its subscribe() wakes the listener task before SUBSCRIBE has completed;
+    the listener then finds no channel subscribed yet, its listen() loop ends
+    at once and it waits for a wake-up that never comes again: nothing
+    published is ever received. Here the listener is woken only once the
+    channel is subscribed.
+    """
+    from broadcaster._backends.redis import RedisBackend
+
+    class SubscribeThenListen(RedisBackend):
+        async def subscribe(self, channel: str) -> None:
+            await self._pubsub.subscribe(channel)
+            self._ready.set()
+
+    return SubscribeThenListen(url)
+
+
+def _new_broadcast(url: str) -> Broadcast:
+    if urlsplit(url).scheme in ("redis", "rediss"):
+        return Broadcast(backend=_redis_backend(url))
+    return Broadcast(url)
+
+
 class Bus:
     """One process's handle on the broadcast bus; reconnect() swaps in a new one."""
 
@@ -34,7 +60,7 @@ class Bus:
         self._broadcast: Broadcast | None = None
 
     async def connect(self) -> None:
-        broadcast = Broadcast(self.url)
+        broadcast = _new_broadcast(self.url)
         await broadcast.connect()
         self._broadcast = broadcast
 
@@ -79,7 +105,7 @@ async def feed_dispatcher(
             async with bus.subscribe() as subscriber:
                 if ready is not None:
                     ready.set()
-                await _pump(bus, subscriber, dispatcher, nonce, beat, heartbeat_seconds)
+                await _pump(bus, subscriber, dispatcher, beat, heartbeat_seconds)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -92,7 +118,7 @@ async def feed_dispatcher(
             log.warning("broadcast bus reconnect failed; retrying", exc_info=True)
 
 
-async def _pump(bus: Bus, subscriber, dispatcher: Dispatcher, nonce: str, beat: str, every: float) -> None:
+async def _pump(bus: Bus, subscriber, dispatcher: Dispatcher, beat: str, every: float) -> None:
     async def send_beats() -> None:
         while True:
             await bus.publish(beat)
@@ -100,18 +126,20 @@ async def _pump(bus: Bus, subscriber, dispatcher: Dispatcher, nonce: str, beat: 
 
     beater = asyncio.create_task(send_beats())
     loop = asyncio.get_running_loop()
-    last_beat = loop.time()
+    last_heard = loop.time()
     try:
         while True:
-            wait = max(0.0, last_beat + 3 * every - loop.time())
+            # Anything arriving proves the listener alive; our own beats make
+            # sure something arrives. The deadline is generous: a process
+            # saturated with requests must not cut its subscribers off.
+            wait = max(0.0, last_heard + 8 * every - loop.time())
             try:
                 event = await asyncio.wait_for(subscriber.get(), wait)
             except TimeoutError:
-                raise RuntimeError("no heartbeat came back through the bus") from None
+                raise RuntimeError("nothing came back through the bus, not even a heartbeat") from None
+            last_heard = loop.time()
             payload = orjson.loads(event.message)
             if payload["type"] == HEARTBEAT:
-                if payload["from"] == nonce:
-                    last_beat = loop.time()
                 continue
             try:
                 await dispatcher.dispatch(payload)

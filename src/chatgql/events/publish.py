@@ -37,13 +37,18 @@ class KafkaPublisher:
     """Idempotent producer, acks=all: a returned publish is on every in-sync replica.
 
     After a failed publish the producer is replaced by a fresh one (aiokafka
-    issue #1017: an idempotent producer can stay stuck after a broker blip).
+    issue #1017: an idempotent producer can stay stuck after a broker blip),
+    and so after a publish given up on (the relay's timeout cancels it). The
+    replacement happens when the next publish starts, and is tried again
+    until one starts: a producer whose start() failed (Kafka unreachable) has
+    no sender task, and whatever it is given would wait forever.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str) -> None:
         self.topic = topic
         self._bootstrap = bootstrap_servers
         self.producer = self._new_producer()
+        self._usable = False  # started, and no publish failed on it since
 
     def _new_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
@@ -58,17 +63,20 @@ class KafkaPublisher:
 
     async def start(self) -> None:
         await self.producer.start()
+        self._usable = True
 
     async def stop(self) -> None:
         await self.producer.stop()
 
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
+        if not self._usable:
+            await self._replace_producer()
         try:
             # send() queues in order per partition; then wait for every ack.
             pending = [await self.producer.send(self.topic, value=payload, key=key) for key, payload in batch]
             await asyncio.gather(*pending)
-        except Exception:
-            await self._replace_producer()
+        except BaseException:  # an error, or cancelled (timed out): don't trust this producer again
+            self._usable = False
             raise
 
     async def _replace_producer(self) -> None:
@@ -77,7 +85,8 @@ class KafkaPublisher:
             await old.stop()
         except Exception:
             pass
-        await self.producer.start()
+        await self.producer.start()  # raises while Kafka is unreachable: the next publish tries again
+        self._usable = True
 
 
 class BusPublisher:

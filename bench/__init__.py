@@ -1,0 +1,1 @@
+"""chatgql benchmark harness: python -m bench (see bench/README.md)."""

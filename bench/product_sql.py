@@ -1,0 +1,100 @@
+"""The product's own SQL, taken from chatgql.store at run time.
+
+Each store function is called with a recording connection, so the pgbench
+baselines run exactly the statements the GraphQL requests run (if someone
+changes the SQL in src/, the baseline follows). Bind parameters keep their
+names: SQLAlchemy's `:name` is also pgbench's variable syntax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from chatgql.events import types as events
+from chatgql.store import conversations, messages, reads
+
+
+class _Result:
+    def first(self):
+        return None
+
+    def one(self):
+        return None
+
+    def scalar_one(self):
+        return None
+
+    def scalar_one_or_none(self):
+        return None
+
+    def __iter__(self):
+        return iter(())
+
+
+class _RecordingConnection:
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, dict]] = []
+
+    async def execute(self, clause, params=None):
+        self.statements.append((str(clause), dict(params or {})))
+        return _Result()
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    params: dict  # an example of what the product binds
+
+    def for_pgbench(self, replace: dict[str, str] | None = None) -> str:
+        """The statement as one pgbench command: binds are variables, ';' ends it."""
+        sql = self.sql.strip()
+        for name, expression in (replace or {}).items():
+            sql = sql.replace(f":{name}", expression)
+        # pgbench reads a command until ';' (comments and newlines are fine)
+        return "\n".join(line.rstrip() for line in sql.splitlines() if line.strip()) + ";"
+
+
+def _record(coro_fn, *args, **kwargs) -> list[Statement]:
+    conn = _RecordingConnection()
+    # The recording connection never suspends: drive the coroutine by hand
+    # (this also works inside a running event loop).
+    coro = coro_fn(conn, *args, **kwargs)
+    try:
+        coro.send(None)
+    except StopIteration:
+        pass
+    else:
+        coro.close()
+        raise RuntimeError(f"{coro_fn.__name__} awaited something other than the connection")
+    return [Statement(sql, params) for sql, params in conn.statements]
+
+
+def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
+    """sendMessage's one statement (chat_send), with the event payloads the product builds."""
+    cmid = UUID("00000000-0000-4000-8000-000000000000")
+    _, message_event = events.message_new(
+        conversation_id=conversation_id, sender_id=sender_id, client_msg_id=cmid, body="hello"
+    )
+    _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
+    (stmt,) = _record(
+        messages.send, conversation_id=conversation_id, sender_id=sender_id, client_msg_id=cmid, body="hello",
+        message_event=message_event, read_event=read_event,
+    )
+    return stmt
+
+
+def mark_read_statement(conversation_id: int = 1, user_id: int = 1, seq: int = 1) -> Statement:
+    """markRead's statement when the watermark advances (the update and its outbox row)."""
+    _, event = events.read_updated(conversation_id=conversation_id, user_id=user_id)
+    (stmt,) = _record(reads.advance_watermark, conversation_id, user_id, seq, event)
+    return stmt
+
+
+def inbox_statements(user_id: int, page: int, keys: list[tuple[int, int]]) -> list[Statement]:
+    """What `inbox(first: page) { nodes { unreadCount lastMessage {...} } }` runs:
+    the page query (page + 1 rows, to learn hasNextPage) and one batched
+    lastMessage lookup (the message DataLoader). unreadCount needs no query."""
+    stmts = _record(conversations.inbox_page, user_id, page + 1, None)
+    stmts += _record(messages.by_keys, keys)
+    return stmts

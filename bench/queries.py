@@ -1,0 +1,91 @@
+"""The GraphQL requests of each HTTP scenario (wrk's Lua script builds the same bodies)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from functools import lru_cache
+
+import orjson
+
+from chatgql.auth import issue_token
+from chatgql.settings import load_settings
+
+from . import layout
+from .infra import BENCH_SECRET
+
+SEND = (
+    "mutation Send($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b)"
+    " { duplicate message { seq createdAt } } }"
+)
+READ = "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
+INBOX = (
+    "query Inbox($n: Int) { inbox(first: $n) { nodes { id title unreadCount lastMessage { seq senderId body createdAt } }"
+    " pageInfo { hasNextPage endCursor } } }"
+)
+SUB_CONVERSATION = (
+    "subscription Live($c: ID) { messageNew(conversationId: $c) { conversationId seq"
+    " message { senderId clientMsgId body createdAt } } }"
+)
+SUB_ALL = "subscription Live { messageNew { conversationId seq message { senderId clientMsgId body createdAt } } }"
+
+
+@lru_cache(maxsize=1)
+def _settings():
+    return load_settings(env="development", jwt_secret=BENCH_SECRET, jwt_audience=None, database_url=None,
+                         kafka_bootstrap_servers=None)
+
+
+def token(user_id: int) -> str:
+    return issue_token(_settings(), user_id, ttl_seconds=7 * 24 * 3600)
+
+
+def send_body(conversation_id: int, body: str = "hello", client_msg_id: str | None = None) -> bytes:
+    return orjson.dumps({
+        "query": SEND,
+        "variables": {"c": str(conversation_id), "m": client_msg_id or str(uuid.uuid4()), "b": body},
+    })
+
+
+def read_body(conversation_id: int, seq: int) -> bytes:
+    return orjson.dumps({"query": READ, "variables": {"c": str(conversation_id), "s": seq}})
+
+
+def inbox_body(page: int) -> bytes:
+    return orjson.dumps({"query": INBOX, "variables": {"n": page}})
+
+
+class Scenario:
+    """Who sends what in one HTTP scenario: tokens[i] belongs to user_of(i)."""
+
+    def __init__(self, name: str, sizes: layout.Sizes) -> None:
+        self.name = name
+        self.sizes = sizes
+        if name == "send_spread":
+            self.users = [layout.SPREAD_SENDER + i for i in range(1, sizes.spread + 1)]
+        elif name == "send_hot":
+            self.users = [layout.HOT_MEMBER + j for j in range(1, sizes.hot_members + 1)]
+        elif name == "read":
+            self.users = [layout.READER + i for i in range(1, sizes.read_conversations + 1)]
+        elif name == "inbox":
+            self.users = [layout.INBOX_USER]
+        else:
+            raise ValueError(name)
+
+    def tokens(self) -> list[str]:
+        return [token(u) for u in self.users]
+
+    def python_request(self, rng: random.Random, part: int, parts: int, counter: int, base: int) -> tuple[int, bytes]:
+        """(token index, body) for the multi-process fallback generator; same choices as gql.lua."""
+        s = self.sizes
+        if self.name == "send_spread":
+            i = rng.randint(1, s.spread)
+            return i - 1, send_body(i)
+        if self.name == "send_hot":
+            j = rng.randint(1, s.hot_members)
+            return j - 1, send_body(layout.HOT_CID)
+        if self.name == "read":
+            per = s.read_conversations // parts
+            i = part + 1 + parts * rng.randint(0, per - 1)
+            return i - 1, read_body(layout.READ_CID0 + i, base + counter)
+        return 0, inbox_body(s.inbox_page)

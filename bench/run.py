@@ -1,0 +1,418 @@
+"""The whole benchmark, in order:
+
+1. scratch dir; Kafka (full mode, or --kafka) via scripts/kafka.sh; embedded
+   PostgreSQL; migrations; seed (bench/layout.py).
+2. pgbench baselines (no chatgql running, so no relay competes): send spread,
+   send hot, read, inbox. Outbox rows they write are counted, then truncated.
+3. `chatgql serve` in its own process; the same four as HTTP GraphQL via wrk
+   (same connections, same duration, same warm-up). The outbox is drained
+   between runs.
+4. live (with its bare Kafka baseline), fanout, connections.
+5. results.json and a markdown report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import asyncpg
+import orjson
+
+from chatgql import db
+
+from . import connections, fanout, httpload, layout, live, pgbench, report
+from .infra import (CpuMeter, Kafka, Postgres, Server, dump_json, log, log_summary, machine_info,
+                    raise_fd_limit, versions)
+from .rawhttp import Pool
+from .queries import Scenario, inbox_body, read_body, send_body, token
+
+SCENARIOS = ("send_spread", "send_hot", "read", "inbox")
+TARGETS = {
+    "send_spread": 0.5, "send_hot": 0.5, "read": 0.5, "inbox": 0.5,
+    "live_p99_ms": 50.0, "live_vs_kafka_p99": 3.0, "fanout_last_ms": 250.0, "kb_per_subscription": 30.0,
+}
+# markRead seqs: every run starts above everything before it (pgbench warm-up starts at 0),
+# in the order pgbench, HTTP warm-up, HTTP, HTTP, pgbench; so every call can advance
+PG_READ_BASES = (100_000_000, 4_000_000_000)
+READ_BASE_WARMUP = 1_000_000_000
+HTTP_READ_BASES = (2_000_000_000, 3_000_000_000)
+
+
+TIMELINE: list[dict] = []
+
+
+class _mark:
+    """Record when a phase ran (the report places server log warnings in phases)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.t0 = time.time()
+
+    def __exit__(self, *exc: object) -> None:
+        TIMELINE.append({"phase": self.name, "start": self.t0, "end": time.time()})
+
+
+async def _connect(pg: Postgres) -> asyncpg.Connection:
+    return await asyncpg.connect(host=pg.socket_dir, user="postgres", database="postgres")
+
+
+async def _count(conn, table: str) -> int:
+    return await conn.fetchval(f"SELECT count(*) FROM {table}")
+
+
+async def _drain_outbox(conn, timeout: float = 300) -> float:
+    t0 = time.monotonic()
+    while await _count(conn, "outbox") > 0:
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError("the relay did not drain the outbox")
+        await asyncio.sleep(0.1)
+    return round(time.monotonic() - t0, 2)
+
+
+async def _inbox_keys(conn, sizes: layout.Sizes) -> list[tuple[int, int]]:
+    rows = await conn.fetch(
+        """SELECT c.id, c.last_seq FROM conversation_member m JOIN conversation c ON c.id = m.conversation_id
+            WHERE m.user_id = $1 ORDER BY coalesce(c.last_message_at, c.created_at) DESC, c.id DESC LIMIT $2""",
+        layout.INBOX_USER, sizes.inbox_page,
+    )
+    return [(r["id"], r["last_seq"]) for r in rows if r["last_seq"] > 0]
+
+
+def _script(name: str, sizes: layout.Sizes, keys) -> pgbench.Script:
+    if name == "send_spread":
+        return pgbench.send_script(sizes, hot=False)
+    if name == "send_hot":
+        return pgbench.send_script(sizes, hot=True)
+    if name == "read":
+        return pgbench.read_script(sizes)
+    return pgbench.inbox_script(sizes, keys)
+
+
+async def _probe(server: Server, sizes: layout.Sizes) -> dict:
+    """One request of each kind, checked field by field, before the load runs."""
+    pool = await Pool("127.0.0.1", server.port, 1).open()
+    try:
+        status, body = await pool.post(send_body(1), f"Bearer {token(layout.SPREAD_SENDER + 1)}")
+        send = orjson.loads(body)
+        assert status == 200 and "errors" not in send and send["data"]["sendMessage"]["duplicate"] is False, body
+        status, body = await pool.post(read_body(layout.READ_CID0 + 1, 1),
+                                       f"Bearer {token(layout.READER + 1)}")
+        read = orjson.loads(body)
+        assert status == 200 and "errors" not in read and read["data"]["markRead"]["advanced"] is True, body
+        status, body = await pool.post(inbox_body(sizes.inbox_page), f"Bearer {token(layout.INBOX_USER)}")
+        inbox = orjson.loads(body)
+        assert status == 200 and "errors" not in inbox, body[:500]
+        nodes = inbox["data"]["inbox"]["nodes"]
+        assert len(nodes) == sizes.inbox_page and all(n["lastMessage"] for n in nodes), body[:500]
+        assert inbox["data"]["inbox"]["pageInfo"]["hasNextPage"] is True
+        return {"send": "ok", "read": "ok (advanced)", "inbox": f"ok ({len(nodes)} nodes, each with lastMessage, "
+                f"{sum(1 for n in nodes if n['unreadCount'])} unread, {len(body)} bytes)"}
+    finally:
+        pool.close()
+
+
+async def _pg_segment(pg: Postgres, conn, name: str, script: pgbench.Script, sizes, workdir: Path,
+                      seconds: float, base: int, cpu_sources) -> dict:
+    """One measured pgbench run (no chatgql process is up: nothing relays its outbox rows)."""
+    await conn.execute("TRUNCATE outbox")
+    await conn.execute("CHECKPOINT")
+    messages0, outbox0 = await _count(conn, "message"), await _count(conn, "outbox")
+    meter = CpuMeter(cpu_sources).start()
+    with _mark(f"pgbench {name}"):
+        result = await asyncio.to_thread(pgbench.run, pg, script, sizes, workdir, seconds,
+                                         {"n": str(base)} if name == "read" else None)
+    result["cpu"] = meter.stop({"load_generator": result["pgbench_cpu_s"]})
+    result["messages_stored"] = await _count(conn, "message") - messages0
+    result["outbox_events"] = await _count(conn, "outbox") - outbox0
+    await conn.execute("TRUNCATE outbox")
+    return result
+
+
+async def _http_segment(server: Server, conn, scenario: Scenario, workdir: Path, seconds: float, base: int,
+                        cpu_sources) -> dict:
+    """One measured HTTP run; the outbox is drained before and after (the drain time is reported)."""
+    drained_before = await _drain_outbox(conn)
+    await conn.execute("CHECKPOINT")
+    messages0 = await _count(conn, "message")
+    meter = CpuMeter(cpu_sources).start()
+    with _mark(f"http {scenario.name}"):
+        result = await asyncio.to_thread(httpload.run, server.port, scenario, workdir, seconds, base)
+    result["cpu"] = meter.stop({"load_generator": result["generator_cpu_s"]})
+    result["outbox_backlog_at_end"] = await _count(conn, "outbox")
+    result["outbox_drain_s"] = await _drain_outbox(conn)
+    result["outbox_drain_before_s"] = drained_before
+    result["messages_stored"] = await _count(conn, "message") - messages0
+    return result
+
+
+def _combine_cpu(cpus: list[dict]) -> dict:
+    wall = sum(c["wall_s"] for c in cpus) or 1.0
+
+    def avg(get) -> float:
+        return round(sum(get(c) * c["wall_s"] for c in cpus) / wall, 1)
+
+    keys = {k for c in cpus for k in c["pct_of_one_core"]}
+    return {
+        "wall_s": round(wall, 3), "cores": cpus[0]["cores"],
+        "machine_busy_pct": avg(lambda c: c["machine_busy_pct"]),
+        "pct_of_one_core": {k: avg(lambda c, k=k: c["pct_of_one_core"].get(k, 0.0)) for k in sorted(keys)},
+        "harness_pct": avg(lambda c: c["harness_pct"]), "other_pct": avg(lambda c: c["other_pct"]),
+    }
+
+
+def _combine_pgbench(name: str, segs: list[dict]) -> dict:
+    """Two runs as one: transactions over the time they took (pgbench's tps excludes connecting)."""
+    tx = sum(s["transactions"] for s in segs)
+    busy = sum(s["transactions"] / s["tps"] for s in segs if s["tps"])
+    out = {
+        "tps": round(tx / busy, 1) if busy else 0.0,
+        "transactions": tx,
+        "failed": sum(s["failed"] for s in segs),
+        "latency_avg_ms": round(sum(s["latency_avg_ms"] * s["transactions"] for s in segs) / tx, 3) if tx else None,
+        "clients": segs[0]["clients"], "threads": segs[0]["threads"],
+        "seconds": round(sum(s["seconds"] for s in segs), 2),
+        "pgbench_cpu_pct_of_one_core": round(100 * sum(s["pgbench_cpu_s"] for s in segs)
+                                             / sum(s["seconds"] for s in segs), 1),
+        "cpu": _combine_cpu([s["cpu"] for s in segs]),
+        "segments": [{k: s[k] for k in ("tps", "transactions", "seconds", "latency_avg_ms")} | {
+            "other_cpu_pct": s["cpu"]["other_pct"]} for s in segs],
+        "script": segs[0]["script"],
+    }
+    cpu = out["cpu"]
+    out["postgres_cpu_ms_per_transaction"] = round(
+        1000 * cpu["pct_of_one_core"].get("postgres", 0.0) / 100 * cpu["wall_s"] / tx, 3) if tx else None
+    stored = sum(s["messages_stored"] for s in segs)
+    events = sum(s["outbox_events"] for s in segs)
+    check: dict = {"messages_stored": stored, "outbox_events": events}
+    if name.startswith("send") and stored != tx:
+        check["problem"] = f"{stored} messages stored for {tx} transactions"
+    if name == "read":
+        out["advanced_fraction"] = round(events / tx, 4) if tx else 0.0
+    if out["failed"]:
+        check["problem"] = f"{out['failed']} failed transactions"
+    out["check"] = check
+    return out
+
+
+def _combine_http(name: str, segs: list[dict], sizes: layout.Sizes) -> dict:
+    ok = sum(s["ok"] for s in segs)
+    seconds = sum(s["seconds"] for s in segs)
+    counters = ("requests", "ok", "bad_status", "gql_errors", "socket_errors", "duplicates", "not_advanced")
+    out = {k: sum(s[k] for s in segs) for k in counters}
+    out.update({
+        "generator": segs[0]["generator"], "connections": segs[0]["connections"], "threads": segs[0]["threads"],
+        "rps": round(ok / seconds, 1) if seconds else 0.0,
+        "seconds": round(seconds, 3),
+        "first_error": next((s["first_error"] for s in segs if s["first_error"]), None),
+        # percentiles cannot be merged exactly: the mean of the runs' percentiles, weighted by requests
+        "latency_ms": {k: round(sum(s["latency_ms"][k] * s["ok"] for s in segs) / ok, 2) if ok else 0.0
+                       for k in ("mean", "p50", "p90", "p99")} | {"max": max(s["latency_ms"]["max"] for s in segs)},
+        "generator_cpu_s": round(sum(s["generator_cpu_s"] for s in segs), 3),
+        "cpu": _combine_cpu([s["cpu"] for s in segs]),
+        "outbox_backlog_at_end": max(s["outbox_backlog_at_end"] for s in segs),
+        "outbox_drain_s": max(s["outbox_drain_s"] for s in segs),
+        "segments": [{k: s[k] for k in ("rps", "ok", "seconds")} | {"p99_ms": s["latency_ms"]["p99"],
+                     "other_cpu_pct": s["cpu"]["other_pct"]} for s in segs],
+    })
+    cpu = out["cpu"]
+    for who in ("server", "postgres"):
+        used = cpu["pct_of_one_core"].get(who, 0.0) / 100 * cpu["wall_s"]
+        out[f"{who}_cpu_ms_per_request"] = round(1000 * used / ok, 3) if ok else None
+    out["generator_cpu_pct_of_one_core"] = round(
+        sum(s["generator_cpu_pct_of_one_core"] * s["seconds"] for s in segs) / seconds, 1) if seconds else 0.0
+    stored = sum(s["messages_stored"] for s in segs)
+    check: dict = {"messages_stored": stored}
+    problems = []
+    if out["bad_status"] or out["gql_errors"] or out["socket_errors"]:
+        problems.append(f"{out['bad_status']} non-200, {out['gql_errors']} GraphQL errors, "
+                        f"{out['socket_errors']} socket errors; first: {out['first_error']}")
+    if name.startswith("send"):
+        # requests still in flight when the generator stops may commit without being counted
+        if not ok <= stored <= ok + len(segs) * sizes.clients:
+            problems.append(f"{stored} messages stored for {ok} successful sends")
+        if out["duplicates"]:
+            problems.append(f"{out['duplicates']} sends answered duplicate")
+    if name == "read":
+        out["advanced_fraction"] = round(1 - out["not_advanced"] / ok, 4) if ok else 0.0
+    if problems:
+        check["problem"] = "; ".join(problems)
+    out["check"] = check
+    return out
+
+
+async def _start_server(pg: Postgres, scratch: Path, kafka: Kafka | None) -> Server:
+    server = Server(pg.url, scratch, kafka)
+    server.spawn()
+    await asyncio.to_thread(server.wait_ready)
+    return server
+
+
+async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, workdir: Path, keys,
+                      kafka: Kafka | None, base_sources: dict) -> None:
+    """send/read/inbox: for each, pgbench and HTTP alternate A B B A (half the duration each), so
+    both sides see the same minutes of a noisy machine. chatgql is stopped during pgbench runs."""
+    half = sizes.duration / 2
+    results["pgbench"], results["http"] = {}, {}
+    for name in SCENARIOS:
+        script, scenario = _script(name, sizes, keys), Scenario(name, sizes)
+        log(f"{name}: pgbench / HTTP / HTTP / pgbench, {sizes.clients} connections, {half:g} s each")
+        if sizes.warmup > 0:
+            await asyncio.to_thread(pgbench.run, pg, script, sizes, workdir, sizes.warmup)
+        a1 = await _pg_segment(pg, conn, name, script, sizes, workdir, half, PG_READ_BASES[0], base_sources)
+        server = await _start_server(pg, scratch, kafka)
+        try:
+            if "probe" not in results:
+                results["probe"] = await _probe(server, sizes)
+            sources = {"server": server.cpu_seconds, **base_sources}
+            if sizes.warmup > 0:
+                await asyncio.to_thread(httpload.run, server.port, scenario, workdir, sizes.warmup, READ_BASE_WARMUP)
+            b1 = await _http_segment(server, conn, scenario, workdir, half, HTTP_READ_BASES[0], sources)
+            b2 = await _http_segment(server, conn, scenario, workdir, half, HTTP_READ_BASES[1], sources)
+        finally:
+            await asyncio.to_thread(server.stop)
+        await conn.execute("TRUNCATE outbox")
+        a2 = await _pg_segment(pg, conn, name, script, sizes, workdir, half, PG_READ_BASES[1], base_sources)
+        base = results["pgbench"][name] = _combine_pgbench(name, [a1, a2])
+        http = results["http"][name] = _combine_http(name, [b1, b2], sizes)
+        log(f"{name}: pgbench {a1['tps']:.0f} / {a2['tps']:.0f} tps, HTTP {b1['rps']:.0f} / {b2['rps']:.0f} req/s "
+            f"-> ratio {http['rps'] / base['tps']:.3f}; {http['generator']} at {http['generator_cpu_pct_of_one_core']}% "
+            f"of a core, server at {http['cpu']['pct_of_one_core'].get('server')}%, other {http['cpu']['other_pct']}%")
+
+
+async def _phase(results: dict, name: str, coro) -> None:
+    """Run one of live/fanout/connections; a failure is recorded (and reported), the run goes on."""
+    try:
+        results[name] = await coro
+    except Exception as error:  # noqa: BLE001 - reported in results.json and the report
+        log(f"{name} FAILED: {error!r}")
+        results[name] = {"error": repr(error)}
+        results["notes"].append(f"The {name} phase failed: {error!r}")
+
+
+def _verdicts(results: dict) -> dict:
+    v = {}
+    for name in SCENARIOS:
+        http, base = results["http"].get(name), results["pgbench"].get(name)
+        if http and base and base["tps"]:
+            ratio = round(http["rps"] / base["tps"], 3)
+            v[name] = {"value": ratio, "target": f">= {TARGETS[name]}", "met": ratio >= TARGETS[name],
+                       "http_rps": http["rps"], "pgbench_tps": base["tps"]}
+    lv = results.get("live")
+    if lv and "error" not in lv:
+        p99 = lv["product"]["latency_ms"].get("p99")
+        complete = lv["product"]["missing"] == 0 and not lv["product"].get("subscription_ended")
+        v["live_p99_ms"] = {"value": p99, "target": f"< {TARGETS['live_p99_ms']} ms at {lv['product']['rate_per_s']:g}/s",
+                            "met": complete and p99 is not None and p99 < TARGETS["live_p99_ms"],
+                            "missing": lv["product"]["missing"]}
+        v["live_vs_kafka_p99"] = {"value": lv["ratio_p99"], "target": f"<= {TARGETS['live_vs_kafka_p99']}x",
+                                  "met": lv["ratio_p99"] is not None and lv["ratio_p99"] <= TARGETS["live_vs_kafka_p99"],
+                                  "baseline": lv["baseline"]["kind"]}
+    fo = results.get("fanout")
+    if fo and "error" not in fo:
+        v["fanout_last_ms"] = {"value": fo["last_ms_median"], "worst": fo["last_ms_max"],
+                               "target": f"< {TARGETS['fanout_last_ms']} ms (median of rounds)",
+                               "met": fo["last_ms_median"] < TARGETS["fanout_last_ms"]}
+    co = results.get("connections")
+    if co and co.get("kb_per_subscription") is not None:
+        v["kb_per_subscription"] = {"value": co["kb_per_subscription"], "target": f"< {TARGETS['kb_per_subscription']} KB",
+                                    "met": co["kb_per_subscription"] < TARGETS["kb_per_subscription"]}
+    return v
+
+
+async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_kafka: bool,
+              keep_scratch: bool = False) -> dict:
+    t_start = time.monotonic()
+    fd_limit = raise_fd_limit()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="chatgql-bench-"))
+    workdir = scratch / "work"
+    workdir.mkdir()
+    results: dict = {
+        "mode": sizes.mode,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "sizes": sizes.as_dict(),
+        "load_generator": "wrk " + "(Lua: bench/wrk/gql.lua)" if httpload.wrk_path() else
+        "multi-process Python raw-HTTP generator (wrk not installed)",
+        "notes": [],
+    }
+    results["machine"]["fd_limit"] = fd_limit
+    pg = kafka = server = None
+    conn = None
+    try:
+        kafka_task = asyncio.create_task(asyncio.to_thread(Kafka.start, scratch)) if use_kafka else None
+        log(f"{sizes.mode} run; scratch {scratch}")
+        pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
+        await db.upgrade(pg.url)
+        conn = await _connect(pg)
+        t_seed = time.monotonic()
+        results["seed"] = await layout.seed(conn, sizes)
+        results["seed"]["seconds"] = round(time.monotonic() - t_seed, 2)
+        keys = await _inbox_keys(conn, sizes)
+        if kafka_task is not None:
+            kafka = await kafka_task
+            log(f"Kafka at {kafka.bootstrap}")
+        pg_version = await conn.fetchval("SHOW server_version")
+        settings = {r["name"]: r["setting"] for r in await conn.fetch(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', "
+            "'max_connections', 'wal_level', 'max_wal_size', 'checkpoint_timeout')")}
+        results["postgres_settings"] = settings
+        results["versions"] = versions({"postgresql": pg_version, "kafka": Kafka.version() if kafka else None})
+
+        cpu_sources = {"postgres": pg.cpu_seconds}
+        if kafka:
+            cpu_sources["kafka"] = kafka.cpu_seconds
+        await _throughput(results, pg, conn, sizes, scratch, workdir, keys, kafka, cpu_sources)
+
+        server = await _start_server(pg, scratch, kafka)
+        log(f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka' if kafka else 'in-process bus'})")
+        cpu_sources = {"server": server.cpu_seconds, **cpu_sources}
+        with _mark("live"):
+            await _phase(results, "live", live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn)))
+        if "error" not in results["live"]:
+            p, b = results["live"]["product"]["latency_ms"], results["live"]["baseline"]["latency_ms"]
+            log(f"live p50/p99 {p.get('p50')}/{p.get('p99')} ms; baseline {b.get('p50')}/{b.get('p99')} ms")
+        await _drain_outbox(conn)
+        with _mark("fanout"):
+            await _phase(results, "fanout", fanout.run(server, sizes, cpu_sources))
+        # memory per connection on a fresh server process: one that served the fanout's
+        # websockets has freed memory to reuse, which would hide what new ones cost
+        await asyncio.to_thread(server.stop)
+        server = await _start_server(pg, scratch, kafka)
+        with _mark("connections"):
+            await _phase(results, "connections", connections.run(server, sizes))
+        if "error" not in results["connections"]:
+            log(f"connections: {results['connections']['kb_per_subscription']} KB per idle subscription")
+    finally:
+        if conn is not None:
+            await conn.close()
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+        results["server_log"] = log_summary(scratch / "chatgql.log")
+        for entry in results["server_log"]:
+            entry["phases"] = sorted({t["phase"] for t in TIMELINE for at in entry["times"]
+                                      if t["start"] <= at <= t["end"]} or {"between measured runs"})
+            entry["times"] = [datetime.fromtimestamp(at).strftime("%H:%M:%S") for at in entry["times"]][:50]
+        results["timeline"] = [{"phase": t["phase"], "start": datetime.fromtimestamp(t["start"]).strftime("%H:%M:%S"),
+                                "seconds": round(t["end"] - t["start"], 1)} for t in TIMELINE]
+        if kafka is not None:
+            await asyncio.to_thread(kafka.stop)
+        if pg is not None:
+            await asyncio.to_thread(pg.stop)
+        if not keep_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        results["total_seconds"] = round(time.monotonic() - t_start, 1)
+        results["verdicts"] = _verdicts(results) if "http" in results else {}
+        dump_json(out_dir / "results.json", results)
+    if report_path is not None:
+        report_path.write_text(report.render(results))
+        log(f"wrote {report_path}")
+    log(f"wrote {out_dir / 'results.json'} ({results['total_seconds']} s)")
+    return results

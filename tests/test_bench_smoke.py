@@ -1,0 +1,72 @@
+"""The benchmark harness in smoke mode (tiny numbers, seconds), so it never rots.
+
+Runs `python -m bench --smoke` as its own process (its own embedded PostgreSQL,
+its own `chatgql serve`, wrk or the Python fallback generator, the in-process
+event bus) and checks results.json: every section present, every figure > 0,
+and the harness's own consistency checks clean. The full benchmark
+(`python -m bench`) is not part of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = ("send_spread", "send_hot", "read", "inbox")
+
+
+@pytest.fixture(autouse=True)
+def clean_database() -> None:
+    """This test brings its own database: skip the suite's table cleaning (and its PostgreSQL)."""
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    results = json.loads((out / "results.json").read_text())
+    assert results["mode"] == "smoke"
+    assert (out / "RESULTS.smoke.md").read_text().startswith("# chatgql benchmark results")
+
+    for scenario in SCENARIOS:
+        base, http = results["pgbench"][scenario], results["http"][scenario]
+        assert base["tps"] > 0 and base["transactions"] > 0 and base["failed"] == 0, base
+        assert http["rps"] > 0 and http["ok"] > 0, http
+        assert http["generator_cpu_pct_of_one_core"] > 0, http
+        assert http["cpu"]["pct_of_one_core"]["server"] > 0, http["cpu"]
+        for check in (base["check"], http["check"]):
+            assert "problem" not in check, check
+        assert results["verdicts"][scenario]["value"] > 0
+
+    live = results["live"]
+    assert "error" not in live, live
+    assert live["product"]["received"] > 0 and live["product"]["missing"] == 0, live["product"]
+    assert live["product"]["latency_ms"]["p50"] > 0 and live["product"]["latency_ms"]["p99"] > 0
+    assert live["baseline"]["received"] > 0 and live["baseline"]["latency_ms"]["p50"] > 0
+    assert live["ratio_p99"] > 0
+
+    fanout = results["fanout"]
+    assert "error" not in fanout, fanout
+    assert fanout["subscribed"] == fanout["members"] > 0
+    assert len(fanout["rounds"]) == results["sizes"]["fanout_rounds"]
+    assert all(r["recipients"] == fanout["members"] and r["last_ms"] > 0 for r in fanout["rounds"])
+
+    connections = results["connections"]
+    assert "error" not in connections, connections
+    assert connections["opened"] == connections["requested"] > 0
+    assert connections["server_active_subscriptions"] >= connections["opened"]
+    assert connections["rss_after_mb"] > 0
+    # 50 sockets may fit in memory the allocator already had: the growth can be 0 in smoke mode
+    assert connections["kb_per_subscription"] is not None
+
+    for key in ("machine", "versions", "sizes", "total_seconds"):
+        assert results[key], key
+    assert results["versions"]["postgresql"]
