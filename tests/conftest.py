@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import socket
 import tempfile
@@ -19,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql import db
@@ -86,6 +87,35 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_pair(low: int = 20_000, high: int = 30_000) -> int:
+    """A port P with P and P+1 both free, below the ephemeral range (where an
+    outgoing connection could take P+1 between the check and the bind)."""
+    for _ in range(200):
+        port = random.randrange(low, high, 2)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+async def scratch_database(admin_url: str, name: str) -> str:
+    """A fresh, migrated database next to admin_url's (dropped first if left over)."""
+    admin = db.create_engine(admin_url, pool_size=1, max_overflow=0)
+    try:
+        async with db.single_statement(admin) as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        await admin.dispose()
+    url = make_url(db.asyncpg_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+    await db.upgrade(url)
+    return url
 
 
 class RunningServer:

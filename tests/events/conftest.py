@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, RunningServer, _docker_available, free_port, make_settings
+from ..conftest import REPO, RunningServer, _docker_available, free_port_pair, make_settings, scratch_database
+from chatgql import db
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 
@@ -63,7 +64,7 @@ def kafka() -> KafkaBroker:
         with KafkaContainer().with_kraft() as container:
             yield KafkaBroker(container.get_bootstrap_server())
         return
-    port = free_port()
+    port = free_port_pair()  # the controller listens on port + 1
     data_dir = Path(tempfile.mkdtemp(prefix="chatgql-test-kafka-"))
     broker = KafkaBroker(f"127.0.0.1:{port}", port, data_dir)
     broker._script("start")
@@ -72,6 +73,21 @@ def kafka() -> KafkaBroker:
     finally:
         broker._script("stop")
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def migrated_url(database_url: str) -> str:
+    """The live-path tests get a database of their own: every relay drains the
+    outbox of its database, so a relay of another test server (memory bus)
+    must never take these events, nor hold the relay lock they wait for."""
+    return await scratch_database(database_url, "chatgql_events")
+
+
+@pytest.fixture(scope="session")
+async def engine(migrated_url: str) -> AsyncIterator:
+    engine = db.create_engine(migrated_url, pool_size=5, max_overflow=5)
+    yield engine
+    await engine.dispose()
 
 
 def kafka_settings(database_url: str, kafka: KafkaBroker, topic: str, **overrides):

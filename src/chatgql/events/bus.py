@@ -77,6 +77,13 @@ class Bus:
     async def publish(self, message: str) -> None:
         assert self._broadcast is not None, "bus not connected"
         await self._broadcast.publish(CHANNEL, message)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # redis-py (8.1, on Python 3.11) now and then swallows a cancellation
+            # that lands inside a command, and returns as if nothing happened: the
+            # caller would go on (a heartbeat or consume loop forever) while whoever
+            # cancelled it waits for it to end.
+            raise asyncio.CancelledError
 
     @contextlib.asynccontextmanager
     async def subscribe(self) -> AsyncIterator:
@@ -100,9 +107,14 @@ async def feed_dispatcher(
     """
     nonce = uuid.uuid4().hex
     beat = orjson.dumps({"type": HEARTBEAT, "from": nonce}).decode()
+    reconnected = False
     while True:
         try:
             async with bus.subscribe() as subscriber:
+                if reconnected:
+                    # Those told to resync may have subscribed again before the
+                    # feed was back: they missed events too. Now it is back.
+                    dispatcher.interrupt_all()
                 if ready is not None:
                     ready.set()
                 await _pump(bus, subscriber, dispatcher, beat, heartbeat_seconds)
@@ -111,6 +123,7 @@ async def feed_dispatcher(
         except Exception:
             log.warning("broadcast bus feed broke; ending subscriptions and reconnecting", exc_info=True)
         dispatcher.interrupt_all()
+        reconnected = True
         await asyncio.sleep(0.5)
         try:
             await bus.reconnect()

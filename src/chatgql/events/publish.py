@@ -13,7 +13,7 @@ from typing import Protocol
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from .bus import Bus
 
@@ -66,7 +66,7 @@ class KafkaPublisher:
         self._usable = True
 
     async def stop(self) -> None:
-        await self.producer.stop()
+        await _stop(self.producer)
 
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
         if not self._usable:
@@ -82,11 +82,31 @@ class KafkaPublisher:
     async def _replace_producer(self) -> None:
         old, self.producer = self.producer, self._new_producer()
         try:
-            await old.stop()
+            await _stop(old)
         except Exception:
             pass
         await self.producer.start()  # raises while Kafka is unreachable: the next publish tries again
         self._usable = True
+
+
+async def _stop(producer: AIOKafkaProducer, flush_seconds: float = 5.0) -> None:
+    """Stop a producer without waiting forever for a broker that is gone.
+
+    aiokafka's stop() waits until every pending batch is acknowledged: during
+    a Kafka outage it never returns, and shutdown hung. What Kafka has not
+    acknowledged is still in the outbox (rows go only after the ack), so after
+    flush_seconds it is given up on.
+    """
+    try:
+        await asyncio.wait_for(producer.flush(), flush_seconds)
+    except TimeoutError:
+        # No public "stop now": end the sender first (so nothing is re-queued), then fail what is left.
+        sender = producer._sender.sender_task
+        if sender is not None:
+            sender.cancel()
+            await asyncio.wait({sender}, timeout=flush_seconds)
+        producer._message_accumulator.fail_all(KafkaError("producer stopped before Kafka acknowledged"))
+    await producer.stop()
 
 
 class BusPublisher:
