@@ -1,0 +1,604 @@
+"""One fault scenario: chatgql processes on a fresh database and topic, load
+with client retries, a fault injected mid-load, then the checks.
+
+The checks, from the database and from the subscriber's record:
+- every acknowledged (conversationId, clientMsgId) is stored exactly once, with
+  the acknowledged seq, sender and body; every message sent was acknowledged;
+- seqs are 1..lastSeq with no gap in every conversation;
+- the subscriber, after deduping by (conversationId, seq) and catching up with
+  sync, holds exactly the stored messages, in seq order; what it was pushed
+  live came in seq order; while it stayed connected the live path alone
+  delivered everything (at-least-once);
+- no watermark or lastSeq moved backward (sampled during the run, every
+  markRead answer per device in order, and the final watermarks);
+- the outbox drains to empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from sqlalchemy import text
+
+from chatgql import db
+from chatgql.store.outbox import RELAY_LOCK
+
+from ..conftest import free_port
+from .infra import (
+    OUT,
+    ChatProcess,
+    FaultKafka,
+    FaultPostgres,
+    FaultRedis,
+    LoopbackProxy,
+    chat_env,
+    create_topic,
+    stable_port,
+    topic_end,
+)
+from .load import Api, Load, Subscriber, WatermarkMonitor, catch_up, create_groups, token_settings
+
+OWNER = 100  # the subscriber: a member of every conversation who never sends
+USERS = list(range(1, 9))  # eight senders, one client task each
+CONVERSATIONS = 4
+
+
+@dataclass
+class Result:
+    scenario: str
+    sent: int = 0
+    acked: int = 0
+    retried: int = 0
+    duplicate_acks: int = 0
+    stored: int = 0
+    delivered: int = 0
+    duplicates: int = 0
+    via_sync: int = 0
+    outbox_end: int = -1
+    lost: int = 0
+    stored_twice: int = 0
+    gaps: int = 0
+    reorders: int = 0
+    watermark_back: int = 0
+    drops: int = 0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+    notes: str = ""
+
+
+COLUMNS = [
+    ("scenario", "scenario"),
+    ("sent", "sent"),
+    ("acked", "acknowledged"),
+    ("retried", "retried"),
+    ("duplicate_acks", "dup acks"),
+    ("stored", "stored"),
+    ("delivered", "delivered live"),
+    ("duplicates", "dups before dedupe"),
+    ("via_sync", "via sync"),
+    ("outbox_end", "outbox at end"),
+    ("lost", "lost"),
+    ("stored_twice", "stored twice"),
+    ("gaps", "seq gaps"),
+    ("reorders", "reorders"),
+    ("watermark_back", "watermark back"),
+    ("drops", "sub drops/resyncs"),
+    ("seconds", "s"),
+]
+
+RESULTS: list[Result] = []
+
+
+def table(results: list[Result]) -> str:
+    head = "| " + " | ".join(label for _, label in COLUMNS) + " | ok |"
+    rule = "|" + "|".join("---" for _ in range(len(COLUMNS) + 1)) + "|"
+    rows = []
+    for r in results:
+        cells = []
+        for attr, _ in COLUMNS:
+            value = getattr(r, attr)
+            cells.append(f"{value:.0f}" if isinstance(value, float) else str(value))
+        rows.append("| " + " | ".join(cells) + f" | {'yes' if not r.failures else 'NO'} |")
+    return "\n".join([head, rule, *rows])
+
+
+def write_results() -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / "results.md"
+    lines = ["# chatgql fault suite", "", table(RESULTS), ""]
+    for r in RESULTS:
+        if r.notes:
+            lines.append(f"- {r.scenario}: {r.notes}")
+        for failure in r.failures:
+            lines.append(f"- {r.scenario} FAILED: {failure}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass
+class Infra:
+    pg: FaultPostgres
+    kafka: FaultKafka
+    redis: FaultRedis
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float, interval: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if await predicate():
+                return True
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(interval)
+
+
+class Scenario:
+    """The processes of one scenario and the handles a fault needs.
+
+    topology "single": one `chatgql serve` (API, relay and consumer), memory:// bus.
+    topology "split": `serve --no-relay --no-consumer`, `relays` x `chatgql relay`
+    and one `chatgql consume`, on a redis:// bus.
+    kafka_via_proxy / db_via_proxy: the API process reaches Kafka / PostgreSQL
+    through a LoopbackProxy (self.proxy) that a fault can cut;
+    relays_via_proxy: the relay processes reach Kafka through it;
+    consumer_bus_via_proxy: the consumer process reaches Redis through it.
+    """
+
+    def __init__(self, name: str, infra: Infra, *, topology: str = "single", relays: int = 1,
+                 kafka_via_proxy: bool = False, db_via_proxy: bool = False,
+                 relays_via_proxy: bool = False, consumer_bus_via_proxy: bool = False) -> None:
+        self.name = name
+        self.infra = infra
+        self.topology = topology
+        self.relay_count = relays
+        self.kafka_via_proxy = kafka_via_proxy
+        self.db_via_proxy = db_via_proxy
+        self.relays_via_proxy = relays_via_proxy
+        self.consumer_bus_via_proxy = consumer_bus_via_proxy
+        self.subscriber: Subscriber | None = None
+        self.log_dir = OUT / name
+        self.topic = f"faults.{name}.{uuid.uuid4().hex[:8]}"
+        self.database = f"faults_{name}"
+        self.api: ChatProcess | None = None
+        self.relays: list[ChatProcess] = []
+        self.consumer: ChatProcess | None = None
+        self.proxy: LoopbackProxy | None = None
+        self.result = Result(name)
+        self.events: list[str] = []  # what the fault did, when
+        self._t0 = time.monotonic()
+
+    def mark(self, what: str) -> None:
+        self.events.append(f"{time.monotonic() - self._t0:.1f}s {what}")
+
+    @property
+    def processes(self) -> list[ChatProcess]:
+        return [p for p in (self.api, *self.relays, self.consumer) if p is not None]
+
+    async def __aenter__(self) -> Scenario:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.log_dir.glob("*.log"):
+            old.unlink()
+        infra = self.infra
+        self.url = await infra.pg.create_database(self.database)
+        self.engine = db.create_engine(self.url, pool_size=2, max_overflow=2)
+        await create_topic(infra.kafka.bootstrap, self.topic)
+
+        bus = "memory://" if self.topology == "single" else infra.redis.url
+        env = chat_env(self.url, infra.kafka.bootstrap, self.topic, bus)
+        api_env = dict(env)
+        relay_env = dict(env)
+        consumer_env = dict(env)
+        if self.consumer_bus_via_proxy:
+            self.proxy = LoopbackProxy(free_port(), infra.redis.port)
+            consumer_env["CHATGQL_BROADCAST_URL"] = f"redis://127.0.0.1:{self.proxy.port}"
+        elif self.relays_via_proxy:
+            self.proxy = LoopbackProxy(infra.kafka.proxy_port, infra.kafka.proxied_port)
+            relay_env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = infra.kafka.proxied_bootstrap
+        elif self.kafka_via_proxy:
+            self.proxy = LoopbackProxy(infra.kafka.proxy_port, infra.kafka.proxied_port)
+            api_env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = infra.kafka.proxied_bootstrap
+        elif self.db_via_proxy:
+            self.proxy = LoopbackProxy(free_port(), infra.pg.port)
+            api_env["CHATGQL_DATABASE_URL"] = infra.pg.url(self.database, self.proxy.port)
+        if self.proxy is not None:
+            await self.proxy.start()
+
+        port = stable_port()  # the API restarts on it
+        if self.topology == "single":
+            self.api = ChatProcess("api", ["serve", "--port", str(port), "--log-level", "warning"],
+                                   api_env, self.log_dir, port)
+        else:
+            self.api = ChatProcess(
+                "api",
+                ["serve", "--port", str(port), "--log-level", "warning", "--no-relay", "--no-consumer"],
+                api_env, self.log_dir, port,
+            )
+            self.relays = [ChatProcess(f"relay{i + 1}", ["relay"], relay_env, self.log_dir)
+                           for i in range(self.relay_count)]
+            self.consumer = ChatProcess("consumer", ["consume"], consumer_env, self.log_dir)
+        for process in self.processes:
+            process.start()
+        await self.api.wait_ready()
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(8.0, connect=3.0), limits=httpx.Limits(max_connections=100)
+        )
+        self.client = Api(f"http://127.0.0.1:{port}/graphql", self.http, token_settings())
+        self.ws_url = f"ws://127.0.0.1:{port}/graphql"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for process in self.processes:
+            await asyncio.to_thread(process.stop)
+        if self.proxy is not None:
+            await self.proxy.close()
+        with contextlib.suppress(Exception):
+            await self.http.aclose()
+        await self.engine.dispose()
+
+    # --- fault helpers ------------------------------------------------------------------
+
+    async def kill(self, process: ChatProcess) -> None:
+        process.kill()
+        self.mark(f"SIGKILL {process.name}")
+
+    async def restart(self, process: ChatProcess) -> None:
+        process.start()
+        self.mark(f"started {process.name}")
+        if process is self.api:
+            await process.wait_ready()
+            self.mark("api ready")
+
+    async def relay_leader(self, timeout: float = 60) -> ChatProcess:
+        """The relay process holding the outbox advisory lock (found by its connection's port)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            async with self.engine.connect() as conn:
+                ports = set((await conn.execute(text(
+                    """
+                    SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objid = :key
+                       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """
+                ), {"key": RELAY_LOCK})).scalars())
+            for relay in self.relays:
+                if relay.alive and relay.local_ports() & ports:
+                    return relay
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: no relay holds the outbox lock (logs in {self.log_dir})")
+            await asyncio.sleep(0.2)
+
+    async def kill_mid_stream(self, process: ChatProcess, frozen_for: float = 4) -> None:
+        """Freeze the process while the load piles work up for it, let it go, and
+        SIGKILL it a moment later: in the middle of working through the backlog."""
+        process.freeze()
+        self.mark(f"SIGSTOP {process.name}")
+        await asyncio.sleep(frozen_for)
+        process.thaw()
+        await asyncio.sleep(random.uniform(0.05, 0.4))
+        await self.kill(process)
+
+    async def kill_relay_awaiting_acks(self, timeout: float = 30) -> ChatProcess:
+        """SIGKILL the leading relay after Kafka stored a batch it sent and before
+        the acknowledgement reached it: its outbox rows are published, not deleted."""
+        assert self.relays_via_proxy and self.proxy is not None
+        leader = await self.relay_leader()
+        kafka = self.infra.kafka
+        proxy = self.proxy
+        before = await topic_end(kafka.bootstrap, self.topic)
+        proxy.cut(replies_only=True)
+        # From here on, whatever the relays send arrives and is stored, and the answer is held.
+        self.mark(f"Kafka's replies to the relays held ({before} records in the topic)")
+        deadline = time.monotonic() + timeout
+        while (now := await topic_end(kafka.bootstrap, self.topic)) == before or not proxy.holding:
+            if time.monotonic() > deadline:
+                proxy.restore()
+                raise AssertionError(f"{self.name}: the relay published nothing in {timeout}s")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)  # under load the leader sends batch after batch: one is waiting now
+        await self.kill(leader)
+        proxy.restore()
+        self.mark(f"replies flow again ({now - before}+ records were published unacknowledged)")
+        return leader
+
+    async def kill_consumer_awaiting_bus(self, timeout: float = 30) -> None:
+        """SIGKILL the consumer after it handed an event of a batch to the bus and
+        before it committed the batch's offsets: the proxy between it and Redis
+        passes its PUBLISH on and holds Redis's reply (an integer, the number of
+        receivers), so it waits right there."""
+        assert self.consumer_bus_via_proxy and self.proxy is not None and self.consumer is not None
+        proxy = self.proxy
+        proxy.cut(replies_only=True)
+        self.mark("Redis's replies to the consumer held")
+        deadline = time.monotonic() + timeout
+        while not any(chunk.startswith(b":") for chunk in proxy.holding):
+            if time.monotonic() > deadline:
+                proxy.restore()
+                raise AssertionError(f"{self.name}: the consumer handed nothing to the bus in {timeout}s")
+            await asyncio.sleep(0.02)
+        await self.kill(self.consumer)
+        proxy.restore()
+        self.mark("Redis's replies flow again")
+
+    async def outbox_rows(self) -> int:
+        async with self.engine.connect() as conn:
+            return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
+
+    # --- the run ------------------------------------------------------------------------
+
+    async def run(self, fault: Callable[[Scenario], Awaitable[None]], *, load_seconds: float = 15,
+                  after_fault: float = 5, retry_for: float = 150) -> Result:
+        result = self.result
+        client = self.client
+        conversations = await create_groups(client, OWNER, USERS, CONVERSATIONS)
+        load = Load(client, USERS, conversations)
+        subscriber = self.subscriber = Subscriber(self.ws_url, client.authorization(OWNER))
+        monitor = WatermarkMonitor(self.engine)
+        subscriber.start()
+        monitor.start()
+        try:
+            await self._warm_up(load, subscriber, conversations)
+            self._t0 = time.monotonic()
+
+            # The load runs for load_seconds, and at least `after_fault` seconds after
+            # the fault is over (so sends are tested on the recovered system too).
+            stop = asyncio.Event()
+            load_task = asyncio.create_task(load.run(stop, time.monotonic() + 600), name="load")
+            try:
+                await asyncio.gather(fault(self), asyncio.sleep(load_seconds - after_fault))
+                self.mark("fault over")
+                await asyncio.sleep(after_fault)
+            except BaseException:
+                load_task.cancel()
+                raise
+            finally:
+                stop.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(load_task), retry_for)
+            except TimeoutError:
+                load_task.cancel()
+                raise AssertionError(
+                    f"{self.name}: sends still unacknowledged {retry_for}s after the load stopped "
+                    f"(logs in {self.log_dir})"
+                ) from None
+            self.mark("load done")
+
+            # Everything acknowledged must reach Kafka: the outbox drains.
+            await wait_for(lambda: self._outbox_empty(), 180)
+            result.outbox_end = await self.outbox_rows()
+            self.mark(f"outbox at {result.outbox_end}")
+            stored_keys = await self._stored_keys()
+            if not subscriber.interrupted:
+                # Connected all along: the live path alone must bring everything (at-least-once).
+                async def live_complete() -> bool:
+                    return stored_keys <= subscriber.unique().keys() or subscriber.interrupted
+
+                await wait_for(live_complete, 120)
+            else:
+                async def quiet() -> bool:
+                    return time.monotonic() - subscriber.last_event_at > 3
+
+                await wait_for(quiet, 60)
+            self.mark("live path settled")
+            await asyncio.sleep(0.5)
+            await monitor.sample()
+        finally:
+            await subscriber.stop()
+            await monitor.stop()
+
+        stored = await self._stored()
+        live = subscriber.unique()
+        held: dict[str, list[int]] = defaultdict(list)
+        for cid, seq in live:
+            held[cid].append(seq)
+        fetched = await catch_up(client, OWNER, held, conversations, time.monotonic() + 120, load.stats)
+
+        check(result, load, subscriber, monitor, stored, self._last_seqs, self._watermarks, fetched)
+        result.notes = "; ".join(self.events)
+        result.notes += (f"; {len(load.reads)} markRead answers, {monitor.samples} watermark samples "
+                         f"({monitor.failed_samples} failed while the fault lasted)")
+        errors = ", ".join(f"{k} x{v}" for k, v in load.stats.errors.most_common(6))
+        if errors:
+            result.notes += f"; client saw: {errors}"
+        if subscriber.resyncs:
+            result.notes += f"; resyncs: {dict(subscriber.resyncs)}"
+        return result
+
+    async def _outbox_empty(self) -> bool:
+        return await self.outbox_rows() == 0
+
+    async def _warm_up(self, load: Load, subscriber: Subscriber, conversations: list[str]) -> None:
+        """Until one message per conversation comes back live: relay, Kafka, consumer,
+        bus and subscription all work before the fault. These messages count too."""
+        deadline = time.monotonic() + 120
+        await asyncio.wait_for(subscriber.subscribed.wait(), 60)
+        while True:
+            acks = [await load.send_one(USERS[0], cid, time.monotonic() + 60) for cid in conversations]
+            keys = {(a.conversation_id, a.seq) for a in acks if a is not None}
+            round_end = time.monotonic() + 10
+            while time.monotonic() < round_end:
+                if keys <= subscriber.unique().keys():
+                    return
+                await asyncio.sleep(0.1)
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.name}: the live path did not work before the fault "
+                    f"(logs in {self.log_dir})"
+                )
+
+    async def _stored_keys(self) -> set[tuple[str, int]]:
+        return {(m["conversationId"], m["seq"]) for m in await self._stored()}
+
+    async def _stored(self) -> list[dict]:
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(text(
+                "SELECT conversation_id, seq, sender_id, client_msg_id, body FROM message "
+                "ORDER BY conversation_id, seq"
+            ))).all()
+            self._last_seqs = dict((await conn.execute(text("SELECT id, last_seq FROM conversation"))).all())
+            self._watermarks = {
+                (cid, uid): seq for cid, uid, seq in (await conn.execute(text(
+                    "SELECT conversation_id, user_id, last_read_seq FROM conversation_member"
+                ))).all()
+            }
+        return [
+            {"conversationId": str(r.conversation_id), "seq": r.seq, "senderId": str(r.sender_id),
+             "clientMsgId": str(r.client_msg_id), "body": r.body}
+            for r in rows
+        ]
+
+
+def check(result: Result, load: Load, subscriber: Subscriber, monitor: WatermarkMonitor,
+          stored: list[dict], last_seqs: dict[int, int], watermarks: dict[tuple[int, int], int],
+          fetched: list[dict]) -> None:
+    """Fill in result's counts from what the clients recorded and what the
+    database holds (stored messages in (conversation, seq) order, last_seq per
+    conversation, watermark per (conversation, user)); every broken promise
+    goes into result.failures."""
+    fail = result.failures.append
+    stats = load.stats
+    acks = load.acks
+    result.sent = stats.sent
+    result.acked = len({a.client_msg_id for a in acks})
+    result.retried = stats.retried
+    result.duplicate_acks = sum(1 for a in acks if a.duplicate)
+    result.stored = len(stored)
+    if stats.refusals:
+        fail(f"{len(stats.refusals)} valid requests refused, e.g. {stats.refusals[:3]}")
+    if stats.unacked:
+        fail(f"{len(stats.unacked)} messages never acknowledged despite retries, e.g. {stats.unacked[:3]}")
+
+    # Every acknowledged (conversationId, clientMsgId) stored exactly once, as acknowledged.
+    by_cmid: dict[str, list[dict]] = defaultdict(list)
+    for m in stored:
+        by_cmid[m["clientMsgId"]].append(m)
+    twice = {c: ms for c, ms in by_cmid.items() if len(ms) > 1}
+    result.stored_twice = len(twice)
+    if twice:
+        fail(f"{len(twice)} clientMsgIds stored more than once, e.g. {list(twice.items())[:2]}")
+    lost = [a for a in acks if a.client_msg_id not in by_cmid]
+    result.lost = len(lost)
+    if lost:
+        fail(f"{len(lost)} acknowledged messages not stored, e.g. {lost[:3]}")
+    wrong = [
+        (a, by_cmid[a.client_msg_id][0]) for a in acks
+        if a.client_msg_id in by_cmid and by_cmid[a.client_msg_id][0] != {
+            "conversationId": a.conversation_id, "seq": a.seq, "senderId": str(a.sender),
+            "clientMsgId": a.client_msg_id, "body": a.body,
+        }
+    ]
+    if wrong:
+        fail(f"{len(wrong)} acknowledgements disagree with what is stored, e.g. {wrong[:2]}")
+    acked_cmids = {a.client_msg_id for a in acks}
+    unacked = set(stats.unacked)
+    phantom = [m for m in stored if m["clientMsgId"] not in acked_cmids | unacked]
+    if phantom:
+        fail(f"{len(phantom)} stored messages nobody sent, e.g. {phantom[:2]}")
+
+    # Gap-free seqs, lastSeq = count.
+    per_conversation: dict[str, list[int]] = defaultdict(list)
+    for m in stored:
+        per_conversation[m["conversationId"]].append(m["seq"])
+    for cid, last_seq in last_seqs.items():
+        seqs = per_conversation.get(str(cid), [])
+        if seqs != list(range(1, last_seq + 1)):
+            result.gaps += 1
+            missing = sorted(set(range(1, last_seq + 1)) - set(seqs))[:10]
+            fail(f"conversation {cid}: lastSeq {last_seq}, {len(seqs)} messages, missing {missing}")
+
+    # The subscriber: live (deduped) + sync = the stored messages, in seq order.
+    live = subscriber.unique()
+    result.delivered = len(live)
+    result.duplicates = len(subscriber.events) - len(live)
+    result.drops = subscriber.disconnects + sum(subscriber.resyncs.values())
+    different = [
+        (e, live[(e["conversationId"], e["seq"])]) for e in subscriber.events
+        if e != live[(e["conversationId"], e["seq"])]
+    ]
+    if different:
+        fail(f"{len(different)} pushed events disagree with another push of the same seq: {different[:2]}")
+    order: dict[str, list[int]] = defaultdict(list)
+    for cid, seq in live:  # dict order = first arrival
+        order[cid].append(seq)
+    for cid, seqs in order.items():
+        back = sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)
+        result.reorders += back
+        if back:
+            fail(f"conversation {cid}: live events out of seq order ({back} times): {seqs[:40]}")
+    held = dict(live)
+    recovered = 0
+    for e in fetched:
+        key = (e["conversationId"], e["seq"])
+        if key not in held:
+            held[key] = e
+            recovered += 1
+        elif held[key] != e:
+            fail(f"sync and the live path disagree on {key}: {e} vs {held[key]}")
+    result.via_sync = recovered
+    merged = [held[k] for k in sorted(held, key=lambda k: (int(k[0]), k[1]))]
+    if merged != stored:
+        extra = [m for m in merged if m not in stored][:3]
+        missing = [m for m in stored if m not in merged][:3]
+        fail(f"the subscriber holds {len(merged)} messages, the database {len(stored)}: "
+             f"extra {extra}, missing {missing}")
+    if not subscriber.interrupted:
+        missed = len({(m['conversationId'], m['seq']) for m in stored} - live.keys())
+        if missed:
+            fail(f"the subscriber stayed connected yet {missed} messages never came live")
+
+    # Watermarks: never backward, and at least every acknowledged read / send.
+    result.watermark_back = len(monitor.regressions)
+    if monitor.regressions:
+        fail(f"sampled values went backward: {monitor.regressions[:5]}")
+    answered: dict[tuple[int, str], int] = {}
+    for r in load.reads:
+        key = (r.user, r.conversation_id)
+        if r.last_read_seq < answered.get(key, 0):
+            result.watermark_back += 1
+            fail(f"markRead answered {r.last_read_seq} to user {r.user} in {r.conversation_id} "
+                 f"after answering {answered[key]}")
+        answered[key] = max(answered.get(key, 0), r.last_read_seq)
+    floor = dict(answered)
+    for a in acks:
+        key = (a.sender, a.conversation_id)
+        floor[key] = max(floor.get(key, 0), a.seq)
+    for (user, cid), at_least in floor.items():
+        final = watermarks.get((int(cid), user))
+        if final is None or final < at_least:
+            result.watermark_back += 1
+            fail(f"watermark of user {user} in {cid} is {final}, below the acknowledged {at_least}")
+
+    if result.outbox_end != 0:
+        fail(f"the outbox still holds {result.outbox_end} events")
+    if monitor.samples == 0:
+        fail("the watermark monitor never got a sample")
+
+
+async def run_scenario(name: str, infra: Infra, fault: Callable[[Scenario], Awaitable[None]], *,
+                       load_seconds: float = 15, **options) -> Result:
+    started = time.monotonic()
+    result = Result(name)
+    try:
+        async with Scenario(name, infra, **options) as scenario:
+            result = scenario.result
+            await scenario.run(fault, load_seconds=load_seconds)
+    except BaseException as error:
+        result.failures.append(f"the scenario did not complete: {error!r}"[:2000])
+        raise
+    finally:
+        result.seconds = time.monotonic() - started
+        RESULTS[:] = [r for r in RESULTS if r.scenario != name] + [result]
+        write_results()
+    print(f"\n{table([result])}\n{result.notes}")
+    return result
