@@ -40,13 +40,23 @@ except ImportError:  # graphql-core before 3.3
 CONTRACT_CODES = {"UNAUTHENTICATED", "NOT_FOUND", "FORBIDDEN", "BAD_USER_INPUT", "CONFLICT", "LIMIT_EXCEEDED"}
 
 
-def _contract_path() -> Path:
-    """shared/api/contract.graphql, found from the repository upwards."""
+def _shared_contract() -> Path | None:
+    """../shared/api/contract.graphql, the public contract, when this checkout sits next to it."""
     for parent in [REPO, *REPO.parents]:
         candidate = parent / "shared" / "api" / "contract.graphql"
         if candidate.is_file():
             return candidate
-    raise AssertionError("shared/api/contract.graphql not found above the repository")
+    return None
+
+
+# api/contract.graphql is the repository's copy of the contract, so that a clone
+# anywhere still checks it; where the shared original is reachable, the copy
+# must equal it (test below).
+VENDORED_CONTRACT = REPO / "api" / "contract.graphql"
+
+
+def _contract_path() -> Path:
+    return _shared_contract() or VENDORED_CONTRACT
 
 
 CONTRACT = _contract_path()
@@ -443,3 +453,12 @@ async def test_lone_surrogates_anywhere_in_a_request_are_bad_user_input(client, 
     assert_contract_errors(response, "BAD_USER_INPUT")
     data = await client.data("{ inbox { nodes { id lastSeq } } }", user=1)
     assert data["inbox"]["nodes"] == [{"id": conversation, "lastSeq": 0}]
+
+
+def test_the_repositorys_copy_of_the_contract_is_the_shared_one():
+    assert VENDORED_CONTRACT.is_file(), "api/contract.graphql is missing"
+    shared = _shared_contract()
+    if shared is not None:
+        assert VENDORED_CONTRACT.read_text() == shared.read_text(), (
+            "api/contract.graphql differs from ../shared/api/contract.graphql: copy the shared one"
+        )
