@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -32,7 +31,7 @@ from .graphql.context import Deps
 from .graphql.schema import ChatGraphQL
 from .metrics import Metrics
 from .settings import Settings
-from .store import conversations, outbox
+from .store import conversations, health, outbox
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +153,7 @@ def create_app(settings: Settings) -> Starlette:
         if runtime is not None:
             try:
                 async with single_statement(runtime.deps.engine) as conn:
-                    await conn.execute(text("SELECT 1"))
+                    await health.ping(conn)
                 checks["database"] = True
             except Exception:
                 checks["database"] = False
