@@ -9,22 +9,23 @@ the same database would not keep rows around to inspect.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+
 from datetime import datetime
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
 
-from chatgql import db
-from tests.conftest import TABLES, GraphQLClient, RunningServer, error_code, make_settings
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+
+from tests.writepath import (  # noqa: F401  (fixtures)
+    TIMEOUT, Quiet, burst_server, gated, open_quiet_server, quiet, server_settings, wave,
+)
+from tests.conftest import GraphQLClient, error_code
 
 SEND = """
 mutation Send($cid: ID!, $cmid: UUID!, $body: String!) {
@@ -92,94 +93,10 @@ async def outbox(engine: AsyncEngine, event_type: str | None = None) -> list:
 # so every call opens its own connection and none reuses a keep-alive connection that the
 # server is closing just as the request goes out (uvicorn drops idle ones after 5 s).
 
-TIMEOUT = 120
-DB_POOL = 25  # database connections of each server made here
-
-
-def server_settings(database_url: str) -> Any:
-    return make_settings(database_url, run_relay=False, request_timeout_seconds=TIMEOUT,
-                         db_pool_size=DB_POOL, db_max_overflow=0)
-
-
-@contextlib.asynccontextmanager
-async def wave(server: RunningServer) -> AsyncIterator[GraphQLClient]:
-    async with httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=300)) as http:
-        yield GraphQLClient(http, server.url, server.settings)
-
-
-@pytest.fixture(scope="module")
-async def burst_server(migrated_url: str) -> AsyncIterator[RunningServer]:
-    async with RunningServer(server_settings(migrated_url)) as running:
-        yield running
-
-
-async def gated(engine: AsyncEngine, table: str, calls: list[Awaitable[Any]]) -> list[Any]:
-    """Run calls at once while `table` is locked against writes, and release it only when
-    as many of them as the server's pool lets in wait on a lock inside PostgreSQL.
-
-    Calls through one event loop otherwise reach the database a few ms apart, one by one;
-    held at the gate, they all race for the same rows when it opens.
-    """
-    waiters = min(len(calls), DB_POOL)
-    async with engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
-            task = asyncio.ensure_future(asyncio.gather(*calls))
-            waiting = 0
-            for _ in range(1500):
-                if task.done():
-                    break  # a call failed before reaching the gate: its error is raised below
-                async with engine.connect() as probe:
-                    waiting = (await probe.execute(text(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                    ))).scalar_one()
-                if waiting >= waiters:
-                    break
-                await asyncio.sleep(0.02)
-    results = await task
-    assert waiting >= waiters, f"only {waiting} of {waiters} calls reached the gate"
-    return results
-
-
-@dataclass
-class Quiet:
-    """A relay-less chatgql on a database of its own: outbox rows stay there to be inspected."""
-
-    server: RunningServer
-    engine: AsyncEngine
-    client: GraphQLClient | None = None
-
-
 @pytest.fixture(scope="module")
 async def quiet_server(migrated_url: str) -> AsyncIterator[Quiet]:
-    url = make_url(db.asyncpg_url(migrated_url))
-    name = f"{url.database}_messages_norelay"
-    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    async with admin.connect() as conn:
-        await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    quiet_url = url.set(database=name).render_as_string(hide_password=False)
-    await db.upgrade(quiet_url)
-    engine = db.create_engine(quiet_url, pool_size=5, max_overflow=5)
-    try:
-        async with RunningServer(server_settings(quiet_url)) as running:
-            assert running.runtime.relay is None
-            yield Quiet(running, engine)
-    finally:
-        await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
-
-
-@pytest.fixture
-async def quiet(quiet_server: Quiet) -> AsyncIterator[Quiet]:
-    """The quiet server, emptied, with a client of this test's own."""
-    async with quiet_server.engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {TABLES} RESTART IDENTITY"))
-    async with wave(quiet_server.server) as client:
-        yield Quiet(quiet_server.server, quiet_server.engine, client)
+    async with open_quiet_server(migrated_url, "messages") as running:
+        yield running
 
 
 # --- idempotency --------------------------------------------------------------------------
