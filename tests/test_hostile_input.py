@@ -207,17 +207,15 @@ async def test_a_request_over_the_time_limit_is_limit_exceeded_not_a_500(strict_
     """A sync over many conversations made slow on purpose: the pg_sleep inside
     runs in the database; the answer must come at the time limit, with a code."""
     # Hold the lock on every conversation row so that the send waits.
-    engine = strict_server.runtime.deps.engine
+    database = strict_server.runtime.deps.database
     cid = await _group(strict, 31, [])
-    from sqlalchemy import text
 
-    async with engine.connect() as conn:
-        await conn.execute(text("SELECT 1 FROM conversation WHERE id = :c FOR UPDATE"), {"c": int(cid)})
+    async with database.transaction() as conn:
+        await conn.execute("SELECT 1 FROM conversation WHERE id = $1 FOR UPDATE", int(cid))
         body = await strict.execute(
             "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"z\") { message { seq } } }",
             {"c": cid, "m": str(uuid.uuid4())},
             user=31,
         )
-        await conn.rollback()
     assert body["errors"][0]["extensions"]["code"] == "LIMIT_EXCEEDED"
     assert body["errors"][0]["extensions"]["reason"] == "TIMEOUT"

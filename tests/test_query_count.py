@@ -1,8 +1,8 @@
 """No N+1: the SQL statements one GraphQL request runs do not grow with the page size.
 
-Statements are counted with a SQLAlchemy `before_cursor_execute` listener on
-the server's own engine, for the duration of one HTTP request. The outbox
-relay shares that engine from its own task ("outbox-relay"); its statements
+Statements are counted with asyncpg query loggers on the connections the
+server's own pool hands out, for the duration of one HTTP request. The outbox
+relay shares that pool from its own task ("outbox-relay"); its statements
 are left out, and the outbox is drained before measuring.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 ALIASES = 20  # fields per setup document (the server's default alias limit)
 # The most statements any request below may run (what they need is 3 or 4 batched reads).
@@ -23,19 +23,29 @@ SMALL = 6
 @contextlib.contextmanager
 def counting_statements(server) -> Iterator[list[str]]:
     statements: list[str] = []
-    sync_engine = server.runtime.deps.engine.sync_engine
+    database = server.runtime.deps.database
+    acquire = database.connection
 
-    def before_cursor_execute(conn, cursor, statement, parameters, context, executemany) -> None:
-        task = asyncio.current_task()
-        if task is not None and task.get_name() == "outbox-relay":
-            return
-        statements.append(" ".join(statement.split()))
+    @contextlib.asynccontextmanager
+    async def counted() -> AsyncIterator:
+        async with acquire() as conn:
+            task = asyncio.current_task()
+            if task is not None and task.get_name() == "outbox-relay":
+                yield conn
+                return
+            # asyncpg reports each statement (call_soon) once it has run
+            log = lambda record: statements.append(" ".join(record.query.split()))  # noqa: E731
+            conn.add_query_logger(log)
+            try:
+                yield conn
+            finally:
+                conn.remove_query_logger(log)
 
-    event.listen(sync_engine, "before_cursor_execute", before_cursor_execute)
+    database.connection = counted
     try:
         yield statements
     finally:
-        event.remove(sync_engine, "before_cursor_execute", before_cursor_execute)
+        del database.connection
 
 
 async def outbox_drained(engine) -> None:
@@ -51,6 +61,7 @@ async def statements_of(server, engine, client, query: str, variables: dict, use
     await outbox_drained(engine)
     with counting_statements(server) as statements:
         data = await client.data(query, variables, user=user)
+        await asyncio.sleep(0.05)  # the last statements' loggers run on the loop's next turns
     return list(statements), data
 
 

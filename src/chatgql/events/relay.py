@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from ..db import single_statement
+from ..db import Database
 from ..store import outbox
 from .publish import Publisher
 
@@ -24,7 +22,7 @@ log = logging.getLogger(__name__)
 class OutboxRelay:
     def __init__(
         self,
-        engine: AsyncEngine,
+        database: Database,
         publisher: Publisher,
         *,
         batch_size: int = 500,
@@ -33,7 +31,7 @@ class OutboxRelay:
         publish_timeout: float = 30.0,
         on_relayed=lambda n: None,
     ) -> None:
-        self._engine = engine
+        self._database = database
         self._publisher = publisher
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
@@ -55,31 +53,31 @@ class OutboxRelay:
                 await asyncio.sleep(self._standby_seconds)
 
     async def _lead(self) -> None:
-        async with self._engine.connect() as lock_conn:
-            try:
-                lock_conn = await lock_conn.execution_options(isolation_level="AUTOCOMMIT")
-                while not await outbox.try_lead(lock_conn):
-                    await asyncio.sleep(self._standby_seconds)
-                self.is_leader = True
-                await outbox.listen(lock_conn, self.wake.set)
-                while True:
-                    self.wake.clear()
-                    await self.drain()
-                    try:
-                        await asyncio.wait_for(self.wake.wait(), self._poll_seconds)
-                    except TimeoutError:
-                        # Quiet: make sure the lock connection (and so the lock) is alive.
-                        await outbox.try_lead(lock_conn)
-            finally:
-                self.is_leader = False
-                # Never hand a connection that holds the lock back to the pool.
-                await lock_conn.invalidate()
+        # The lock and LISTEN are session state: they live on a connection of their own.
+        lock_conn = await self._database.dedicated()
+        try:
+            while not await outbox.try_lead(lock_conn):
+                await asyncio.sleep(self._standby_seconds)
+            self.is_leader = True
+            await outbox.listen(lock_conn, self.wake.set)
+            while True:
+                self.wake.clear()
+                await self.drain()
+                try:
+                    await asyncio.wait_for(self.wake.wait(), self._poll_seconds)
+                except TimeoutError:
+                    # Quiet: make sure the lock connection (and so the lock) is alive.
+                    await outbox.try_lead(lock_conn)
+        finally:
+            self.is_leader = False
+            # Closing the session releases the lock (terminate: the database may be gone).
+            lock_conn.terminate()
 
     async def drain(self) -> int:
         """Relay everything in the outbox now; returns how many events were sent."""
         sent = 0
         while True:
-            async with single_statement(self._engine) as conn:
+            async with self._database.connection() as conn:
                 rows = await outbox.oldest(conn, self._batch_size)
             if not rows:
                 return sent
@@ -87,7 +85,7 @@ class OutboxRelay:
             # time it out, and run() starts over (the rows are still there).
             async with asyncio.timeout(self._publish_timeout):
                 await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
-            async with self._engine.begin() as conn:
+            async with self._database.connection() as conn:
                 await outbox.delete(conn, [row.id for row in rows])
             sent += len(rows)
             self._on_relayed(len(rows))

@@ -12,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from ..db import single_statement
+from ..db import Database
 from ..store import outbox
 
 log = logging.getLogger(__name__)
 
 
 class RelayWakeup:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, database: Database) -> None:
+        self._database = database
         self.local: asyncio.Event | None = None  # the in-process relay's, when there is one
         self._dirty = False
         self._task: asyncio.Task | None = None
@@ -38,7 +36,7 @@ class RelayWakeup:
         while self._dirty:
             self._dirty = False
             try:
-                async with single_statement(self._engine) as conn:
+                async with self._database.connection() as conn:
                     await outbox.notify(conn)
             except Exception:
                 # The relay's poll picks the events up anyway.

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
@@ -14,6 +13,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from ..auth import user_from_authorization
+from ..db import Database
 from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
 from ..settings import Settings
@@ -25,15 +25,16 @@ class Deps:
     """What resolvers need from the running process (built by app.py's lifespan)."""
 
     settings: Settings
-    engine: AsyncEngine
-    dispatcher: Any = None
+    database: Database
+    dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
+    wakeup: Any = None  # events.wakeup.RelayWakeup
     send_limiter: RateLimiter = field(init=False)
     read_limiter: RateLimiter = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
         self.send_limiter = RateLimiter("sendMessage", s.rate_send_per_second, s.rate_send_burst)
-        self.read_limiter = RateLimiter("markRead", s.rate_read_per_second, s.rate_read_burst)  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
+        self.read_limiter = RateLimiter("markRead", s.rate_read_per_second, s.rate_read_burst)
 
 
 @dataclass
@@ -50,8 +51,8 @@ class Context:
         return self.deps.settings
 
     @property
-    def engine(self) -> AsyncEngine:
-        return self.deps.engine
+    def database(self) -> Database:
+        return self.deps.database
 
     def _authorization(self) -> object:
         if isinstance(self.request, WebSocket):
@@ -76,12 +77,12 @@ class Context:
     def loaders(self) -> Loaders:
         """This operation's loaders (see FreshLoadersPerOperation for websockets)."""
         if self._loaders is None:
-            self._loaders = Loaders(self.engine, self.viewer_id)
+            self._loaders = Loaders(self.database, self.viewer_id)
         return self._loaders
 
     def fresh_loaders(self) -> Loaders:
         """New loaders (a subscription event must not see another event's cache)."""
-        return Loaders(self.engine, self.viewer_id)
+        return Loaders(self.database, self.viewer_id)
 
 
 class FreshLoadersPerOperation(SchemaExtension):

@@ -12,11 +12,9 @@ from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
-from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.dataloader import DataLoader
 
-from ..db import single_statement
+from ..db import Database, Row
 from ..services.checks import PageRequest
 from ..store import conversations, messages
 
@@ -57,8 +55,8 @@ class Roster:
 
 
 class Loaders:
-    def __init__(self, engine: AsyncEngine, viewer_id: int | None) -> None:
-        self._engine = engine
+    def __init__(self, database: Database, viewer_id: int | None) -> None:
+        self._database = database
         self._viewer_id = viewer_id
         self.conversation = DataLoader(self._load_conversations)
         self.member_count = DataLoader(self._load_member_counts)
@@ -75,18 +73,18 @@ class Loaders:
 
     async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
         """Conversations as the viewer sees them (None where not a member)."""
-        async with single_statement(self._engine) as conn:
+        async with self._database.connection() as conn:
             rows = await conversations.for_viewer(conn, ids, self._viewer_id)
         by_id = {row.id: row for row in rows}
         return [by_id.get(cid) for cid in ids]
 
     async def _load_member_counts(self, ids: Sequence[int]) -> list[int]:
-        async with single_statement(self._engine) as conn:
+        async with self._database.connection() as conn:
             counts = await conversations.member_counts(conn, ids)
         return [counts.get(cid, 0) for cid in ids]
 
     async def _load_rosters(self, ids: Sequence[int]) -> list[Roster]:
-        async with single_statement(self._engine) as conn:
+        async with self._database.connection() as conn:
             rows = await conversations.members_of(conn, ids)
         grouped: dict[int, list[Row]] = defaultdict(list)
         for row in rows:
@@ -94,19 +92,19 @@ class Loaders:
         return [Roster(grouped[cid]) for cid in ids]
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
-        async with single_statement(self._engine) as conn:
+        async with self._database.connection() as conn:
             rows = await messages.by_keys(conn, keys)
         by_key = {(row.conversation_id, row.seq): row for row in rows}
         return [by_key.get(key) for key in keys]
 
     async def _load_message_pages(self, keys: Sequence[PageKey]) -> list[list[Row]]:
         """Pages fetched with one extra row (to tell whether more exist), ascending."""
-        async with single_statement(self._engine) as conn:
+        async with self._database.connection() as conn:
             found = await messages.pages(
                 conn, [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys]
             )
         return found
 
     async def _load_viewer_totals(self, user_ids: Sequence[int]) -> list[Row]:
-        async with single_statement(self._engine) as conn:
+        async with self._database.connection() as conn:
             return [await conversations.viewer_totals(conn, uid) for uid in user_ids]

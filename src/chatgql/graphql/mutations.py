@@ -30,7 +30,7 @@ class Mutation:
         ctx = info.context
         viewer = ctx.viewer_id
         other = check_id(user_id, "userId")
-        cid = await conversation_service.do_create_direct_conversation(ctx.engine, viewer, other)
+        cid = await conversation_service.do_create_direct_conversation(ctx.database, viewer, other)
         return await reload_conversation(info, cid)
 
     @strawberry.mutation(
@@ -43,7 +43,7 @@ class Mutation:
         title = check_text(title, "title", max_chars=settings.max_title_chars)
         members = check_ids(member_ids, "memberId", limit=settings.max_group_members)
         cid = await conversation_service.do_create_group(
-            ctx.engine, viewer, title, members, max_members=settings.max_group_members
+            ctx.database, viewer, title, members, max_members=settings.max_group_members
         )
         return await reload_conversation(info, cid)
 
@@ -54,7 +54,7 @@ class Mutation:
         cid = check_id(conversation_id, "conversationId")
         users = check_ids(user_ids, "userId", limit=ctx.settings.max_group_members)
         await conversation_service.do_add_members(
-            ctx.engine, viewer, cid, users, max_members=ctx.settings.max_group_members
+            ctx.database, viewer, cid, users, max_members=ctx.settings.max_group_members
         )
         return await reload_conversation(info, cid)
 
@@ -64,7 +64,7 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         target = check_id(user_id, "userId")
-        await conversation_service.do_remove_member(ctx.engine, viewer, cid, target)
+        await conversation_service.do_remove_member(ctx.database, viewer, cid, target)
         return RemoveMemberPayload(conversation_id=ID(str(cid)), user_id=ID(str(target)))
 
     @strawberry.mutation(
@@ -78,7 +78,7 @@ class Mutation:
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         ctx.deps.send_limiter.check(viewer)
-        result = await do_send_message(ctx.engine, viewer, cid, client_msg_id, body)
+        result = await do_send_message(ctx.database, viewer, cid, client_msg_id, body)
         ctx.loaders.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
 
@@ -91,7 +91,7 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         ctx.deps.read_limiter.check(viewer)
-        result = await do_mark_read(ctx.engine, viewer, cid, seq)
+        result = await do_mark_read(ctx.database, viewer, cid, seq)
         ctx.loaders.forget_conversation(cid)
         return MarkReadPayload(
             conversation_id=ID(str(cid)),

@@ -6,7 +6,6 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..db import single_statement
 from ..errors import conversation_not_found
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync
@@ -14,7 +13,6 @@ from ..store import conversations
 from .types import (
     Conversation,
     ConversationConnection,
-    ConversationEdge,
     ConversationSync,
     Message,
     MessageConnection,
@@ -53,20 +51,17 @@ class Query:
         limit = check_page_size(first, "first", default=20)
         after = None if after is strawberry.UNSET else after
         keyset = parse_inbox_cursor(after) if after is not None else None
-        async with single_statement(info.context.engine) as conn:
+        async with info.context.database.connection() as conn:
             rows = await conversations.inbox_page(conn, info.context.viewer_id, limit + 1, keyset)
-        edges = [
-            ConversationEdge(cursor=inbox_cursor(row.activity_at, row.id), node=Conversation.from_row(row))
-            for row in rows[:limit]
-        ]
+        page, more = rows[:limit], len(rows) > limit
         return ConversationConnection(
-            edges=edges,
-            nodes=[edge.node for edge in edges],
+            nodes=[Conversation.from_row(row) for row in page],
+            activity=[row.activity_at for row in page],
             page_info=PageInfo(
-                has_next_page=len(rows) > limit,
+                has_next_page=more,
                 has_previous_page=after is not None,
-                start_cursor=edges[0].cursor if edges else None,
-                end_cursor=edges[-1].cursor if edges else None,
+                start_cursor=inbox_cursor(page[0].activity_at, page[0].id) if page else None,
+                end_cursor=inbox_cursor(page[-1].activity_at, page[-1].id) if page else None,
             ),
         )
 
@@ -93,7 +88,7 @@ class Query:
         info.context.viewer_id
         parsed = [(check_id(c.conversation_id, "conversationId"), c.after_seq) for c in cursors]
         results = await read_sync(
-            info.context.engine,
+            info.context.database,
             info.context.viewer_id,
             parsed,
             limit,

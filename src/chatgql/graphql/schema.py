@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Iterable, Iterator
+from typing import Any, TypeVar
 
+import orjson
 from cross_web import HTTPException
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationDefinitionNode
+from graphql import OperationType as CoreOperationType
 from graphql.validation import NoSchemaIntrospectionCustomRule
-from starlette.requests import Request
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.extensions import AddValidationRules, MaxTokensLimiter, ParserCache, ValidationCache
+from strawberry.http import process_result
+from strawberry.extensions import AddValidationRules, MaxTokensLimiter, ParserCache, SchemaExtension, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
@@ -28,6 +32,7 @@ from .context import Context, Deps, FreshLoadersPerOperation, WakeRelayAfterMuta
 from .errors import to_contract_errors
 from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
+from .prepared import AcceptedDocuments, RememberAccepted, execute_accepted, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
 from .subscriptions import Subscription
@@ -51,7 +56,27 @@ class ChatSchema(strawberry.Schema):
         )
 
 
+class OperationNameRequired(SchemaExtension):
+    """GraphQL's GetOperation: a document with several operations needs an
+    operationName (Strawberry would run the first one)."""
+
+    def on_validate(self) -> Iterator[None]:
+        # After ValidationCache has validated (it runs first), before Strawberry looks at the errors.
+        context = self.execution_context
+        document = context.graphql_document
+        if context._provided_operation_name is None and document is not None and not context.pre_execution_errors:
+            operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+            if len(operations) > 1:
+                # a new list: the validation cache holds the one it returned
+                context.pre_execution_errors = [
+                    GraphQLError("operationName is required when the document has several operations")
+                ]
+        yield
+
+
+_MAX_BRACKETS = 256  # more in a body (also inside strings) and it skips the direct path
 DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300)
+T = TypeVar("T")
 
 
 def build_schema(
@@ -60,7 +85,9 @@ def build_schema(
     limits: OperationLimits = DEFAULT_LIMITS,
     max_tokens: int = 3000,
     max_batch_operations: int = 10,
+    accepted: AcceptedDocuments | None = None,
 ) -> ChatSchema:
+    """accepted: where documents that passed parsing and validation are kept (see prepared.py)."""
     rules = [limits_rule(limits)] + ([] if introspection else [NoSchemaIntrospectionCustomRule])
     extensions: list[Any] = [
         FreshLoadersPerOperation,
@@ -71,7 +98,10 @@ def build_schema(
         # The same rule classes for every request: ValidationCache keys on them.
         lambda: AddValidationRules(rules),
         lambda: ValidationCache(maxsize=1024),
+        OperationNameRequired,
     ]
+    if accepted is not None:
+        extensions.append(lambda: RememberAccepted(accepted))
     return ChatSchema(
         query=Query,
         mutation=Mutation,
@@ -93,12 +123,14 @@ class ChatGraphQL(GraphQL):
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
+        self.accepted = AcceptedDocuments(maxsize=1024)
         super().__init__(
             build_schema(
                 introspection=settings.introspection_enabled,
                 limits=OperationLimits(settings.max_query_depth, settings.max_aliases, settings.max_fields),
                 max_tokens=settings.max_tokens,
                 max_batch_operations=settings.max_batch_operations,
+                accepted=self.accepted,
             ),
             graphql_ide="graphiql" if settings.graphiql_enabled else None,
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
@@ -122,9 +154,18 @@ class ChatGraphQL(GraphQL):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        request = Request(scope=scope, receive=_capped(receive, self.deps.settings.max_request_bytes))
+        receive = _capped(receive, self.deps.settings.max_request_bytes)
         try:
-            response = await self.run(request)
+            response = None
+            if scope["method"] == "POST":
+                body = await _read_body(receive)
+                response = await self._run_accepted(scope, body)
+                if response is None:
+                    receive = _replay(body)
+            if response is None:
+                response = await self.run(Request(scope=scope, receive=receive))
+        except ClientDisconnect:
+            return  # nobody to answer
         except HTTPException as error:
             code = "LIMIT_EXCEEDED" if error.status_code == 413 else "BAD_USER_INPUT"
             # The reason may quote the request (an operationName); a lone surrogate can't be UTF-8.
@@ -134,6 +175,48 @@ class ChatGraphQL(GraphQL):
                 status_code=error.status_code,
             )
         await response(scope, receive, send)
+
+    async def _run_accepted(self, scope: Scope, body: bytes) -> Response | None:
+        """A POST of a document accepted before: execute it directly (prepared.py).
+        None: not that case; the request goes the ordinary way."""
+        headers = Headers(scope=scope)
+        if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
+            return None
+        accept = headers.get("accept", "")
+        if "multipart/mixed" in accept or "text/event-stream" in accept:
+            return None
+        if body.count(b"{") + body.count(b"[") > _MAX_BRACKETS:
+            return None  # possibly nested deep: how deep JSON may go is the ordinary path's to say
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        query, variables, operation_name = data.get("query"), data.get("variables"), data.get("operationName")
+        if not isinstance(query, str) or (document := self.accepted.get(query)) is None:
+            return None
+        if not isinstance(variables, dict | None) or not isinstance(operation_name, str | None):
+            return None
+        if data.get("extensions"):
+            return None
+        kind = operation_type(document, operation_name)
+        if not is_executable(kind):
+            return None
+        context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
+        result = await self._within_timeout(
+            execute_accepted(self.schema, document, variables, operation_name, context)
+        )
+        if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
+            self.deps.wakeup.wake()
+        return Response(self.encode_json(process_result(result)), media_type="application/json")
+
+    def encode_json(self, data: object) -> str:
+        """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key)."""
+        try:
+            return orjson.dumps(data).decode()
+        except TypeError:
+            return json.dumps(data)
 
     def parse_json(self, data: str | bytes) -> Any:
         """An HTTP body (or a GET's variables): an object, or a batch of them; else 400 BAD_USER_INPUT."""
@@ -165,16 +248,45 @@ class ChatGraphQL(GraphQL):
 
     async def execute_operation(self, *args: Any, **kwargs: Any) -> Any:
         """Every HTTP operation (or batch) gets request_timeout_seconds."""
+        return await self._within_timeout(super().execute_operation(*args, **kwargs))
+
+    async def _within_timeout(self, operation: Awaitable[T]) -> T | ExecutionResult:
         timeout = self.deps.settings.request_timeout_seconds
         try:
             async with asyncio.timeout(timeout):
-                return await super().execute_operation(*args, **kwargs)
+                return await operation
         except TimeoutError:
             error = GraphQLError(
                 f"the request took longer than {timeout} s",
                 extensions={"code": "LIMIT_EXCEEDED", "reason": "TIMEOUT"},
             )
             return ExecutionResult(data=None, errors=[error])
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    """receive() for a body already read: the whole of it once, then a disconnect."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
 
 
 def _capped(receive: Receive, limit: int) -> Receive:

@@ -166,6 +166,8 @@ class Conversation:
     last_message_at: datetime | None
     created_at: datetime
     last_read_seq: Long = strawberry.field(description="The viewer's own watermark here.")
+    # A value, not a resolver: an inbox page asks for it on every node.
+    unread_count: Long = strawberry.field(description="lastSeq - lastReadSeq for the viewer.")
 
     @classmethod
     def from_row(cls, row: Any) -> Conversation:
@@ -178,11 +180,8 @@ class Conversation:
             last_message_at=row.last_message_at,
             created_at=row.created_at,
             last_read_seq=row.last_read_seq,
+            unread_count=Long(row.last_seq - row.last_read_seq),
         )
-
-    @strawberry.field(description="lastSeq - lastReadSeq for the viewer.")
-    def unread_count(self) -> Long:
-        return Long(self.last_seq - self.last_read_seq)
 
     @strawberry.field
     async def member_count(self, info: Info) -> int:
@@ -220,9 +219,17 @@ class ConversationEdge:
 
 @strawberry.type(description="The viewer's conversations, newest activity first (lastMessageAt, else createdAt).")
 class ConversationConnection:
-    edges: list[ConversationEdge]
     nodes: list[Conversation]
     page_info: PageInfo
+    activity: strawberry.Private[list[datetime]]  # each node's cursor key, with its id
+
+    @strawberry.field
+    def edges(self) -> list[ConversationEdge]:
+        # Built only when asked for: most clients read nodes and pageInfo.
+        return [
+            ConversationEdge(cursor=inbox_cursor(at, int(node.id)), node=node)
+            for at, node in zip(self.activity, self.nodes, strict=True)
+        ]
 
 
 def inbox_cursor(activity_at: datetime, conversation_id: int) -> str:

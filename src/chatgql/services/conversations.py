@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-from ..db import single_statement
+from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events import types as events
 from ..store import conversations, outbox
@@ -18,7 +15,7 @@ class _LostRace(Exception):
     """Another transaction created the same direct pair first."""
 
 
-async def do_create_direct_conversation(engine: AsyncEngine, viewer_id: int, other_id: int) -> int:
+async def do_create_direct_conversation(database: Database, viewer_id: int, other_id: int) -> int:
     """The one DIRECT conversation of two users, created on first call.
 
     Two people calling at once get the same conversation: direct_pair's key
@@ -27,12 +24,12 @@ async def do_create_direct_conversation(engine: AsyncEngine, viewer_id: int, oth
     if other_id == viewer_id:
         raise BadUserInput("a direct conversation needs another user")
     low, high = sorted((viewer_id, other_id))
-    async with single_statement(engine) as conn:
+    async with database.connection() as conn:
         existing = await conversations.find_direct(conn, low, high)
     if existing is not None:
         return existing
     try:
-        async with engine.begin() as conn:
+        async with database.transaction() as conn:
             created = await conversations.insert_conversation(conn, DIRECT, None)
             await conversations.insert_members(conn, created.id, [(low, MEMBER), (high, MEMBER)])
             if not await conversations.claim_direct_pair(conn, low, high, created.id):
@@ -40,18 +37,18 @@ async def do_create_direct_conversation(engine: AsyncEngine, viewer_id: int, oth
             await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=[low, high])])
             return created.id
     except _LostRace:
-        async with single_statement(engine) as conn:
+        async with database.connection() as conn:
             return await conversations.find_direct(conn, low, high)
 
 
 async def do_create_group(
-    engine: AsyncEngine, viewer_id: int, title: str, member_ids: list[int], *, max_members: int
+    database: Database, viewer_id: int, title: str, member_ids: list[int], *, max_members: int
 ) -> int:
     """A GROUP owned by the viewer, with member_ids as MEMBERs (the viewer counts toward max_members)."""
     others = [uid for uid in dict.fromkeys(member_ids) if uid != viewer_id]
     if 1 + len(others) > max_members:
         raise LimitExceeded(f"a group has at most {max_members} members")
-    async with engine.begin() as conn:
+    async with database.transaction() as conn:
         created = await conversations.insert_conversation(conn, GROUP, title)
         added = await conversations.insert_members(
             conn, created.id, [(viewer_id, OWNER)] + [(uid, MEMBER) for uid in others]
@@ -60,7 +57,7 @@ async def do_create_group(
         return created.id
 
 
-async def _lock_group_txn(conn: AsyncConnection, conversation_id: int, viewer_id: int) -> Row:
+async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int) -> Row:
     """Lock a group whose members are about to change; the viewer must be in it."""
     conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
     if conv is None or conv.role is None:
@@ -71,13 +68,13 @@ async def _lock_group_txn(conn: AsyncConnection, conversation_id: int, viewer_id
 
 
 async def do_add_members(
-    engine: AsyncEngine, viewer_id: int, conversation_id: int, user_ids: list[int], *, max_members: int
+    database: Database, viewer_id: int, conversation_id: int, user_ids: list[int], *, max_members: int
 ) -> None:
     """Any member may add people to a group; ids already present are ignored.
 
     New members start with nothing unread: their watermark is the current lastSeq.
     """
-    async with engine.begin() as conn:
+    async with database.transaction() as conn:
         conv = await _lock_group_txn(conn, conversation_id, viewer_id)
         present = await conversations.member_ids_among(conn, conversation_id, user_ids)
         new = [uid for uid in user_ids if uid not in present]
@@ -91,12 +88,12 @@ async def do_add_members(
         await outbox.append(conn, [events.members_added(conversation_id=conversation_id, user_ids=added)])
 
 
-async def do_remove_member(engine: AsyncEngine, viewer_id: int, conversation_id: int, user_id: int) -> None:
+async def do_remove_member(database: Database, viewer_id: int, conversation_id: int, user_id: int) -> None:
     """Anyone may leave a group; only an OWNER may remove others.
 
     When the last OWNER leaves, the longest-standing member becomes OWNER.
     """
-    async with engine.begin() as conn:
+    async with database.transaction() as conn:
         conv = await _lock_group_txn(conn, conversation_id, viewer_id)
         if user_id != viewer_id and conv.role != OWNER:
             raise Forbidden("only an OWNER may remove other members")

@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from ..db import single_statement
+from ..db import Database, Row
 from ..errors import BadUserInput, LimitExceeded, conversation_not_found
 from ..store import conversations, messages
 from .checks import check_page_size, check_seq
@@ -24,7 +21,7 @@ class SyncResult:
 
 
 async def read_sync(
-    engine: AsyncEngine,
+    database: Database,
     viewer_id: int,
     cursors: list[tuple[int, int]],
     limit: int | None,
@@ -43,7 +40,7 @@ async def read_sync(
         check_seq(after_seq, "afterSeq")
     if not cursors:
         return []
-    async with single_statement(engine) as conn:
+    async with database.connection() as conn:
         visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
         for cid, _ in cursors:
             if cid not in visible:

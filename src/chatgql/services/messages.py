@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from ..db import single_statement
+from ..db import Database
 from ..errors import Conflict, conversation_not_found
 from ..events import types as events
 from ..store import messages
@@ -31,7 +29,7 @@ class SendResult:
 
 
 async def do_send_message(
-    engine: AsyncEngine, sender_id: int, conversation_id: int, client_msg_id: UUID, body: str
+    database: Database, sender_id: int, conversation_id: int, client_msg_id: UUID, body: str
 ) -> SendResult:
     """Store a message and its message.new event in one transaction (DESIGN.md, "Sending").
 
@@ -45,7 +43,7 @@ async def do_send_message(
         conversation_id=conversation_id, sender_id=sender_id, client_msg_id=client_msg_id, body=body
     )
     _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
-    async with single_statement(engine) as conn:
+    async with database.connection() as conn:
         row = await messages.send(
             conn,
             conversation_id=conversation_id,

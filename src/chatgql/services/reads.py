@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from ..db import single_statement
+from ..db import Database
 from ..errors import conversation_not_found
 from ..events import types as events
 from ..store import reads
@@ -21,7 +19,7 @@ class MarkReadResult:
     advanced: bool
 
 
-async def do_mark_read(engine: AsyncEngine, viewer_id: int, conversation_id: int, seq: int) -> MarkReadResult:
+async def do_mark_read(database: Database, viewer_id: int, conversation_id: int, seq: int) -> MarkReadResult:
     """Raise the viewer's watermark to min(seq, lastSeq); never lower it.
 
     The update and its read.updated event are one statement, so one
@@ -29,7 +27,7 @@ async def do_mark_read(engine: AsyncEngine, viewer_id: int, conversation_id: int
     """
     check_seq(seq)
     _, event = events.read_updated(conversation_id=conversation_id, user_id=viewer_id)
-    async with single_statement(engine) as conn:
+    async with database.connection() as conn:
         moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)
         if moved is not None:
             return MarkReadResult(conversation_id, moved.last_read_seq, moved.last_seq, advanced=True)

@@ -1,8 +1,7 @@
 """The database answers."""
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from ..db import Connection
 
 
-async def ping(conn: AsyncConnection) -> None:
-    await conn.execute(text("SELECT 1"))
+async def ping(conn: Connection) -> None:
+    await conn.execute("SELECT 1")

@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
-import orjson
-from sqlalchemy import Row, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from ..db import Connection, Row
 
 _MESSAGE_COLUMNS = "conversation_id, seq, sender_id, client_msg_id, body, created_at"
 _NO_BOUND = 2**63 - 1
 
 
 async def send(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     conversation_id: int,
     sender_id: int,
@@ -30,28 +28,13 @@ async def send(
     another message; nothing written) or 'not_found' (no such conversation,
     or the sender is not a member). Run it as its own transaction.
     """
-    result = await conn.execute(
-        text(
-            """
-            SELECT * FROM chat_send(:cid, :uid, :cmid, :body,
-                                    CAST(:message_event AS jsonb), CAST(:read_event AS jsonb))
-            """
-        ),
-        {
-            "cid": conversation_id,
-            "uid": sender_id,
-            "cmid": client_msg_id,
-            "body": body,
-            "message_event": orjson.dumps(message_event).decode(),
-            "read_event": orjson.dumps(read_event).decode(),
-        },
+    return await conn.fetchrow(
+        "SELECT * FROM chat_send($1, $2, $3, $4, $5, $6)",
+        conversation_id, sender_id, client_msg_id, body, message_event, read_event,
     )
-    return result.one()
 
 
-async def pages(
-    conn: AsyncConnection, requests: Sequence[tuple[int, int, int | None, int, bool]]
-) -> list[list[Row]]:
+async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None, int, bool]]) -> list[list[Row]]:
     """Several history pages at once. Each request is (conversation_id, after,
     before, limit, from_end): messages with after < seq < before (before None:
     no bound), at most limit, taken from the newest end when from_end.
@@ -63,64 +46,55 @@ async def pages(
         if not wanted:
             continue
         order = "DESC" if from_end else "ASC"
-        result = await conn.execute(
-            text(
-                f"""
-                SELECT k.i, m.* FROM unnest(CAST(:idx AS int[]), CAST(:cids AS bigint[]),
-                                            CAST(:afters AS bigint[]), CAST(:befores AS bigint[]),
-                                            CAST(:limits AS int[])) AS k(i, cid, after_seq, before_seq, lim)
-                CROSS JOIN LATERAL (
-                    SELECT {_MESSAGE_COLUMNS} FROM message
-                     WHERE conversation_id = k.cid AND seq > k.after_seq AND seq < k.before_seq
-                     ORDER BY seq {order}
-                     LIMIT k.lim
-                ) m
-                ORDER BY k.i, m.seq {order}
-                """
-            ),
-            {
-                "idx": [i for i, _ in wanted],
-                "cids": [r[0] for _, r in wanted],
-                "afters": [r[1] for _, r in wanted],
-                "befores": [_NO_BOUND if r[2] is None else r[2] for _, r in wanted],
-                "limits": [r[3] for _, r in wanted],
-            },
+        rows = await conn.fetch(
+            f"""
+            SELECT k.i, m.* FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[])
+                                 AS k(i, cid, after_seq, before_seq, lim)
+            CROSS JOIN LATERAL (
+                SELECT {_MESSAGE_COLUMNS} FROM message
+                 WHERE conversation_id = k.cid AND seq > k.after_seq AND seq < k.before_seq
+                 ORDER BY seq {order}
+                 LIMIT k.lim
+            ) m
+            ORDER BY k.i, m.seq {order}
+            """,
+            [i for i, _ in wanted],
+            [r[0] for _, r in wanted],
+            [r[1] for _, r in wanted],
+            [_NO_BOUND if r[2] is None else r[2] for _, r in wanted],
+            [r[3] for _, r in wanted],
         )
-        for row in result:
+        for row in rows:
             found[row.i].append(row)
     return found
 
 
-async def by_keys(conn: AsyncConnection, keys: Sequence[tuple[int, int]]) -> list[Row]:
+async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
     """Messages by (conversation_id, seq)."""
-    result = await conn.execute(
-        text(
-            f"""
-            SELECT {_MESSAGE_COLUMNS} FROM message
-             WHERE (conversation_id, seq) IN (
-                   SELECT * FROM unnest(CAST(:cids AS bigint[]), CAST(:seqs AS bigint[])))
-            """
-        ),
-        {"cids": [k[0] for k in keys], "seqs": [k[1] for k in keys]},
+    return await conn.fetch(
+        f"""
+        SELECT {_MESSAGE_COLUMNS} FROM message
+         WHERE (conversation_id, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
     )
-    return list(result)
 
 
-async def after_many(conn: AsyncConnection, cursors: Sequence[tuple[int, int]], limit: int) -> list[Row]:
+async def after_many(conn: Connection, cursors: Sequence[tuple[int, int]], limit: int) -> list[Row]:
     """For each (conversation_id, after_seq): up to limit messages with seq > after_seq, ascending."""
-    result = await conn.execute(
-        text(
-            f"""
-            SELECT m.* FROM unnest(CAST(:cids AS bigint[]), CAST(:afters AS bigint[])) AS k(cid, after_seq)
-            CROSS JOIN LATERAL (
-                SELECT {_MESSAGE_COLUMNS} FROM message
-                 WHERE conversation_id = k.cid AND seq > k.after_seq
-                 ORDER BY seq
-                 LIMIT :limit
-            ) m
-            ORDER BY m.conversation_id, m.seq
-            """
-        ),
-        {"cids": [c[0] for c in cursors], "afters": [c[1] for c in cursors], "limit": limit},
+    return await conn.fetch(
+        f"""
+        SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, after_seq)
+        CROSS JOIN LATERAL (
+            SELECT {_MESSAGE_COLUMNS} FROM message
+             WHERE conversation_id = k.cid AND seq > k.after_seq
+             ORDER BY seq
+             LIMIT $3
+        ) m
+        ORDER BY m.conversation_id, m.seq
+        """,
+        [c[0] for c in cursors],
+        [c[1] for c in cursors],
+        limit,
     )
-    return list(result)

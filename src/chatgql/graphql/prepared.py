@@ -1,0 +1,116 @@
+"""Documents the server has already accepted run without Strawberry's per-request pipeline.
+
+Clients send the same handful of documents over and over, with new variables.
+The first time a document arrives it takes the whole way through Strawberry:
+the token limit, parsing, the operation-type checks, validation with chatgql's
+rules (depth, aliases, fields, no introspection in production). When it passes
+all of that, `RememberAccepted` keeps the parsed document. From then on an HTTP
+POST carrying the same text is executed straight by graphql-core's executor,
+with the same schema, the same resolvers, the same execution context class and
+the same error rewriting (`Schema.process_errors`), and the relay is woken
+after a mutation as `WakeRelayAfterMutations` does.
+
+What it skips is per-request overhead that cannot change the answer for a
+document already known to be valid: building a dozen extension objects and
+their hooks, cache lookups through extensions, the view's request adapters.
+A profile of sendMessage put that at about a fifth of the server's CPU.
+
+Anything else (a new or invalid document, a batch, GET, a streaming Accept
+header, odd JSON) goes the ordinary way, so every refusal keeps its single
+source. tests/test_prepared.py checks that both ways answer alike.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+from graphql import DocumentNode, GraphQLError, OperationType as CoreOperationType, execute, get_operation_ast
+from strawberry.execution import optimized_is_awaitable
+from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionResult
+
+_EXECUTABLE = (CoreOperationType.QUERY, CoreOperationType.MUTATION)
+
+
+class AcceptedDocuments:
+    """query text -> parsed document, for documents that parsed and validated cleanly (LRU)."""
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self._maxsize = maxsize
+        self._documents: OrderedDict[str, DocumentNode] = OrderedDict()
+
+    def get(self, query: str) -> DocumentNode | None:
+        document = self._documents.get(query)
+        if document is not None:
+            self._documents.move_to_end(query)
+        return document
+
+    def add(self, query: str, document: DocumentNode) -> None:
+        self._documents[query] = document
+        self._documents.move_to_end(query)
+        while len(self._documents) > self._maxsize:
+            self._documents.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def __contains__(self, query: object) -> bool:
+        return query in self._documents
+
+
+class RememberAccepted(SchemaExtension):
+    """Keeps a document once Strawberry has parsed and validated it without errors."""
+
+    def __init__(self, accepted: AcceptedDocuments) -> None:
+        self.accepted = accepted
+
+    def on_validate(self) -> Iterator[None]:
+        yield
+        context = self.execution_context
+        if not context.pre_execution_errors and context.query and context.graphql_document is not None:
+            self.accepted.add(context.query, context.graphql_document)
+
+
+def operation_type(document: DocumentNode, operation_name: str | None) -> CoreOperationType | None:
+    """The type of the operation a request selects; None when it selects none (Strawberry says why)."""
+    operation = get_operation_ast(document, operation_name)
+    return None if operation is None else operation.operation
+
+
+async def execute_accepted(
+    schema: Any,
+    document: DocumentNode,
+    variables: dict[str, Any] | None,
+    operation_name: str | None,
+    context: Any,
+) -> ExecutionResult:
+    """What Schema.execute does after validation, for a document that passed it."""
+    try:
+        result = execute(
+            schema._schema,
+            document,
+            root_value=None,
+            middleware=None,
+            variable_values=variables,
+            operation_name=operation_name,
+            context_value=context,
+            is_awaitable=optimized_is_awaitable,
+            executor_class=schema.execution_context_class,
+            **schema._get_custom_context_kwargs(None),
+        )
+        if optimized_is_awaitable(result):
+            result = await result
+    except Exception as error:  # noqa: BLE001 - Strawberry's own answer to a failing execute()
+        errors = [error if isinstance(error, GraphQLError) else GraphQLError(str(error), original_error=error)]
+        schema.process_errors(errors)
+        return ExecutionResult(data=None, errors=errors)
+    if result.errors:
+        schema.process_errors(result.errors)
+    return ExecutionResult(data=result.data, errors=result.errors)
+
+
+def is_executable(kind: CoreOperationType | None) -> bool:
+    """Queries and mutations answer over HTTP POST; anything else goes the ordinary way."""
+    return kind in _EXECUTABLE
