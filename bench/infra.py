@@ -441,9 +441,16 @@ def versions(extra: dict[str, str | None]) -> dict:
         out["java"] = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
     except (OSError, IndexError):
         out["java"] = None
+    # the commit of the code the server runs: the checkout chatgql is imported from, which need not be
+    # this one (an editable install of another worktree)
+    import chatgql
+
+    package = Path(chatgql.__file__).resolve().parent
+    code_repo = package.parents[1] if (package.parents[1] / ".git").exists() else REPO
+    out["chatgql_source"] = str(package)
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "alembic"], cwd=REPO,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code_repo, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "alembic"], cwd=code_repo,
                                capture_output=True, text=True)
         out["chatgql_commit"] = head.stdout.strip() + (" (+ uncommitted changes in src/)" if dirty.stdout.strip() else "")
     except OSError:

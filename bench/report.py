@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from . import layout
 
+# the Targets rows of a figure --only left out: (verdict key, label)
+SKIPPED_ROWS = {
+    "live": (("live_p99_ms", "live p99"), ("live_vs_kafka_p99", "live p99 vs bare Kafka round trip")),
+    "fanout": (("fanout_last_ms", "fanout: last subscribed member has it"),),
+    "connections": (("kb_per_subscription", "memory per idle subscribed websocket"),),
+}
+
 NAMES = {
     "send_spread": "send, spread over {spread:,} conversations",
     "send_hot": "send, one hot conversation ({hot_members:,} senders)",
@@ -33,6 +40,108 @@ def _cpu(cpu: dict | None, key: str) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
 
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _budget_us(vd: dict | None) -> float | None:
+    """Server CPU per request that one core could afford at the target's throughput."""
+    if not vd or not vd.get("pgbench_tps"):
+        return None
+    target = float(str(vd["target"]).lstrip(">= "))
+    return 1e6 / (target * vd["pgbench_tps"])
+
+
+def _profile_overview(r: dict) -> list[str]:
+    """One table: server CPU per request by component, for every profiled figure."""
+    profs = {name: p for name, p in (r.get("profiles") or {}).items() if "error" not in p and p.get("us_per_request")}
+    info = r.get("profiling") or {}
+    out: list[str] = []
+    if info.get("disabled"):
+        return out
+    out += ["## Where the server's CPU goes (profiles)", ""]
+    failed = {name: p["error"] for name, p in (r.get("profiles") or {}).items() if "error" in p}
+    if info.get("error"):
+        out += [f"**No profiles: {info['error']}.** The figures above are unaffected.", ""]
+        return out
+    if not profs:
+        out += ["**No profile succeeded**: " + "; ".join(f"{n}: `{e[:300]}`" for n, e in failed.items()), ""]
+        return out
+    names = list(profs)
+    out.append(
+        f"After the measured runs of each HTTP figure, one more {_f(info.get('seconds'), 0)} s run (same load, not "
+        f"counted anywhere) with {info.get('tool') or 'py-spy'} sampling the `chatgql serve` process at "
+        f"{info.get('rate_hz')} Hz. Each sample is charged to the package of its **leaf** Python frame (self time); "
+        "C code without a Python frame of its own (uvloop, httptools, asyncpg's Cython protocol, orjson, greenlet) "
+        "is charged to the Python frame that called it or, for callbacks the loop runs from C, to the loop's "
+        "`run` frame, hence *asyncio/event loop*. Stacks through SQLAlchemy's greenlet can be cut short, so no "
+        "inclusive (\"everything under X\") figures. "
+        "Microseconds = share of samples x the server CPU per request of the **measured** runs (the CPU-per-request "
+        "figure, not the slower profiled run). Raw collapsed stacks: "
+        f"`{info.get('dir', 'bench/out/profiles')}/<figure>.txt`.")
+    out.append("")
+    comps = []
+    for p in profs.values():
+        for c in p["by_component"]:
+            if c not in comps:
+                comps.append(c)
+    comps.sort(key=lambda c: -sum(p["us_per_request"].get(c, 0) for p in profs.values()))
+    out.append("| server CPU per request, us | " + " | ".join(names) + " |")
+    out.append("|---" * (len(names) + 1) + "|")
+    for c in comps:
+        out.append(f"| {c} | " + " | ".join(
+            f"{_us(profs[n]['us_per_request'].get(c))} ({100 * profs[n]['by_component'].get(c, {}).get('share', 0):.0f}%)"
+            if c in profs[n]["by_component"] else "-" for n in names) + " |")
+    out.append("| **total (measured runs)** | " + " | ".join(
+        f"**{_us(1000 * profs[n]['server_cpu_ms_per_request'])}**" for n in names) + " |")
+    verdicts = r.get("verdicts") or {}
+    budgets = [_budget_us(verdicts.get(n)) for n in names]
+    out.append("| budget at the target, one core | " + " | ".join(
+        _us(b) if b else "-" for b in budgets) + " |")
+    out.append("")
+    out.append("*budget*: the server CPU per request at which one fully busy core (the most one `chatgql serve` "
+               "process can use) would serve the target throughput (target ratio x pgbench tps); the real budget is "
+               "lower, since PostgreSQL and the load generator share the machine's cores.")
+    if failed:
+        out.append("")
+        out.append("Profiles that failed: " + "; ".join(f"{n}: `{e[:300]}`" for n, e in failed.items()))
+    out.append("")
+    return out
+
+
+def _profile_section(prof: dict, vd: dict | None, http: dict) -> list[str]:
+    out = ["#### Profile", ""]
+    if "error" in prof:
+        return out + [f"**No profile:** `{prof['error'][:400]}` (the run went on; the figures are unaffected)."]
+    load = prof.get("load_while_profiling") or {}
+    cpu_ms = prof.get("server_cpu_ms_per_request")
+    lost = prof.get("pyspy_errors")
+    out.append(f"py-spy, {prof['samples']:,} samples over a {_f(prof['seconds'], 0)} s extra run"
+               + (f" ({lost:,} more were lost: py-spy reads the running process with `--nonblocking`, and a read "
+                  "that races the interpreter is dropped)" if lost else "") + " at "
+               f"{_f(load.get('rps'), 0)} req/s (server CPU {_f(load.get('server_cpu_ms_per_request'), 2)} ms/request "
+               f"under the profiler, {load.get('errors', 0)} errors). "
+               f"**CPU per request** (measured runs): the chatgql process {_f(cpu_ms, 2)} ms, PostgreSQL "
+               f"{_f(http.get('postgres_cpu_ms_per_request'), 2)} ms"
+               + (f"; to meet the target one core could spend at most {_us(_budget_us(vd))} us per request."
+                  if _budget_us(vd) else "."))
+    out.append("")
+    out.append("| component (leaf frame's package) | share of samples | server CPU, us per request |")
+    out.append("|---|---|---|")
+    for c, v in prof["by_component"].items():
+        out.append(f"| {c} | {100 * v['share']:.1f}% | {_us(prof['us_per_request'].get(c))} |")
+    out.append("")
+    out.append("| top leaf functions (self) | file | component | share |")
+    out.append("|---|---|---|---|")
+    for leaf in prof["top_leaves"]:
+        out.append(f"| `{leaf['function']}` | {leaf['file']} | {leaf['component']} | {100 * leaf['share']:.1f}% |")
+    out.append("")
+    out.append(f"Samples with a chatgql frame anywhere on the stack: {100 * prof['chatgql_frame_anywhere_share']:.0f}% "
+               "(a lower bound: greenlet stacks are cut). Raw stacks: "
+               f"`{prof['raw_file']}`.")
+    return out
+
+
 def render(r: dict) -> str:
     s = r.get("sizes", {})
     m = r.get("machine", {})
@@ -42,19 +151,39 @@ def render(r: dict) -> str:
     add = lines.append
     add("# chatgql benchmark results")
     add("")
-    add(f"Generated by `python -m bench{' --smoke' if r.get('mode') == 'smoke' else ''}` "
+    cmd = "python -m bench" + (" --smoke" if r.get("mode") == "smoke" else "")
+    if r.get("only"):
+        cmd += " --only " + ",".join(r["only"])
+    add(f"Generated by `{cmd}` "
         f"({r.get('mode')} mode) on {r.get('started_at')}; the whole run took {_f(r.get('total_seconds'))} s. "
         "Every figure that matters is a ratio to a baseline measured in the same run, on the same machine "
         "and the same database. Raw numbers: `bench/out/results.json`.")
     add("")
 
+    skipped = r.get("skipped") or []
+    if skipped:
+        add(f"**Partial run: {', '.join(r.get('figures') or []) or 'nothing'} measured; skipped (not measured, "
+            f"no verdict): {', '.join(skipped)}.** A partial run says nothing about the skipped figures.")
+        add("")
     add("## Targets")
     add("")
     add("| figure | chatgql | baseline (same run) | ratio / value | target | |")
     add("|---|---|---|---|---|---|")
+
+    def add_skipped(name: str) -> None:
+        for key, label in SKIPPED_ROWS.get(name, ((name, None),)):
+            label = label or NAMES[name].format(**s)
+            add(f"| {label} | skipped (`--only`) | - | - | {verdicts.get(key, {}).get('target', '-')} "
+                "| **not measured** |")
+
     for name in ("send_spread", "send_hot", "read", "inbox"):
         vd = verdicts.get(name)
         if not vd:
+            if name in (r.get("figures") or ()):
+                add(f"| {NAMES[name].format(**s)} | **no result** (see the log) | - | - | >= 0.5 | **NOT met** |")
+            continue
+        if vd.get("skipped"):
+            add_skipped(name)
             continue
         base = r["pgbench"][name]
         http = r["http"][name]
@@ -95,16 +224,22 @@ def render(r: dict) -> str:
         add(f"| memory per idle subscribed websocket ({co['opened']:,} open) | server RSS {_f(co['rss_before_mb'])} -> "
             f"{_f(co['rss_after_mb'])} MiB | - | **{_f(co['kb_per_subscription'])} KB** "
             f"| {verdicts['kb_per_subscription']['target']} | {_yes(verdicts['kb_per_subscription']['met'])} |")
+    for name in ("live", "fanout", "connections"):
+        if name in skipped:
+            add_skipped(name)
     add("")
+
+    lines.extend(_profile_overview(r))
 
     add("## Machine and versions")
     add("")
     add(f"- CPU: {m.get('cpu_model')}, {m.get('logical_cores')} logical cores "
         f"({m.get('physical_cores')} physical); RAM {m.get('ram_gb')} GiB; {m.get('os')}, Linux {m.get('kernel')}")
     add(f"- load average at start: {m.get('load_avg_at_start')}; open-file limit {m.get('fd_limit')}")
-    add("- " + ", ".join(f"{k} {val}" for k, val in v.items() if val and k not in ("java", "wrk", "chatgql_commit")))
+    add("- " + ", ".join(f"{k} {val}" for k, val in v.items()
+                         if val and k not in ("java", "wrk", "chatgql_commit", "chatgql_source")))
     add(f"- load generator: {v.get('wrk') or r.get('load_generator')}; Kafka runs on {v.get('java')}")
-    add(f"- chatgql commit: {v.get('chatgql_commit')}; the server runs `chatgql serve` (one process: API, outbox "
+    add(f"- chatgql commit: {v.get('chatgql_commit')} (code from `{v.get('chatgql_source', '?')}`); the server runs `chatgql serve` (one process: API, outbox "
         "relay and Kafka consumer; uvicorn with uvloop and httptools) with CHATGQL_ENV=production and default settings "
         "(pool 10+10, rate limits on; topic chat.events with 16 partitions)")
     ps = r.get("postgres_settings") or {}
@@ -203,6 +338,10 @@ def render(r: dict) -> str:
         for problem in (chk.get("problem"), bchk.get("problem")):
             if problem:
                 add(f"- **Problem:** {problem}")
+        prof = (r.get("profiles") or {}).get(name)
+        if prof:
+            add("")
+            lines.extend(_profile_section(prof, verdicts.get(name), http_r))
         add("")
 
     if lv:

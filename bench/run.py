@@ -6,9 +6,12 @@
    send hot, read, inbox. Outbox rows they write are counted, then truncated.
 3. `chatgql serve` in its own process; the same four as HTTP GraphQL via wrk
    (same connections, same duration, same warm-up). The outbox is drained
-   between runs.
+   between runs. After the measured HTTP runs of each, an extra short run with
+   py-spy recording the server (not counted in any figure): bench/profiles.py.
 4. live (with its bare Kafka baseline), fanout, connections.
 5. results.json and a markdown report.
+
+`only` limits the run to some figures; the others are listed as skipped (never as met).
 """
 
 from __future__ import annotations
@@ -25,22 +28,30 @@ import orjson
 
 from chatgql import db
 
-from . import connections, fanout, httpload, layout, live, pgbench, report
+from . import connections, fanout, httpload, layout, live, pgbench, profiles, report
 from .infra import (CpuMeter, Kafka, Postgres, Server, dump_json, log, log_summary, machine_info,
                     raise_fd_limit, versions)
 from .rawhttp import Pool
 from .queries import Scenario, inbox_body, read_body, send_body, token
 
 SCENARIOS = ("send_spread", "send_hot", "read", "inbox")
+PHASES = ("live", "fanout", "connections")
+FIGURES = SCENARIOS + PHASES  # what --only picks from
+# the verdicts each figure gives
+FIGURE_VERDICTS = {**{name: (name,) for name in SCENARIOS}, "live": ("live_p99_ms", "live_vs_kafka_p99"),
+                   "fanout": ("fanout_last_ms",), "connections": ("kb_per_subscription",)}
 TARGETS = {
     "send_spread": 0.5, "send_hot": 0.5, "read": 0.5, "inbox": 0.5,
     "live_p99_ms": 50.0, "live_vs_kafka_p99": 3.0, "fanout_last_ms": 250.0, "kb_per_subscription": 30.0,
 }
+TARGET_TEXT = {**{name: ">= {}" for name in SCENARIOS}, "live_p99_ms": "< {} ms", "live_vs_kafka_p99": "<= {}x",
+               "fanout_last_ms": "< {} ms (median of rounds)", "kb_per_subscription": "< {} KB"}
 # markRead seqs: every run starts above everything before it (pgbench warm-up starts at 0),
 # in the order pgbench, HTTP warm-up, HTTP, HTTP, pgbench; so every call can advance
 PG_READ_BASES = (100_000_000, 4_000_000_000)
 READ_BASE_WARMUP = 1_000_000_000
 HTTP_READ_BASES = (2_000_000_000, 3_000_000_000)
+PROFILE_READ_BASE = 3_500_000_000  # the profiled run comes after the HTTP runs, before the last pgbench run
 
 
 TIMELINE: list[dict] = []
@@ -95,14 +106,15 @@ def _script(name: str, sizes: layout.Sizes, keys) -> pgbench.Script:
     return pgbench.inbox_script(sizes, keys)
 
 
-async def _probe(server: Server, sizes: layout.Sizes) -> dict:
-    """One request of each kind, checked field by field, before the load runs."""
+async def _probe(server: Server, sizes: layout.Sizes, read_seq: int = 1) -> dict:
+    """One request of each kind, checked field by field, before the load runs (read_seq: above what
+    markRead runs before it have set, below what the ones after it use)."""
     pool = await Pool("127.0.0.1", server.port, 1).open()
     try:
         status, body = await pool.post(send_body(1), f"Bearer {token(layout.SPREAD_SENDER + 1)}")
         send = orjson.loads(body)
         assert status == 200 and "errors" not in send and send["data"]["sendMessage"]["duplicate"] is False, body
-        status, body = await pool.post(read_body(layout.READ_CID0 + 1, 1),
+        status, body = await pool.post(read_body(layout.READ_CID0 + 1, read_seq),
                                        f"Bearer {token(layout.READER + 1)}")
         read = orjson.loads(body)
         assert status == 200 and "errors" not in read and read["data"]["markRead"]["advanced"] is True, body
@@ -150,6 +162,62 @@ async def _http_segment(server: Server, conn, scenario: Scenario, workdir: Path,
     result["outbox_drain_before_s"] = drained_before
     result["messages_stored"] = await _count(conn, "message") - messages0
     return result
+
+
+async def _profile_segment(server: Server, conn, scenario: Scenario, workdir: Path, seconds: float,
+                           profile_dir: Path) -> dict:
+    """An extra HTTP run, not counted in any figure, with py-spy recording the server process.
+
+    Returns what py-spy said, the run's own throughput and server CPU (py-spy slows the process it
+    samples a little), and the path of the raw collapsed stacks; summarised later by profiles.summarize.
+    """
+    raw = profile_dir / f"{scenario.name}.txt"
+    info: dict = {"seconds": seconds, "rate_hz": profiles.RATE, "raw_file": str(raw)}
+    recorder = profiles.Recorder(server.pid, seconds, raw)
+    try:
+        await _drain_outbox(conn)
+        recorder.start()
+        if not await asyncio.to_thread(recorder.attached):
+            recorder.stop()
+            info.update(await asyncio.to_thread(recorder.wait))
+            info.setdefault("error", "py-spy did not start sampling")
+            return info
+        meter = CpuMeter({"server": server.cpu_seconds}).start()
+        with _mark(f"profile {scenario.name}"):
+            # a second longer than py-spy records, so the load covers the whole recording
+            load = await asyncio.to_thread(httpload.run, server.port, scenario, workdir, seconds + 1,
+                                           PROFILE_READ_BASE)
+        cpu = meter.stop({"load_generator": load["generator_cpu_s"]})
+        info.update(await asyncio.to_thread(recorder.wait))
+        server_s = cpu["pct_of_one_core"].get("server", 0.0) / 100 * cpu["wall_s"]
+        info["load_while_profiling"] = {
+            "rps": load["rps"], "ok": load["ok"], "errors": load["bad_status"] + load["gql_errors"]
+            + load["socket_errors"], "server_cpu_pct_of_one_core": cpu["pct_of_one_core"].get("server"),
+            "server_cpu_ms_per_request": round(1000 * server_s / load["ok"], 3) if load["ok"] else None,
+        }
+        await _drain_outbox(conn)
+    except Exception as error:  # noqa: BLE001 - profiling is optional: reported, the run goes on
+        info["error"] = repr(error)
+    finally:
+        recorder.stop()  # no-op once py-spy has finished
+    return info
+
+
+def _finish_profile(info: dict, http: dict) -> dict:
+    """Summarise the raw stacks; shares -> microseconds per request with the measured runs' server CPU."""
+    raw = Path(info["raw_file"])
+    if "error" not in info:
+        try:
+            summary = profiles.summarize(raw.read_text(errors="replace"))
+        except OSError as error:
+            info["error"] = f"cannot read {raw}: {error}"
+        else:
+            if not summary["samples"]:
+                info["error"] = "py-spy recorded no samples"
+            info.update(summary)
+            info["server_cpu_ms_per_request"] = http.get("server_cpu_ms_per_request")
+            info["us_per_request"] = profiles.per_request(summary, http.get("server_cpu_ms_per_request"))
+    return info
 
 
 def _combine_cpu(cpus: list[dict]) -> dict:
@@ -255,12 +323,14 @@ async def _start_server(pg: Postgres, scratch: Path, kafka: Kafka | None) -> Ser
 
 
 async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, workdir: Path, keys,
-                      kafka: Kafka | None, base_sources: dict) -> None:
+                      kafka: Kafka | None, base_sources: dict, selected: tuple[str, ...],
+                      profile_dir: Path | None, profile_seconds: float) -> None:
     """send/read/inbox: for each, pgbench and HTTP alternate A B B A (half the duration each), so
-    both sides see the same minutes of a noisy machine. chatgql is stopped during pgbench runs."""
+    both sides see the same minutes of a noisy machine. chatgql is stopped during pgbench runs.
+    With profile_dir, a profiled HTTP run (not measured) follows the two measured ones."""
     half = sizes.duration / 2
     results["pgbench"], results["http"] = {}, {}
-    for name in SCENARIOS:
+    for name in (n for n in SCENARIOS if n in selected):
         script, scenario = _script(name, sizes, keys), Scenario(name, sizes)
         log(f"{name}: pgbench / HTTP / HTTP / pgbench, {sizes.clients} connections, {half:g} s each")
         if sizes.warmup > 0:
@@ -269,12 +339,17 @@ async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, w
         server = await _start_server(pg, scratch, kafka)
         try:
             if "probe" not in results:
-                results["probe"] = await _probe(server, sizes)
+                # with --only, read's first pgbench run may already have raised the watermarks
+                results["probe"] = await _probe(server, sizes, READ_BASE_WARMUP - 1 if name == "read" else 1)
             sources = {"server": server.cpu_seconds, **base_sources}
             if sizes.warmup > 0:
                 await asyncio.to_thread(httpload.run, server.port, scenario, workdir, sizes.warmup, READ_BASE_WARMUP)
             b1 = await _http_segment(server, conn, scenario, workdir, half, HTTP_READ_BASES[0], sources)
             b2 = await _http_segment(server, conn, scenario, workdir, half, HTTP_READ_BASES[1], sources)
+            prof = None
+            if profile_dir is not None:
+                log(f"{name}: profiled HTTP run, {profile_seconds:g} s (py-spy on pid {server.pid}; not measured)")
+                prof = await _profile_segment(server, conn, scenario, workdir, profile_seconds, profile_dir)
         finally:
             await asyncio.to_thread(server.stop)
         await conn.execute("TRUNCATE outbox")
@@ -284,6 +359,13 @@ async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, w
         log(f"{name}: pgbench {a1['tps']:.0f} / {a2['tps']:.0f} tps, HTTP {b1['rps']:.0f} / {b2['rps']:.0f} req/s "
             f"-> ratio {http['rps'] / base['tps']:.3f}; {http['generator']} at {http['generator_cpu_pct_of_one_core']}% "
             f"of a core, server at {http['cpu']['pct_of_one_core'].get('server')}%, other {http['cpu']['other_pct']}%")
+        if prof is not None:
+            prof = results.setdefault("profiles", {})[name] = _finish_profile(prof, http)
+            if "error" in prof:
+                log(f"{name}: profile failed: {prof['error']}")
+            else:
+                top = ", ".join(f"{b} {100 * v['share']:.0f}%" for b, v in list(prof["by_component"].items())[:5])
+                log(f"{name}: profile {prof['samples']} samples; self time by package: {top}")
 
 
 async def _phase(results: dict, name: str, coro) -> None:
@@ -297,7 +379,11 @@ async def _phase(results: dict, name: str, coro) -> None:
 
 
 def _verdicts(results: dict) -> dict:
-    v = {}
+    v: dict = {}
+    for figure in results.get("skipped") or ():
+        for key in FIGURE_VERDICTS[figure]:
+            target = TARGETS[key]
+            v[key] = {"skipped": True, "met": None, "value": None, "target": TARGET_TEXT[key].format(target)}
     for name in SCENARIOS:
         http, base = results["http"].get(name), results["pgbench"].get(name)
         if http and base and base["tps"]:
@@ -326,9 +412,45 @@ def _verdicts(results: dict) -> dict:
     return v
 
 
+async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka: Kafka | None,
+                  cpu_sources: dict, selected: tuple[str, ...]) -> None:
+    """live, fanout, connections (those selected), on a chatgql server of their own."""
+    server = None
+    try:
+        server = await _start_server(pg, scratch, kafka)
+        log(f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka' if kafka else 'in-process bus'})")
+        cpu_sources = {"server": server.cpu_seconds, **cpu_sources}
+        if "live" in selected:
+            with _mark("live"):
+                await _phase(results, "live",
+                             live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn)))
+            if "error" not in results["live"]:
+                p, b = results["live"]["product"]["latency_ms"], results["live"]["baseline"]["latency_ms"]
+                log(f"live p50/p99 {p.get('p50')}/{p.get('p99')} ms; baseline {b.get('p50')}/{b.get('p99')} ms")
+            await _drain_outbox(conn)
+        if "fanout" in selected:
+            with _mark("fanout"):
+                await _phase(results, "fanout", fanout.run(server, sizes, cpu_sources))
+        if "connections" in selected:
+            # memory per connection on a fresh server process: one that served the fanout's
+            # websockets has freed memory to reuse, which would hide what new ones cost
+            if "live" in selected or "fanout" in selected:
+                await asyncio.to_thread(server.stop)
+                server = await _start_server(pg, scratch, kafka)
+            with _mark("connections"):
+                await _phase(results, "connections", connections.run(server, sizes))
+        if "error" not in results.get("connections", {"error": "skipped"}):
+            log(f"connections: {results['connections']['kb_per_subscription']} KB per idle subscription")
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
 async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_kafka: bool,
-              keep_scratch: bool = False) -> dict:
+              keep_scratch: bool = False, only: tuple[str, ...] | None = None, profile: bool = False,
+              profile_seconds: float = 5.0) -> dict:
     t_start = time.monotonic()
+    selected = tuple(f for f in FIGURES if only is None or f in only)
     fd_limit = raise_fd_limit()
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-bench-"))
@@ -342,9 +464,25 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
         "load_generator": "wrk " + "(Lua: bench/wrk/gql.lua)" if httpload.wrk_path() else
         "multi-process Python raw-HTTP generator (wrk not installed)",
         "notes": [],
+        "figures": list(selected),
+        "skipped": [f for f in FIGURES if f not in selected],
+        "only": list(only) if only is not None else None,
     }
     results["machine"]["fd_limit"] = fd_limit
-    pg = kafka = server = None
+    profile_dir = None
+    if profile and any(n in selected for n in SCENARIOS):
+        exe = profiles.pyspy_path()
+        results["profiling"] = {"tool": profiles.pyspy_version(exe), "path": exe, "rate_hz": profiles.RATE,
+                                "seconds": profile_seconds, "dir": str(out_dir / "profiles")}
+        if exe:
+            profile_dir = out_dir / "profiles"
+        else:
+            results["profiling"]["error"] = "py-spy is not installed (pip install py-spy, or the bench extra)"
+            results["notes"].append("No profiles: " + results["profiling"]["error"] + ".")
+            log("py-spy not found: no profiles")
+    else:
+        results["profiling"] = {"disabled": True}
+    pg = kafka = None
     conn = None
     try:
         kafka_task = asyncio.create_task(asyncio.to_thread(Kafka.start, scratch)) if use_kafka else None
@@ -369,32 +507,13 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
         cpu_sources = {"postgres": pg.cpu_seconds}
         if kafka:
             cpu_sources["kafka"] = kafka.cpu_seconds
-        await _throughput(results, pg, conn, sizes, scratch, workdir, keys, kafka, cpu_sources)
-
-        server = await _start_server(pg, scratch, kafka)
-        log(f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka' if kafka else 'in-process bus'})")
-        cpu_sources = {"server": server.cpu_seconds, **cpu_sources}
-        with _mark("live"):
-            await _phase(results, "live", live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn)))
-        if "error" not in results["live"]:
-            p, b = results["live"]["product"]["latency_ms"], results["live"]["baseline"]["latency_ms"]
-            log(f"live p50/p99 {p.get('p50')}/{p.get('p99')} ms; baseline {b.get('p50')}/{b.get('p99')} ms")
-        await _drain_outbox(conn)
-        with _mark("fanout"):
-            await _phase(results, "fanout", fanout.run(server, sizes, cpu_sources))
-        # memory per connection on a fresh server process: one that served the fanout's
-        # websockets has freed memory to reuse, which would hide what new ones cost
-        await asyncio.to_thread(server.stop)
-        server = await _start_server(pg, scratch, kafka)
-        with _mark("connections"):
-            await _phase(results, "connections", connections.run(server, sizes))
-        if "error" not in results["connections"]:
-            log(f"connections: {results['connections']['kb_per_subscription']} KB per idle subscription")
+        await _throughput(results, pg, conn, sizes, scratch, workdir, keys, kafka, cpu_sources, selected,
+                          profile_dir, profile_seconds)
+        if any(p in selected for p in PHASES):
+            await _phases(results, pg, conn, sizes, scratch, kafka, cpu_sources, selected)
     finally:
         if conn is not None:
             await conn.close()
-        if server is not None:
-            await asyncio.to_thread(server.stop)
         results["server_log"] = log_summary(scratch / "chatgql.log")
         for entry in results["server_log"]:
             entry["phases"] = sorted({t["phase"] for t in TIMELINE for at in entry["times"]
