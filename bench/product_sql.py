@@ -3,59 +3,61 @@
 Each store function is called with a recording connection, so the pgbench
 baselines run exactly the statements the GraphQL requests run (if someone
 changes the SQL in src/, the baseline follows). Bind parameters keep their
-names: SQLAlchemy's `:name` is also pgbench's variable syntax.
+names: the product's `$n` placeholders become pgbench variables (`:name`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from uuid import UUID
+
+import orjson
 
 from chatgql.events import types as events
 from chatgql.store import conversations, messages, reads
 
 
-class _Result:
-    def first(self):
-        return None
-
-    def one(self):
-        return None
-
-    def scalar_one(self):
-        return None
-
-    def scalar_one_or_none(self):
-        return None
-
-    def __iter__(self):
-        return iter(())
-
-
 class _RecordingConnection:
-    def __init__(self) -> None:
-        self.statements: list[tuple[str, dict]] = []
+    """Stands in for the asyncpg connection store functions take; records what they run."""
 
-    async def execute(self, clause, params=None):
-        self.statements.append((str(clause), dict(params or {})))
-        return _Result()
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple]] = []
+
+    async def _record(self, sql: str, *args):
+        self.statements.append((sql, args))
+
+    async def fetch(self, sql: str, *args):
+        await self._record(sql, *args)
+        return []
+
+    async def fetchrow(self, sql: str, *args):
+        await self._record(sql, *args)
+
+    async def fetchval(self, sql: str, *args):
+        await self._record(sql, *args)
+
+    async def execute(self, sql: str, *args):
+        await self._record(sql, *args)
+        return ""
 
 
 @dataclass(frozen=True)
 class Statement:
-    sql: str
-    params: dict  # an example of what the product binds
+    sql: str  # with pgbench variables (:name) where the product binds $1, $2, ...
+    params: dict  # an example of what the product binds, by those names (JSON as text)
 
     def for_pgbench(self, replace: dict[str, str] | None = None) -> str:
         """The statement as one pgbench command: binds are variables, ';' ends it."""
         sql = self.sql.strip()
         for name, expression in (replace or {}).items():
-            sql = sql.replace(f":{name}", expression)
+            sql = re.sub(rf":{name}\b", expression, sql)
         # pgbench reads a command until ';' (comments and newlines are fine)
         return "\n".join(line.rstrip() for line in sql.splitlines() if line.strip()) + ";"
 
 
-def _record(coro_fn, *args, **kwargs) -> list[Statement]:
+def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]:
+    """Run a store function against the recorder; name its $n parameters (names[n - 1])."""
     conn = _RecordingConnection()
     # The recording connection never suspends: drive the coroutine by hand
     # (this also works inside a running event loop).
@@ -67,7 +69,14 @@ def _record(coro_fn, *args, **kwargs) -> list[Statement]:
     else:
         coro.close()
         raise RuntimeError(f"{coro_fn.__name__} awaited something other than the connection")
-    return [Statement(sql, params) for sql, params in conn.statements]
+    statements = []
+    for sql, values in conn.statements:
+        if len(values) != len(names):
+            raise RuntimeError(f"{coro_fn.__name__} binds {len(values)} parameters; names for {len(names)} given")
+        named = re.sub(r"\$(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], sql)
+        params = {name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values)}
+        statements.append(Statement(named, params))
+    return statements
 
 
 def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
@@ -78,7 +87,7 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
     )
     _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
     (stmt,) = _record(
-        messages.send, conversation_id=conversation_id, sender_id=sender_id, client_msg_id=cmid, body="hello",
+        ("cid", "uid", "cmid", "body", "message_event", "read_event"), messages.send, conversation_id=conversation_id, sender_id=sender_id, client_msg_id=cmid, body="hello",
         message_event=message_event, read_event=read_event,
     )
     return stmt
@@ -87,7 +96,7 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
 def mark_read_statement(conversation_id: int = 1, user_id: int = 1, seq: int = 1) -> Statement:
     """markRead's statement when the watermark advances (the update and its outbox row)."""
     _, event = events.read_updated(conversation_id=conversation_id, user_id=user_id)
-    (stmt,) = _record(reads.advance_watermark, conversation_id, user_id, seq, event)
+    (stmt,) = _record(("cid", "uid", "seq", "event"), reads.advance_watermark, conversation_id, user_id, seq, event)
     return stmt
 
 
@@ -95,6 +104,6 @@ def inbox_statements(user_id: int, page: int, keys: list[tuple[int, int]]) -> li
     """What `inbox(first: page) { nodes { unreadCount lastMessage {...} } }` runs:
     the page query (page + 1 rows, to learn hasNextPage) and one batched
     lastMessage lookup (the message DataLoader). unreadCount needs no query."""
-    stmts = _record(conversations.inbox_page, user_id, page + 1, None)
-    stmts += _record(messages.by_keys, keys)
+    stmts = _record(("uid", "limit"), conversations.inbox_page, user_id, page + 1, None)
+    stmts += _record(("cids", "seqs"), messages.by_keys, keys)
     return stmts

@@ -3,9 +3,11 @@
 py-spy (`pip install py-spy`, or the `bench` extra) attaches to the running server
 (ptrace: root, or CAP_SYS_PTRACE, or kernel.yama.ptrace_scope=0) and writes raw
 collapsed stacks: one line per distinct stack, `frame;frame;...;leaf COUNT`, each
-frame `function (path:line)`. Idle samples (threads waiting in epoll and the like)
-are left out by py-spy, so the shares are shares of the time the process was
-running Python (or C called from Python).
+frame `function (path:line)`. Only samples of a thread holding the GIL are kept
+(`--gil`): a thread waiting in epoll or in a socket call has released it, so the
+shares are shares of the time the process was running Python (or C called from
+Python). Without --gil, py-spy's idle detection misses waits inside uvloop and
+asyncpg's Cython code and charges them as work.
 
 What is reported is SELF time by the package of the leaf frame, not inclusive time:
 py-spy sees Python frames only, so code with no Python frame (uvloop, httptools,
@@ -99,7 +101,7 @@ class Recorder:
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(
                 [self.exe, "record", "-p", str(self.pid), "-f", "raw", "-o", str(self.out), "-r", str(self.rate),
-                 "--nonblocking", "-d", str(max(1, int(round(self.seconds))))],
+                 "--nonblocking", "--gil", "-d", str(max(1, int(round(self.seconds))))],
                 stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
             )
         self.t0 = time.monotonic()
