@@ -13,6 +13,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
+import pytest
 from sqlalchemy import text
 
 ALIASES = 20  # fields per setup document (the server's default alias limit)
@@ -151,6 +152,38 @@ async def test_inbox_page_runs_the_same_few_statements_for_5_and_50_conversation
 
     assert len(large) <= SMALL, large
     assert len(large) == len(small), (small, large)
+
+
+INBOX_LAST_MESSAGE_SPELLINGS = {
+    "nodes": "query($n: Int!) { inbox(first: $n) { nodes { id lastMessage { seq body } } } }",
+    "alias": "query($n: Int!) { inbox(first: $n) { nodes { id last: lastMessage { seq body } } } }",
+    "edges": "query($n: Int!) { inbox(first: $n) { edges { node { id lastMessage { seq body } } } } }",
+    "fragment": "query($n: Int!) { inbox(first: $n) { ...Page } } "
+                "fragment Page on ConversationConnection { nodes { id ...Last } } "
+                "fragment Last on Conversation { lastMessage { seq body } }",
+    "inline": "query($n: Int!) { inbox(first: $n) { ... on ConversationConnection { nodes { id "
+              "... on Conversation { lastMessage { seq body } } } } } }",
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(INBOX_LAST_MESSAGE_SPELLINGS))
+async def test_inbox_loads_every_last_message_in_one_statement_however_it_is_asked_for(
+        server, engine, client, spelling):
+    conversations = await create_groups(client, 41, [42], 30)
+    await send_to_each(client, 42, conversations[:20], rounds=2)  # 10 conversations without messages
+    query = INBOX_LAST_MESSAGE_SPELLINGS[spelling]
+    statements, data = await statements_of(server, engine, client, query, {"n": 30}, user=41)
+    page = data["inbox"]
+    nodes = page["nodes"] if "nodes" in page else [edge["node"] for edge in page["edges"]]
+    assert len(nodes) == 30
+    for node in nodes:
+        last = node.get("lastMessage", node.get("last"))
+        if conversations.index(node["id"]) < 20:
+            assert last == {"seq": 2, "body": f"r1 {node['id']}"}
+        else:
+            assert last is None
+    assert len([s for s in statements if "FROM message" in s]) == 1, statements
+    assert len(statements) == 2, statements  # the page, and the last messages
 
 
 INBOX_WITH_HISTORY = """

@@ -80,6 +80,11 @@ class Context:
             self._loaders = Loaders(self.database, self.viewer_id)
         return self._loaders
 
+    def forget_conversation(self, conversation_id: int) -> None:
+        """After a change: drop what this operation's loaders cached about it (if it has any yet)."""
+        if self._loaders is not None:
+            self._loaders.forget_conversation(conversation_id)
+
     def fresh_loaders(self) -> Loaders:
         """New loaders (a subscription event must not see another event's cache)."""
         return Loaders(self.database, self.viewer_id)

@@ -19,7 +19,7 @@ from .types import Conversation, MarkReadPayload, Message, RemoveMemberPayload, 
 
 async def reload_conversation(info: Info, conversation_id: int) -> Conversation:
     """Read the conversation after a write, past anything cached earlier in the request."""
-    info.context.loaders.forget_conversation(conversation_id)
+    info.context.forget_conversation(conversation_id)
     return await load_conversation(info, conversation_id)
 
 
@@ -79,7 +79,7 @@ class Mutation:
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         ctx.deps.send_limiter.check(viewer)
         result = await do_send_message(ctx.database, viewer, cid, client_msg_id, body)
-        ctx.loaders.forget_conversation(cid)
+        ctx.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
 
     @strawberry.mutation(
@@ -92,7 +92,7 @@ class Mutation:
         cid = check_id(conversation_id, "conversationId")
         ctx.deps.read_limiter.check(viewer)
         result = await do_mark_read(ctx.database, viewer, cid, seq)
-        ctx.loaders.forget_conversation(cid)
+        ctx.forget_conversation(cid)
         return MarkReadPayload(
             conversation_id=ID(str(cid)),
             last_read_seq=result.last_read_seq,

@@ -22,6 +22,7 @@ from .types import (
     inbox_cursor,
     load_message_page,
     parse_inbox_cursor,
+    selects,
 )
 
 
@@ -54,8 +55,12 @@ class Query:
         async with info.context.database.connection() as conn:
             rows = await conversations.inbox_page(conn, info.context.viewer_id, limit + 1, keyset)
         page, more = rows[:limit], len(rows) > limit
+        nodes = [Conversation.from_row(row) for row in page]
+        below = info.selected_fields[0].selections
+        if selects(below, "nodes", "lastMessage") or selects(below, "edges", "node", "lastMessage"):
+            await Conversation.preload_last_messages(info, nodes)
         return ConversationConnection(
-            nodes=[Conversation.from_row(row) for row in page],
+            nodes=nodes,
             activity=[row.activity_at for row in page],
             page_info=PageInfo(
                 has_next_page=more,

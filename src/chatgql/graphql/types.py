@@ -11,11 +11,28 @@ from uuid import UUID
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
+from strawberry.types.nodes import FragmentSpread, InlineFragment
 
 from ..errors import BadUserInput
 from ..services.checks import MAX_ID, PageRequest, check_message_page
 from .loaders import Loaders, PageKey
 from .scalars import Long
+
+
+_NOT_LOADED: Any = object()
+
+
+def selects(selections: list[Any], *path: str) -> bool:
+    """Whether the field at path (GraphQL names) is selected among info.selected_fields
+    selections, looking through fragments (@skip/@include are not evaluated)."""
+    head, *rest = path
+    for selection in selections:
+        if isinstance(selection, FragmentSpread | InlineFragment):
+            if selects(selection.selections, *path):
+                return True
+        elif selection.name == head and (not rest or selects(selection.selections, *rest)):
+            return True
+    return False
 
 
 @strawberry.enum
@@ -168,6 +185,8 @@ class Conversation:
     last_read_seq: Long = strawberry.field(description="The viewer's own watermark here.")
     # A value, not a resolver: an inbox page asks for it on every node.
     unread_count: Long = strawberry.field(description="lastSeq - lastReadSeq for the viewer.")
+    # Set by an inbox page that loaded every node's last message in one go (see Query.inbox).
+    preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
 
     @classmethod
     def from_row(cls, row: Any) -> Conversation:
@@ -193,11 +212,26 @@ class Conversation:
         return [Member.from_row(row) for row in roster.rows]
 
     @strawberry.field
-    async def last_message(self, info: Info) -> Message | None:
+    def last_message(self, info: Info) -> Message | None:
+        # Not `async`: preloaded (an inbox page), the answer is a plain value and the
+        # executor skips a coroutine per node; otherwise it awaits the load below.
         if self.last_seq == 0:
             return None
+        if self.preloaded_last_message is not _NOT_LOADED:
+            return self.preloaded_last_message
+        return self._load_last_message(info)  # type: ignore[return-value]
+
+    async def _load_last_message(self, info: Info) -> Message | None:
         row = await info.context.loaders.message.load((int(self.id), self.last_seq))
         return Message.from_row(row) if row is not None else None
+
+    @staticmethod
+    async def preload_last_messages(info: Info, conversations: list[Conversation]) -> None:
+        """Every conversation's last message in one batched read."""
+        wanted = [c for c in conversations if c.last_seq > 0]
+        rows = await info.context.loaders.message.load_many([(int(c.id), c.last_seq) for c in wanted])
+        for conversation, row in zip(wanted, rows, strict=True):
+            conversation.preloaded_last_message = Message.from_row(row) if row is not None else None
 
     @strawberry.field(description="Same as Query.messages for this conversation.")
     async def messages(
