@@ -118,6 +118,15 @@ async def scratch_database(admin_url: str, name: str) -> str:
     return url
 
 
+async def drop_database(admin_url: str, name: str) -> None:
+    admin = db.create_engine(admin_url, pool_size=1, max_overflow=0)
+    try:
+        async with db.single_statement(admin) as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
 class RunningServer:
     """A real uvicorn serving create_app(settings) on 127.0.0.1, in this event loop."""
 

@@ -37,14 +37,12 @@ import jwt
 import pytest
 import websockets
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 from websockets.exceptions import ConnectionClosed
 
-from chatgql import db
 
 from .conftest import TABLES, RunningServer, make_settings
+from .writepath import open_quiet_server
 from .events.helpers import (
     MESSAGE_NEW,
     PROTOCOLS,
@@ -200,24 +198,9 @@ class Authz:
 
 @pytest.fixture(scope="module")
 async def authz_server(migrated_url: str) -> AsyncIterator[Authz]:
-    url = make_url(db.asyncpg_url(migrated_url))
-    name = f"{url.database}_authz_norelay"
-    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    async with admin.connect() as conn:
-        await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    own_url = url.set(database=name).render_as_string(hide_password=False)
-    await db.upgrade(own_url)
-    engine = db.create_engine(own_url, pool_size=3, max_overflow=2)
-    try:
-        async with RunningServer(make_settings(own_url, run_relay=False, request_timeout_seconds=60)) as running:
-            assert running.runtime.relay is None
-            yield Authz(running, engine)
-    finally:
-        await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+    settings = lambda url: make_settings(url, run_relay=False, request_timeout_seconds=60)  # noqa: E731
+    async with open_quiet_server(migrated_url, "authz", settings) as quiet:
+        yield Authz(quiet.server, quiet.engine)
 
 
 @pytest.fixture

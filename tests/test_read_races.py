@@ -17,25 +17,21 @@ outbox keeps every row (the session server's relay would drain a shared one).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatgql import db
 from chatgql.auth import issue_token
 
-from .conftest import TABLES, GraphQLClient, RunningServer, make_settings
+from .conftest import GraphQLClient
+from .writepath import Quiet, gated, open_quiet_server, quiet, wave  # noqa: F401 (quiet: a fixture)
 
 MARK_READ = ("mutation($c: ID!, $s: Long!) "
              "{ markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }")
@@ -49,82 +45,22 @@ ROSTER = "query($c: ID!) { conversation(id: $c) { lastSeq memberCount members { 
 PAGE = ("query($c: ID!, $a: String, $n: Int) { messages(conversationId: $c, first: 200, after: $a) "
         "{ nodes { seq senderId seenByCount seenBy(first: $n) seen } pageInfo { hasNextPage endCursor } } }")
 
-TIMEOUT = 120
-DB_POOL = 25
 MAX_MEMBERS = 1000
 
 
 # ------------------------------------------------------------------ a relay-less server on a database of its own
 
 
-@dataclass
-class Races:
-    server: RunningServer
-    engine: AsyncEngine
-    client: GraphQLClient | None = None
-
-
 @pytest.fixture(scope="module")
-async def races_server(migrated_url: str) -> AsyncIterator[Races]:
-    url = make_url(db.asyncpg_url(migrated_url))
-    name = f"{url.database}_read_races"
-    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    async with admin.connect() as conn:
-        await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    own_url = url.set(database=name).render_as_string(hide_password=False)
-    await db.upgrade(own_url)
-    engine = db.create_engine(own_url, pool_size=5, max_overflow=5)
-    settings = make_settings(own_url, run_relay=False, request_timeout_seconds=TIMEOUT,
-                             db_pool_size=DB_POOL, db_max_overflow=0)
-    try:
-        async with RunningServer(settings) as running:
-            assert running.runtime.relay is None
-            yield Races(running, engine)
-    finally:
-        await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
-
-
-@contextlib.asynccontextmanager
-async def wave(server: RunningServer) -> AsyncIterator[GraphQLClient]:
-    """A client with a connection pool of its own (no keep-alive connection reused across waves)."""
-    async with httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=300)) as http:
-        yield GraphQLClient(http, server.url, server.settings)
+async def quiet_server(migrated_url: str) -> AsyncIterator[Quiet]:
+    async with open_quiet_server(migrated_url, "read_races") as running:
+        yield running
 
 
 @pytest.fixture
-async def races(races_server: Races) -> AsyncIterator[Races]:
-    async with races_server.engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {TABLES} RESTART IDENTITY"))
-    async with wave(races_server.server) as client:
-        yield Races(races_server.server, races_server.engine, client)
-
-
-async def gated(engine: AsyncEngine, table: str, calls: list[Awaitable[Any]]) -> list[Any]:
-    """Run calls at once, held behind a write lock on `table` until as many as the server's
-    pool lets in wait inside PostgreSQL; then they all race for the same rows."""
-    waiters = min(len(calls), DB_POOL)
-    async with engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
-            task = asyncio.ensure_future(asyncio.gather(*calls))
-            waiting = 0
-            for _ in range(1500):
-                if task.done():
-                    break  # a call failed before the gate: its error is raised below
-                async with engine.connect() as probe:
-                    waiting = (await probe.execute(text(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"))).scalar_one()
-                if waiting >= waiters:
-                    break
-                await asyncio.sleep(0.02)
-    results = await task
-    assert waiting >= waiters, f"only {waiting} of {waiters} calls reached the gate"
-    return results
+async def races(quiet: Quiet) -> Quiet:
+    """The relay-less server, emptied, with a client of this test's own (tests/writepath.py)."""
+    return quiet
 
 
 async def create_group(client: GraphQLClient, owner: int, members: list[int]) -> str:
@@ -162,7 +98,7 @@ def device_tokens(settings: Any, user: int, devices: int) -> list[str]:
     return tokens
 
 
-async def storm(races: Races, cid: str, user: int, calls: list[tuple[int, int]], devices: int) -> list[dict]:
+async def storm(races: Quiet, cid: str, user: int, calls: list[tuple[int, int]], devices: int) -> list[dict]:
     """markRead(seq) for every (device, seq) at once, each from that device's token; answers in call order."""
     tokens = device_tokens(races.server.settings, user, devices)
     async with wave(races.server) as burst:
@@ -257,7 +193,7 @@ class Churn:
     member_counts_seen: list[int]
 
 
-async def churn(races: Races, cid: str, *, owner: int, keeper: int, originals: list[int], pool: list[int],
+async def churn(races: Quiet, cid: str, *, owner: int, keeper: int, originals: list[int], pool: list[int],
                 seed: int, rounds: int, batch: int, allowed: set[str]) -> Churn:
     """Adders, removers, leavers, senders and readers, all at once, through their own connections.
 
@@ -340,7 +276,7 @@ async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[int, int], 
     return last_seq, members, messages
 
 
-async def assert_read_state_consistent(races: Races, cid: str, viewer: int, *, check_every_member: bool,
+async def assert_read_state_consistent(races: Quiet, cid: str, viewer: int, *, check_every_member: bool,
                                        seen_by_first: int) -> dict[int, int]:
     """The invariants of (b), recomputed from the database, once everything has settled."""
     last_seq, members, messages = await db_state(races.engine, cid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +14,11 @@ import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql import db
-from tests.conftest import TABLES, GraphQLClient, RunningServer, make_settings
+from chatgql.settings import Settings
+from tests.conftest import TABLES, GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
 
 TIMEOUT = 120
 DB_POOL = 25  # database connections of each server made here
@@ -80,26 +80,20 @@ class Quiet:
 
 
 @contextlib.asynccontextmanager
-async def open_quiet_server(migrated_url: str, purpose: str) -> AsyncIterator[Quiet]:
+async def open_quiet_server(
+    migrated_url: str, purpose: str, settings: Callable[[str], Settings] = server_settings
+) -> AsyncIterator[Quiet]:
     """A Quiet server on a database named after purpose, dropped afterwards."""
-    url = make_url(db.asyncpg_url(migrated_url))
-    name = f"{url.database}_{purpose}_norelay"
-    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    async with admin.connect() as conn:
-        await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    quiet_url = url.set(database=name).render_as_string(hide_password=False)
-    await db.upgrade(quiet_url)
+    name = f"{make_url(db.asyncpg_url(migrated_url)).database}_{purpose}_norelay"
+    quiet_url = await scratch_database(migrated_url, name)
     engine = db.create_engine(quiet_url, pool_size=5, max_overflow=5)
     try:
-        async with RunningServer(server_settings(quiet_url)) as running:
+        async with RunningServer(settings(quiet_url)) as running:
             assert running.runtime.relay is None
             yield Quiet(running, engine)
     finally:
         await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+        await drop_database(migrated_url, name)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     # PostgreSQL. Unset: an embedded server is started in data_dir.
     database_url: SecretStr | None = None
     data_dir: Path = Path(".chatgql")
+    # The asyncpg pool holds at most db_pool_size + db_max_overflow connections, opened as needed.
     db_pool_size: int = 10
     db_max_overflow: int = 10
     migrate_on_start: bool = True
