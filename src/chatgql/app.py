@@ -121,7 +121,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             else:
                 publisher = BusPublisher(bus)
             runtime.relay = OutboxRelay(database, publisher, on_relayed=metrics.events_relayed.inc)
-            wakeup.local = runtime.relay.wake
+            wakeup.local = runtime.relay
             await _task(stack, runtime.relay.run(), "outbox-relay")
 
         if kafka and settings.run_consumer:
@@ -204,3 +204,10 @@ def create_app(settings: Settings) -> Starlette:
         ],
         lifespan=lifespan,
     )
+
+
+def create_app_from_environment() -> Starlette:
+    """The app of one `chatgql serve --workers N` worker: settings from the environment."""
+    from .settings import load_settings
+
+    return create_app(load_settings())

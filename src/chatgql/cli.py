@@ -32,10 +32,10 @@ def serve(args: argparse.Namespace) -> None:
         overrides["run_relay"] = False
     if args.no_consumer:
         overrides["run_consumer"] = False
+    if args.workers is not None:
+        overrides["workers"] = args.workers
     settings = _settings(**overrides)
-    app = create_app(settings)
-    uvicorn.run(
-        app,
+    server_options: dict[str, object] = dict(
         host=args.host or settings.host,
         port=args.port or settings.port,
         loop="uvloop",
@@ -43,6 +43,38 @@ def serve(args: argparse.Namespace) -> None:
         log_level=args.log_level,
         ws_max_size=1 << 20,
     )
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **server_options)
+        return
+    _serve_workers(settings, overrides, server_options)
+
+
+def _serve_workers(settings: Settings, overrides: dict[str, object], server_options: dict[str, object]) -> None:
+    """uvicorn's worker processes, each building the app from the environment. The database
+    (embedded or not) is ready and migrated here, once, before any of them starts."""
+    import os
+
+    import uvicorn
+
+    from . import db
+
+    embedded = None
+    if settings.database_url is None:
+        embedded, url = db.start_embedded_postgres(settings.data_dir)
+    else:
+        url = settings.database_url.get_secret_value()
+    try:
+        if settings.migrate_on_start:
+            asyncio.run(db.upgrade(url))
+        os.environ["CHATGQL_DATABASE_URL"] = url
+        os.environ["CHATGQL_MIGRATE_ON_START"] = "false"
+        for name, value in overrides.items():
+            os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        uvicorn.run("chatgql.app:create_app_from_environment", factory=True, workers=settings.workers,
+                    **server_options)
+    finally:
+        if embedded is not None:
+            embedded.cleanup()
 
 
 async def _run_until_cancelled(settings: Settings) -> None:
@@ -110,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int)
     p.add_argument("--no-relay", action="store_true", help="do not run the outbox relay in this process")
     p.add_argument("--no-consumer", action="store_true", help="do not run the Kafka consumer in this process")
+    p.add_argument("--workers", type=int, help="API processes sharing the port (CHATGQL_WORKERS; >1 needs redis://)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
 

@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     env: Literal["development", "production"] = "development"
     host: str = "127.0.0.1"
     port: int = 8000
+    # API processes `chatgql serve` runs (uvicorn workers sharing the port). More than one
+    # needs a shared bus (redis://): each worker holds its own subscribers.
+    workers: int = Field(default=1, ge=1)
 
     # PostgreSQL. Unset: an embedded server is started in data_dir.
     database_url: SecretStr | None = None
@@ -82,6 +85,15 @@ class Settings(BaseSettings):
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
             raise ValueError(
                 "CHATGQL_JWT_SECRET must be set to a secret of your own when CHATGQL_ENV=production"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _workers_need_a_shared_bus(self) -> Settings:
+        if self.workers > 1 and self.broadcast_url.startswith("memory://"):
+            raise ValueError(
+                "CHATGQL_WORKERS > 1 needs CHATGQL_BROADCAST_URL=redis://...: every worker serves its own "
+                "subscribers, and events reach all of them only through a bus they share"
             )
         return self
 

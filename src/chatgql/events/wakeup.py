@@ -1,7 +1,8 @@
 """Waking the outbox relay once events have committed.
 
 After a mutation commits, wake() sets the in-process relay's event (if this
-process runs one) and sends one pg_notify for relays in other processes.
+process runs one) and, unless that relay is the leader (the one that drains),
+sends one pg_notify for the relay in another process.
 The NOTIFY is a statement of its own, outside the write transaction (a
 notifying commit takes a database-wide lock), and debounced: at most one in
 flight per process, so a burst of writes costs one NOTIFY, not one each.
@@ -13,6 +14,7 @@ import asyncio
 import logging
 
 from ..db import Database
+from .relay import OutboxRelay
 from ..store import outbox
 
 log = logging.getLogger(__name__)
@@ -21,13 +23,15 @@ log = logging.getLogger(__name__)
 class RelayWakeup:
     def __init__(self, database: Database) -> None:
         self._database = database
-        self.local: asyncio.Event | None = None  # the in-process relay's, when there is one
+        self.local: OutboxRelay | None = None  # the in-process relay, when there is one
         self._dirty = False
         self._task: asyncio.Task | None = None
 
     def wake(self) -> None:
         if self.local is not None:
-            self.local.set()
+            self.local.wake.set()
+            if self.local.is_leader:
+                return
         self._dirty = True
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._notify(), name="outbox-notify")
