@@ -1,5 +1,5 @@
 """python -m bench [--smoke] [--only FIGURES] [--profile | --no-profile] [--profile-seconds S] [--out DIR]
-[--report PATH] [--kafka | --no-kafka] [--keep]"""
+[--report PATH] [--kafka | --no-kafka] [--keep] [--workers N]"""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "out", help="directory for results.json (default bench/out)")
     parser.add_argument("--report", type=Path, default=None,
                         help="markdown report (default: bench/RESULTS.md in full mode, OUT/RESULTS.smoke.md in smoke, "
-                             "OUT/RESULTS.only.md with --only)")
+                             "OUT/RESULTS.only.md with --only, OUT/RESULTS.workersN.md with --workers N > 1)")
     kafka = parser.add_mutually_exclusive_group()
     kafka.add_argument("--kafka", dest="kafka", action="store_true", default=None,
                        help="use a real Kafka (scripts/kafka.sh); the default in full mode")
@@ -37,7 +37,13 @@ def main(argv: list[str] | None = None) -> int:
                       help="no py-spy profiles (the default in smoke mode)")
     parser.add_argument("--profile-seconds", type=float, default=None,
                         help="length of each profiled run (default 5 s, 2 s in smoke mode)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="`chatgql serve --workers N` (CHATGQL_WORKERS): N uvicorn worker processes sharing the "
+                             "port; N > 1 also starts a redis-server for their bus (CHATGQL_BROADCAST_URL). Default 1: "
+                             "one server process, in-process bus. The default report is then OUT/RESULTS.workersN.md")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers: at least 1")
     from .run import FIGURES
 
     only = None
@@ -67,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     profile_seconds = args.profile_seconds or (2.0 if args.smoke else 5.0)
     if args.report:
         report = args.report
+    elif args.workers > 1:
+        # never over bench/RESULTS.md (nor the one-worker smoke or partial report)
+        report = args.out / f"RESULTS.workers{args.workers}.md"
     elif args.smoke:
         report = args.out / "RESULTS.smoke.md"
     elif only is not None and set(only) != set(FIGURES):
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
         return await run(sizes, args.out, report, use_kafka, keep_scratch=args.keep, only=only, profile=profile,
-                         profile_seconds=profile_seconds)
+                         profile_seconds=profile_seconds, workers=args.workers)
 
     try:
         results = asyncio.run(main_task())

@@ -1,8 +1,11 @@
 """What the benchmark runs on: embedded PostgreSQL, Kafka (scripts/kafka.sh),
-a `chatgql serve` process, and CPU accounting per process group."""
+redis-server (the bus between workers, with --workers N > 1), a `chatgql serve`
+process (or uvicorn's supervisor and its N workers), and CPU accounting per
+process group."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import platform
@@ -178,6 +181,81 @@ class Kafka:
         return None
 
 
+# --------------------------------------------------------------------- Redis
+
+
+@dataclass
+class Redis:
+    """redis-server on a free 127.0.0.1 port, nothing persisted (`--save "" --appendonly no`), run from a
+    scratch dir: the bus the chatgql workers share (CHATGQL_BROADCAST_URL) when there are more than one."""
+
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @staticmethod
+    def exe() -> str:
+        return shutil.which("redis-server") or "/usr/bin/redis-server"
+
+    @classmethod
+    def start(cls, scratch: Path, timeout: float = 30) -> "Redis":
+        work = scratch / "redis"
+        work.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        log_path = work / "redis.log"
+        with open(log_path, "ab") as logf:
+            proc = subprocess.Popen(
+                [cls.exe(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(work), "--daemonize", "no"],
+                stdout=logf, stderr=subprocess.STDOUT, cwd=str(work), preexec_fn=die_with_parent,
+            )
+        redis = cls(proc, port, log_path)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return redis
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                redis.stop()
+                tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+                raise RuntimeError(f"redis-server did not start:\n{tail}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        """redis-server's CPU (all its threads: one process)."""
+        return process_cpu(self.pid)
+
+    @classmethod
+    def version(cls) -> str | None:
+        try:
+            out = subprocess.run([cls.exe(), "--version"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        m = re.search(r"v=(\S+)", out)
+        return m.group(1) if m else (out.strip() or None)
+
+
 def process_cpu(pid: int | None) -> float:
     if pid is None:
         return 0.0
@@ -192,11 +270,21 @@ def process_cpu(pid: int | None) -> float:
 
 
 class Server:
-    """`chatgql serve` as its own process on 127.0.0.1, so its CPU is its own."""
+    """`chatgql serve` as its own process on 127.0.0.1, so its CPU is its own.
 
-    def __init__(self, database_url: str, scratch: Path, kafka: Kafka | None) -> None:
+    workers > 1: `chatgql serve` with CHATGQL_WORKERS=N and the redis bus (CHATGQL_BROADCAST_URL); the
+    process started is then uvicorn's supervisor and the work is done by its N worker processes (plus
+    the helper multiprocessing starts). CPU and RSS are summed over that whole process tree; /metrics
+    is per worker, so the figures read from it are asked of every worker and summed.
+    """
+
+    def __init__(self, database_url: str, scratch: Path, kafka: Kafka | None, workers: int = 1,
+                 broadcast_url: str | None = None) -> None:
+        if workers > 1 and not (broadcast_url or "").startswith("redis"):
+            raise ValueError("more than one worker needs a redis:// broadcast URL")
         self.port = free_port()
         self.kafka = kafka
+        self.workers = workers
         self.log_path = scratch / "chatgql.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
         env.update(
@@ -208,6 +296,10 @@ class Server:
         )
         if kafka is not None:
             env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap
+        if workers > 1:
+            env["CHATGQL_WORKERS"] = str(workers)
+        if broadcast_url:
+            env["CHATGQL_BROADCAST_URL"] = broadcast_url
         self.env = env
         self.proc: subprocess.Popen | None = None
 
@@ -229,14 +321,20 @@ class Server:
         )
 
     def wait_ready(self, timeout: float = 90) -> None:
+        """/readyz answers 200; with workers, every one of the N workers has answered 200."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"chatgql exited at startup; log: {self.log_path}\n{self.tail()}")
             try:
-                with urllib.request.urlopen(self.base + "/readyz", timeout=2) as r:
-                    if r.status == 200:
+                if self.workers == 1:
+                    with urllib.request.urlopen(self.base + "/readyz", timeout=2) as r:
+                        if r.status == 200:
+                            return
+                elif len(self.worker_pids()) >= self.workers:
+                    answers = self.ask_each_worker("/readyz", timeout=min(10.0, max(1.0, deadline - time.monotonic())))
+                    if len(answers) >= self.workers and all(status == 200 for status, _ in answers.values()):
                         return
             except Exception:
                 pass
@@ -252,39 +350,144 @@ class Server:
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGINT)
+        try:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        self.proc.send_signal(signal.SIGINT)  # uvicorn's supervisor stops its workers itself
         try:
             self.proc.wait(15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+        # workers are not in the supervisor's process group's death signal: none may outlive it
+        _gone, alive = psutil.wait_procs(tree, timeout=10)
+        for child in alive:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     @property
     def pid(self) -> int:
+        """The process started: `chatgql serve` itself, or with workers uvicorn's supervisor."""
         assert self.proc is not None
         return self.proc.pid
 
+    def processes(self) -> list[psutil.Process]:
+        """The server's live process tree: the process started and all its live descendants."""
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def worker_pids(self) -> list[int]:
+        """With workers: uvicorn's worker processes (the supervisor's children, not multiprocessing's
+        resource tracker). One worker: the server process itself."""
+        if self.workers == 1:
+            return [self.pid]
+        pids = []
+        try:
+            for child in psutil.Process(self.pid).children():
+                try:
+                    if not any("resource_tracker" in part for part in child.cmdline()):
+                        pids.append(child.pid)
+                except psutil.Error:
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+        return pids
+
     def cpu_seconds(self) -> float:
-        return process_cpu(self.pid)
+        """user + system CPU of the process tree: one process, or the supervisor plus every live
+        descendant (the workers). A descendant that exits mid-run takes its CPU with it (a process's
+        children_* times count only children it waited for, and uvicorn's workers are reaped by
+        the supervisor only at shutdown), so that CPU would be lost: workers do not exit during a run."""
+        total = 0.0
+        for proc in self.processes():
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
 
     def rss(self) -> int:
-        return psutil.Process(self.pid).memory_info().rss
+        """RSS of the process, or summed over the process tree (supervisor + workers) with workers."""
+        total = 0
+        for proc in self.processes():
+            try:
+                total += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    # ---- per-worker HTTP (uvicorn's workers share one listening socket; each answers for itself)
+
+    def _owner(self, client_port: int, pids: list[int]) -> int | None:
+        """The worker holding the server side of our connection from client_port."""
+        for pid in pids:
+            try:
+                for c in psutil.Process(pid).net_connections("tcp"):
+                    if c.raddr and c.raddr.port == client_port and c.laddr.port == self.port:
+                        return pid
+            except psutil.Error:
+                continue
+        return None
+
+    def ask_each_worker(self, path: str, timeout: float = 10.0) -> dict[int, tuple[int, bytes]]:
+        """GET path from every worker: worker pid -> (status, body).
+
+        A new connection lands on whichever worker accepts it first, so connections are opened
+        (one request each) until every worker has answered one, found by which worker process
+        holds the accepted socket. Workers that did not answer in time are missing from the result."""
+        pids = self.worker_pids()
+        answers: dict[int, tuple[int, bytes]] = {}
+        deadline = time.monotonic() + timeout
+        while len(answers) < len(pids) and time.monotonic() < deadline:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=max(1.0, deadline - time.monotonic()))
+            try:
+                conn.request("GET", path)
+                response = conn.getresponse()
+                body = response.read()
+                assert conn.sock is not None
+                owner = self._owner(conn.sock.getsockname()[1], pids)  # still open (keep-alive)
+                if owner is not None and owner not in answers:
+                    answers[owner] = (response.status, body)
+            finally:
+                conn.close()
+        return answers
 
     def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as r:
-            text = r.read().decode()
+        """/metrics as {sample: value}; with workers every worker's, summed (every chatgql metric the
+        bench reads is a per-process count)."""
+        if self.workers == 1:
+            with urllib.request.urlopen(self.base + "/metrics", timeout=10) as r:
+                return _parse_metrics(r.read().decode())
+        answers = self.ask_each_worker("/metrics", timeout=30)
+        if len(answers) < self.workers:
+            log(f"/metrics answered by {len(answers)} of {self.workers} workers: the sums miss the others")
         out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                try:
-                    out[name] = float(value)
-                except ValueError:
-                    pass
+        for _status, body in answers.values():
+            for name, value in _parse_metrics(body.decode()).items():
+                out[name] = out.get(name, 0.0) + value
         return out
 
     def active_subscriptions(self) -> int:
         return int(self.metrics().get("chatgql_subscriptions_active", 0))
+
+
+def _parse_metrics(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
 
 
 def log_summary(path: Path) -> list[dict]:

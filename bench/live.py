@@ -264,15 +264,19 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
     }
 
 
-async def bus_baseline(sizes: layout.Sizes, rate: float) -> dict:
-    """Smoke mode without Kafka: a broadcaster memory:// publish -> subscriber round trip."""
-    from broadcaster import Broadcast
+async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None) -> dict:
+    """No Kafka: a broadcaster publish -> subscriber round trip on the bus the server uses:
+    memory:// (in this process), or with workers the same redis-server (through the product's own
+    redis backend), a channel of its own."""
+    from chatgql.events.bus import _new_broadcast
 
-    bus = Broadcast("memory://")
+    url = url or "memory://"
+    bus = _new_broadcast(url)
     await bus.connect()
     got: dict[str, int] = {}
     try:
-        async with bus.subscribe("bench") as sub:
+        sub_channel = f"bench.roundtrip.{uuid.uuid4().hex[:8]}"
+        async with bus.subscribe(sub_channel) as sub:
             async def reader() -> None:
                 async for event in sub:
                     if event is None:
@@ -284,7 +288,7 @@ async def bus_baseline(sizes: layout.Sizes, rate: float) -> dict:
             async def send_one(i: int) -> tuple[str, int]:
                 key = str(uuid.uuid4())
                 start = time.monotonic_ns()
-                await bus.publish("bench", key)
+                await bus.publish(sub_channel, key)
                 return key, start
 
             count = int(rate * sizes.live_seconds)
@@ -292,21 +296,29 @@ async def bus_baseline(sizes: layout.Sizes, rate: float) -> dict:
             await asyncio.sleep(0.2)
             task.cancel()
     finally:
+        # broadcaster's redis listener task dies with a ConnectionError when disconnect() closes its
+        # connection (and cancels it only after): stop it first, so nothing is left unretrieved
+        listener = getattr(getattr(bus, "_backend", None), "_listener", None)
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
         await bus.disconnect()
     lat, missing = _latencies(starts, got, set())
+    kind = ("in-process broadcaster memory:// round trip" if url.startswith("memory") else
+            "broadcaster redis:// publish -> subscribe round trip, same redis-server")
     return {
-        "kind": "in-process broadcaster memory:// round trip (smoke mode has no Kafka; not a Kafka baseline)",
+        "kind": kind + " (no Kafka in this run; not a Kafka baseline)",
         "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count, "received": len(lat),
         "missing": missing, "latency_ms": stats_ms(lat), **sched,
     }
 
 
-async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float) -> dict:
+async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float, bus_url: str | None) -> dict:
     if kafka is not None:
         log(f"live: bare Kafka round trip at {rate:g}/s")
         baseline = await kafka_baseline(kafka.bootstrap, sizes, cpu_sources, rate)
     else:
-        baseline = await bus_baseline(sizes, rate)
+        baseline = await bus_baseline(sizes, rate, bus_url)
     log(f"live: product path at {rate:g}/s")
     result = await product(server, sizes, cpu_sources, rate)
     p99, base_p99 = result["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
@@ -319,12 +331,15 @@ async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: flo
     }
 
 
-async def run(server, kafka, sizes: layout.Sizes, cpu_sources: dict, settle) -> dict:
+async def run(server, kafka, sizes: layout.Sizes, cpu_sources: dict, settle, bus_url: str | None = None) -> dict:
     """The target rate, and first a lower one (what the path costs when the server is not saturated).
-    settle(): waits until the server has relayed everything (between the two)."""
-    out: dict = {"transport": "kafka" if kafka is not None else "in-process bus"}
+    settle(): waits until the server has relayed everything (between the two). bus_url: the redis://
+    bus the server's workers share (None: the in-process bus)."""
+    bus = "redis bus" if bus_url else "in-process bus"
+    out: dict = {"transport": f"kafka + {bus}" if kafka is not None and bus_url else
+                 "kafka" if kafka is not None else bus}
     if sizes.live_low_rate:
-        out["lower_rate"] = await _pair(server, kafka, sizes, cpu_sources, sizes.live_low_rate)
+        out["lower_rate"] = await _pair(server, kafka, sizes, cpu_sources, sizes.live_low_rate, bus_url)
         await settle()
-    out.update(await _pair(server, kafka, sizes, cpu_sources, sizes.live_rate))
+    out.update(await _pair(server, kafka, sizes, cpu_sources, sizes.live_rate, bus_url))
     return out

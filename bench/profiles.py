@@ -14,6 +14,12 @@ py-spy sees Python frames only, so code with no Python frame (uvloop, httptools,
 asyncpg's Cython protocol, orjson, greenlet switches) is charged to the nearest Python
 frame below it, and stacks that run inside a greenlet (SQLAlchemy's async adapter)
 may be cut at the greenlet boundary, which makes "everything under X" unreliable.
+
+With `chatgql serve --workers N` py-spy records the supervisor and all its workers
+(`--subprocesses`): each stack then starts with `process PID:"command line"` frames (the
+sampled process's ancestors', then its own), counted per sampled process (`by_process`)
+and dropped before the stack is summarised, so the shares are over the samples of every
+process together.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ RATE = 200  # samples per second
 # bucket label, in the order the report lists them (then "other")
 BUCKETS = (
     "strawberry", "graphql-core", "sqlalchemy", "asyncpg", "uvicorn+httptools", "starlette",
-    "asyncio/event loop", "json/orjson", "jwt", "aiokafka", "chatgql", "python stdlib (other)",
+    "asyncio/event loop", "json/orjson", "jwt", "aiokafka", "redis-py", "chatgql", "python stdlib (other)",
     "no Python frame", "other",
 )
 _PREFIXES = (  # first match wins; matched against the path py-spy prints (site-packages stripped)
@@ -56,7 +62,10 @@ _PREFIXES = (  # first match wins; matched against the path py-spy prints (site-
     ("jwt/", "jwt"),
     ("aiokafka/", "aiokafka"),
     ("kafka/", "aiokafka"),
+    ("redis/", "redis-py"),  # the redis bus client (workers)
 )
+_PROCESS_FRAME = re.compile(r'^process (?P<pid>\d+):')  # py-spy --subprocesses: the root frame of each stack
+_PROCESS_END = re.compile(r'"(?: \([^()]*\))?$')
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 
 
@@ -84,10 +93,12 @@ def pyspy_version(path: str | None) -> str | None:
 
 
 class Recorder:
-    """`py-spy record` on one pid, in the background, for a fixed number of seconds."""
+    """`py-spy record` on one pid (subprocesses: and all its descendants), in the background, for a
+    fixed number of seconds."""
 
-    def __init__(self, pid: int, seconds: float, out: Path, rate: int = RATE) -> None:
+    def __init__(self, pid: int, seconds: float, out: Path, rate: int = RATE, subprocesses: bool = False) -> None:
         self.pid, self.seconds, self.out, self.rate = pid, seconds, out, rate
+        self.subprocesses = subprocesses
         self.exe = pyspy_path()
         self.proc: subprocess.Popen | None = None
         self.log = out.with_suffix(".pyspy.log")
@@ -101,7 +112,8 @@ class Recorder:
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(
                 [self.exe, "record", "-p", str(self.pid), "-f", "raw", "-o", str(self.out), "-r", str(self.rate),
-                 "--nonblocking", "--gil", "-d", str(max(1, int(round(self.seconds))))],
+                 "--nonblocking", "--gil", "-d", str(max(1, int(round(self.seconds))))]
+                + (["--subprocesses"] if self.subprocesses else []),
                 stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
             )
         self.t0 = time.monotonic()
@@ -200,12 +212,23 @@ def summarize(text: str, top: int = 12) -> dict:
     """Self time by leaf package (shares), the top leaf functions, and how deep stacks went."""
     stacks = parse_raw(text)
     total = sum(n for _, n in stacks)
+    by_process: Counter[str] = Counter()
     by_bucket: Counter[str] = Counter()
     by_leaf: Counter[tuple[str, str]] = Counter()
     leaf_bucket: dict[tuple[str, str], str] = {}
     chatgql_anywhere = 0
     for frames, n in stacks:
         frames = [f for f in frames if f.strip()]
+        pid = None
+        while frames and (m := _PROCESS_FRAME.match(frames[0].strip())):
+            # a child's stacks start with its ancestors' process frames, then its own: the last one is the
+            # sampled process. A frame is `process PID:"command line"`, and a command line may hold ';'
+            # (multiprocessing's `-c "from multiprocessing.spawn import spawn_main; spawn_main(...)"`)
+            pid = m.group("pid")
+            end = next((i for i, f in enumerate(frames) if _PROCESS_END.search(f.strip())), 0)
+            frames = frames[end + 1:]
+        if pid is not None:
+            by_process[pid] += n
         func, path = split_frame(frames[-1]) if frames else ("(no Python frame)", "")
         b = bucket(path)
         by_bucket[b] += n
@@ -226,6 +249,9 @@ def summarize(text: str, top: int = 12) -> dict:
         "top_leaves": [{"function": f, "file": p, "component": leaf_bucket[(f, p)], "samples": n, "share": share(n)}
                        for (f, p), n in by_leaf.most_common(top)],
         "chatgql_frame_anywhere_share": share(chatgql_anywhere),
+        # with --subprocesses: samples per pid (GIL holders only, so the supervisor has next to none)
+        **({"by_process": {pid: {"samples": n, "share": share(n)} for pid, n in by_process.most_common()}}
+           if by_process else {}),
     }
 
 

@@ -44,12 +44,31 @@ def _us(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
-def _budget_us(vd: dict | None) -> float | None:
-    """Server CPU per request that one core could afford at the target's throughput."""
+def _workers(r: dict) -> int:
+    return int((r.get("config") or {}).get("workers") or 1)
+
+
+def _bus(r: dict) -> str:
+    return (r.get("config") or {}).get("bus") or "memory"
+
+
+def _cores(n: int) -> str:
+    return "one core" if n == 1 else f"{n} cores"
+
+
+def _server_label(r: dict) -> str:
+    """What "the server" is in this run."""
+    n = _workers(r)
+    return "the chatgql process" if n == 1 else f"the chatgql server ({n} workers + supervisor, summed)"
+
+
+def _budget_us(vd: dict | None, cores: int = 1) -> float | None:
+    """Server CPU per request that `cores` cores (one per worker process) could afford at the target's
+    throughput."""
     if not vd or not vd.get("pgbench_tps"):
         return None
     target = float(str(vd["target"]).lstrip(">= "))
-    return 1e6 / (target * vd["pgbench_tps"])
+    return cores * 1e6 / (target * vd["pgbench_tps"])
 
 
 def _profile_overview(r: dict) -> list[str]:
@@ -68,9 +87,13 @@ def _profile_overview(r: dict) -> list[str]:
         out += ["**No profile succeeded**: " + "; ".join(f"{n}: `{e[:300]}`" for n, e in failed.items()), ""]
         return out
     names = list(profs)
+    n = _workers(r)
+    sampled = ("the `chatgql serve` process" if n == 1 else
+               f"uvicorn's supervisor and its {n} worker processes (`--subprocesses`; the samples of all of them "
+               "together)")
     out.append(
         f"After the measured runs of each HTTP figure, one more {_f(info.get('seconds'), 0)} s run (same load, not "
-        f"counted anywhere) with {info.get('tool') or 'py-spy'} sampling the `chatgql serve` process at "
+        f"counted anywhere) with {info.get('tool') or 'py-spy'} sampling {sampled} at "
         f"{info.get('rate_hz')} Hz. Each sample is charged to the package of its **leaf** Python frame (self time); "
         "C code without a Python frame of its own (uvloop, httptools, asyncpg's Cython protocol, orjson, greenlet) "
         "is charged to the Python frame that called it or, for callbacks the loop runs from C, to the loop's "
@@ -95,13 +118,19 @@ def _profile_overview(r: dict) -> list[str]:
     out.append("| **total (measured runs)** | " + " | ".join(
         f"**{_us(1000 * profs[n]['server_cpu_ms_per_request'])}**" for n in names) + " |")
     verdicts = r.get("verdicts") or {}
-    budgets = [_budget_us(verdicts.get(n)) for n in names]
-    out.append("| budget at the target, one core | " + " | ".join(
+    budgets = [_budget_us(verdicts.get(name), n) for name in names]
+    out.append(f"| budget at the target, {_cores(n)} | " + " | ".join(
         _us(b) if b else "-" for b in budgets) + " |")
     out.append("")
-    out.append("*budget*: the server CPU per request at which one fully busy core (the most one `chatgql serve` "
-               "process can use) would serve the target throughput (target ratio x pgbench tps); the real budget is "
-               "lower, since PostgreSQL and the load generator share the machine's cores.")
+    if n == 1:
+        out.append("*budget*: the server CPU per request at which one fully busy core (the most one `chatgql serve` "
+                   "process can use) would serve the target throughput (target ratio x pgbench tps); the real budget "
+                   "is lower, since PostgreSQL and the load generator share the machine's cores.")
+    else:
+        out.append(f"*budget*: the server CPU per request (summed over the {n} workers) at which {n} fully busy cores "
+                   f"(the most {n} single-threaded worker processes can use) would serve the target throughput "
+                   "(target ratio x pgbench tps); the real budget is lower, since PostgreSQL, redis and the load "
+                   f"generator share the machine's {r.get('machine', {}).get('logical_cores')} cores.")
     if failed:
         out.append("")
         out.append("Profiles that failed: " + "; ".join(f"{n}: `{e[:300]}`" for n, e in failed.items()))
@@ -109,7 +138,7 @@ def _profile_overview(r: dict) -> list[str]:
     return out
 
 
-def _profile_section(prof: dict, vd: dict | None, http: dict) -> list[str]:
+def _profile_section(prof: dict, vd: dict | None, http: dict, workers: int = 1) -> list[str]:
     out = ["#### Profile", ""]
     if "error" in prof:
         return out + [f"**No profile:** `{prof['error'][:400]}` (the run went on; the figures are unaffected)."]
@@ -121,10 +150,15 @@ def _profile_section(prof: dict, vd: dict | None, http: dict) -> list[str]:
                   "that races the interpreter is dropped)" if lost else "") + " at "
                f"{_f(load.get('rps'), 0)} req/s (server CPU {_f(load.get('server_cpu_ms_per_request'), 2)} ms/request "
                f"under the profiler, {load.get('errors', 0)} errors). "
-               f"**CPU per request** (measured runs): the chatgql process {_f(cpu_ms, 2)} ms, PostgreSQL "
-               f"{_f(http.get('postgres_cpu_ms_per_request'), 2)} ms"
-               + (f"; to meet the target one core could spend at most {_us(_budget_us(vd))} us per request."
-                  if _budget_us(vd) else "."))
+               f"**CPU per request** (measured runs): "
+               + ("the chatgql process" if workers == 1 else f"the chatgql server ({workers} workers, summed)")
+               + f" {_f(cpu_ms, 2)} ms, PostgreSQL {_f(http.get('postgres_cpu_ms_per_request'), 2)} ms"
+               + (f"; to meet the target {_cores(workers)} could spend at most {_us(_budget_us(vd, workers))} us "
+                  "per request." if _budget_us(vd, workers) else "."))
+    if prof.get("by_process"):
+        out.append("")
+        out.append("Samples per process (GIL holders only): " + ", ".join(
+            f"pid {pid} {100 * v['share']:.0f}%" for pid, v in prof["by_process"].items()) + ".")
     out.append("")
     out.append("| component (leaf frame's package) | share of samples | server CPU, us per request |")
     out.append("|---|---|---|")
@@ -154,11 +188,20 @@ def render(r: dict) -> str:
     cmd = "python -m bench" + (" --smoke" if r.get("mode") == "smoke" else "")
     if r.get("only"):
         cmd += " --only " + ",".join(r["only"])
+    workers = _workers(r)
+    if workers > 1:
+        cmd += f" --workers {workers}"
     add(f"Generated by `{cmd}` "
         f"({r.get('mode')} mode) on {r.get('started_at')}; the whole run took {_f(r.get('total_seconds'))} s. "
         "Every figure that matters is a ratio to a baseline measured in the same run, on the same machine "
         "and the same database. Raw numbers: `bench/out/results.json`.")
     add("")
+    if workers > 1:
+        add(f"**chatgql ran as {workers} worker processes** (`chatgql serve --workers {workers}`: uvicorn's supervisor "
+            f"and {workers} workers sharing the port), with a **{_bus(r)} bus** between them (the bench's own "
+            "redis-server). Server CPU and RSS are summed over the supervisor and its workers; redis is measured "
+            "apart, like PostgreSQL and Kafka.")
+        add("")
 
     skipped = r.get("skipped") or []
     if skipped:
@@ -167,7 +210,8 @@ def render(r: dict) -> str:
         add("")
     add("## Targets")
     add("")
-    add("| figure | chatgql | baseline (same run) | ratio / value | target | |")
+    add("| figure | chatgql" + (f" ({workers} workers, {_bus(r)} bus)" if workers > 1 else "")
+        + " | baseline (same run) | ratio / value | target | |")
     add("|---|---|---|---|---|---|")
 
     def add_skipped(name: str) -> None:
@@ -200,7 +244,8 @@ def render(r: dict) -> str:
         add(f"| live p99 at {_f(lv['product']['rate_per_s'], 0)} msg/s ({lv['transport']}) | p50 {_f(p.get('p50'), 1)} / "
             f"p99 {_f(p.get('p99'), 1)} ms | - | **{_f(p.get('p99'), 1)} ms** | {verdicts['live_p99_ms']['target']} "
             f"| {_yes(verdicts['live_p99_ms']['met'])} |")
-        base_label = "bare Kafka round trip" if lv["transport"] == "kafka" else "bare in-process bus (smoke)"
+        base_label = ("bare Kafka round trip" if lv["transport"].startswith("kafka") else
+                      "bare redis bus round trip" if "redis" in lv["transport"] else "bare in-process bus (smoke)")
         add(f"| live p99 vs {base_label} | p99 {_f(p.get('p99'), 1)} ms | p50 {_f(b.get('p50'), 2)} / "
             f"p99 {_f(b.get('p99'), 2)} ms | **{_f(lv.get('ratio_p99'), 2)}x** (p50: {_f(lv.get('ratio_p50'), 2)}x) "
             f"| {verdicts['live_vs_kafka_p99']['target']} | {_yes(verdicts['live_vs_kafka_p99']['met'])} |")
@@ -221,7 +266,8 @@ def render(r: dict) -> str:
     if co and "error" in co:
         co = None
     if co and "kb_per_subscription" in verdicts:
-        add(f"| memory per idle subscribed websocket ({co['opened']:,} open) | server RSS {_f(co['rss_before_mb'])} -> "
+        rss_label = "server RSS" if workers == 1 else f"server RSS (summed over {workers} workers + supervisor)"
+        add(f"| memory per idle subscribed websocket ({co['opened']:,} open) | {rss_label} {_f(co['rss_before_mb'])} -> "
             f"{_f(co['rss_after_mb'])} MiB | - | **{_f(co['kb_per_subscription'])} KB** "
             f"| {verdicts['kb_per_subscription']['target']} | {_yes(verdicts['kb_per_subscription']['met'])} |")
     for name in ("live", "fanout", "connections"):
@@ -239,8 +285,20 @@ def render(r: dict) -> str:
     add("- " + ", ".join(f"{k} {val}" for k, val in v.items()
                          if val and k not in ("java", "wrk", "chatgql_commit", "chatgql_source")))
     add(f"- load generator: {v.get('wrk') or r.get('load_generator')}; Kafka runs on {v.get('java')}")
-    add(f"- chatgql commit: {v.get('chatgql_commit')} (code from `{v.get('chatgql_source', '?')}`); the server runs `chatgql serve` (one process: API, outbox "
-        "relay and Kafka consumer; uvicorn with uvloop and httptools) with CHATGQL_ENV=production and default settings "
+    cfg = r.get("config") or {}
+    add(f"- server configuration: **{workers} worker{'s' if workers > 1 else ''}** (CHATGQL_WORKERS), "
+        f"**{_bus(r)} bus** (CHATGQL_BROADCAST_URL"
+        + (f" = `{cfg['bus_url']}`, redis-server {v.get('redis') or '?'}, nothing persisted" if cfg.get("bus_url")
+           else " = memory://, in-process") + "), "
+        + ("Kafka" if cfg.get("kafka", bool(v.get("kafka"))) else "no Kafka (events go straight to the bus)"))
+    if workers == 1:
+        shape = "one process: API, outbox relay and Kafka consumer; uvicorn with uvloop and httptools"
+    else:
+        shape = (f"`--workers {workers}`: uvicorn's supervisor and {workers} worker processes sharing the port, each "
+                 "with the API, an outbox relay (one leads, the others stand by) and a Kafka consumer in one group; "
+                 "uvloop and httptools; each worker its own pool")
+    add(f"- chatgql commit: {v.get('chatgql_commit')} (code from `{v.get('chatgql_source', '?')}`); the server runs "
+        f"`chatgql serve` ({shape}) with CHATGQL_ENV=production and default settings "
         "(pool 10+10, rate limits on; topic chat.events with 16 partitions)")
     ps = r.get("postgres_settings") or {}
     if ps:
@@ -254,8 +312,17 @@ def render(r: dict) -> str:
         f"{m.get('logical_cores')} cores, so 100% = one core's worth). *other* is what the machine spent beyond "
         "the processes listed (other work on the machine: noise).")
     add("")
-    add("| run | throughput | load generator | chatgql server | PostgreSQL | Kafka | other | machine busy (all cores) |")
-    add("|---|---|---|---|---|---|---|---|")
+    has_redis = workers > 1 or any("redis" in ((res or {}).get("cpu") or {}).get("pct_of_one_core", {})
+                                   for kind in ("pgbench", "http") for res in (r.get(kind) or {}).values())
+    redis_col = " Redis |" if has_redis else ""
+    server_col = "chatgql server" + (f" ({workers} workers, summed)" if workers > 1 else "")
+    add(f"| run | throughput | load generator | {server_col} | PostgreSQL | Kafka |{redis_col} other "
+        "| machine busy (all cores) |")
+    add("|---|---|---|---|---|---|---|---|" + ("---|" if has_redis else ""))
+
+    def redis_cell(cpu: dict | None) -> str:
+        return f" {_cpu(cpu, 'redis')} |" if has_redis else ""
+
     for name in ("send_spread", "send_hot", "read", "inbox"):
         for kind in ("pgbench", "http"):
             res = (r.get(kind) or {}).get(name)
@@ -269,7 +336,7 @@ def render(r: dict) -> str:
                 gen = f"{'wrk' if res['generator'] == 'wrk' else 'python'} {res['generator_cpu_pct_of_one_core']:.0f}%"
                 thr = f"{_f(res['rps'], 0)} req/s"
             add(f"| {name} ({'pgbench' if kind == 'pgbench' else 'HTTP'}) | {thr} | {gen} | {_cpu(cpu, 'server')} "
-                f"| {_cpu(cpu, 'postgres')} | {_cpu(cpu, 'kafka')} | {cpu.get('other_pct', '-')}% "
+                f"| {_cpu(cpu, 'postgres')} | {_cpu(cpu, 'kafka')} |{redis_cell(cpu)} {cpu.get('other_pct', '-')}% "
                 f"| {cpu.get('machine_busy_pct', '-')}% |")
     if lv:
         pairs = ([lv["lower_rate"]] if lv.get("lower_rate") else []) + [lv]
@@ -280,7 +347,8 @@ def render(r: dict) -> str:
             if cpu:
                 add(f"| {label} | {_f(res['rate_per_s'], 0)} msg/s | sender {cpu.get('harness_pct'):.0f}%, receiver "
                     f"{_cpu(cpu, 'subscriber')} | "
-                    f"{_cpu(cpu, 'server')} | {_cpu(cpu, 'postgres')} | {_cpu(cpu, 'kafka')} | {cpu.get('other_pct')}% "
+                    f"{_cpu(cpu, 'server')} | {_cpu(cpu, 'postgres')} | {_cpu(cpu, 'kafka')} |{redis_cell(cpu)} "
+                    f"{cpu.get('other_pct')}% "
                     f"| {cpu.get('machine_busy_pct')}% |")
     add("")
     http = r.get("http") or {}
@@ -290,12 +358,22 @@ def render(r: dict) -> str:
         servers = [res["cpu"]["pct_of_one_core"].get("server", 0) for res in http.values()]
         per = ", ".join(f"{name} {res['server_cpu_ms_per_request']:.1f} ms" for name, res in http.items()
                         if res.get("server_cpu_ms_per_request") is not None)
-        add(f"CPU the chatgql process spent per request: {per} (less sensitive to other load on the machine than throughput: "
-            "one server process uses at most one core).")
+        if workers == 1:
+            add(f"CPU the chatgql process spent per request: {per} (less sensitive to other load on the machine than "
+                "throughput: one server process uses at most one core).")
+        else:
+            add(f"CPU the chatgql server spent per request, summed over its {workers} workers and the supervisor: "
+                f"{per} (less sensitive to other load on the machine than throughput: {workers} single-threaded "
+                f"worker processes use at most {workers} cores).")
         add("")
+        server_what = ("the chatgql server process (one Python process, so at most 100%)" if workers == 1 else
+                       f"the chatgql server ({workers} Python worker processes plus the supervisor, summed, so at most "
+                       f"{workers * 100}%"
+                       + (f"; on this {m.get('logical_cores')}-core machine at most {100 * m['logical_cores']}%"
+                          if (m.get("logical_cores") or workers) < workers else "") + ")")
         add(f"The HTTP load generator ({next(iter(http.values()))['generator']}, {threads} threads, "
             f"{s.get('clients')} connections) used {min(gens):.0f}-{max(gens):.0f}% of one core, out of "
-            f"{threads * 100}% it could use; the chatgql server process (one Python process, so at most 100%) "
+            f"{threads * 100}% it could use; {server_what} "
             f"used {min(servers):.0f}-{max(servers):.0f}%. "
             + ("The generator was not the bottleneck." if max(gens) < 60 * threads else
                "**The generator used a large share of its capacity: treat the HTTP figures as lower bounds.**"))
@@ -319,10 +397,13 @@ def render(r: dict) -> str:
         add(f"- pgbench: {_f(base['transactions'])} transactions = **{_f(base['tps'], 0)} tps** (the two runs: {bseg}); "
             f"latency average {base['latency_avg_ms']} ms; failed {base['failed']}.")
         if http_r.get("server_cpu_ms_per_request") is not None:
-            add(f"- CPU per request: the chatgql process {http_r['server_cpu_ms_per_request']:.2f} ms, PostgreSQL "
+            ms = max(http_r['server_cpu_ms_per_request'], 0.001)
+            who = ("One core running the chatgql process" if workers == 1 else
+                   f"{workers} cores running the {workers} chatgql workers (one each)")
+            add(f"- CPU per request: {_server_label(r)} {http_r['server_cpu_ms_per_request']:.2f} ms, PostgreSQL "
                 f"{http_r['postgres_cpu_ms_per_request']:.2f} ms; per pgbench transaction, PostgreSQL "
-                f"{base.get('postgres_cpu_ms_per_transaction') or 0:.2f} ms. One core running the chatgql process "
-                f"alone would top out near {1000 / max(http_r['server_cpu_ms_per_request'], 0.001):,.0f} requests/s.")
+                f"{base.get('postgres_cpu_ms_per_transaction') or 0:.2f} ms. {who} "
+                f"alone would top out near {workers * 1000 / ms:,.0f} requests/s.")
         chk, bchk = http_r.get("check", {}), base.get("check", {})
         if name.startswith("send"):
             add(f"- Checked in the database: HTTP run stored {_f(chk.get('messages_stored'))} messages for "
@@ -341,7 +422,7 @@ def render(r: dict) -> str:
         prof = (r.get("profiles") or {}).get(name)
         if prof:
             add("")
-            lines.extend(_profile_section(prof, verdicts.get(name), http_r))
+            lines.extend(_profile_section(prof, verdicts.get(name), http_r, workers))
         add("")
 
     if lv:
@@ -387,8 +468,12 @@ def render(r: dict) -> str:
             f"each) opened in {co['open_seconds']} s from {co['client_processes']} client processes, after "
             f"{co['warmup_connections']} warm-up ones; the server reported {co['server_active_subscriptions']:,} "
             f"active subscriptions.")
+        rss_what = ("Server RSS" if workers == 1 else
+                    f"Server RSS, **summed over the {workers} worker processes and uvicorn's supervisor** (and "
+                    "multiprocessing's resource tracker), with the websockets spread over the workers as they "
+                    "accepted them")
         add(f"- measured on a freshly started `chatgql serve` (the process that ran the other phases has freed "
-            f"memory it would reuse). Server RSS: {co['rss_idle_mb']} MiB idle, {co['rss_before_mb']} MiB after the warm-up, "
+            f"memory it would reuse). {rss_what}: {co['rss_idle_mb']} MiB idle, {co['rss_before_mb']} MiB after the warm-up, "
             f"{co['rss_after_mb']} MiB with all open: **{co['kb_per_subscription']} KB per subscribed websocket**"
             " (kernel socket buffers are not in RSS).")
         if co.get("open_errors"):
@@ -406,7 +491,10 @@ def render(r: dict) -> str:
         f"and started again (then warmed up) for the HTTP runs.")
     add("- send: `SELECT * FROM chat_send(...)` with the event payloads the product builds; pgbench makes the "
         "clientMsgId with gen_random_uuid(). The product also relays the outbox (the relay and Kafka run during the "
-        "HTTP runs, in the same server process, as `chatgql serve` does by default); pgbench runs while no chatgql "
+        "HTTP runs, "
+        + ("in the same server process, as `chatgql serve` does by default" if workers == 1 else
+           f"in the {workers} worker processes: one relay leads, the events reach the other workers over redis")
+        + "); pgbench runs while no chatgql "
         "process is up, so nothing relays its outbox rows (they are counted, then truncated).")
     add("- read: the markRead statement (watermark update + read.updated outbox row in one CTE); every pgbench "
         "client and every wrk thread raises its own conversations' watermarks with increasing seqs, so (nearly) "
@@ -417,7 +505,8 @@ def render(r: dict) -> str:
     add(f"- live: user {layout.LIVE_USER:,} subscribes to messageNew over all its conversations in its own process; "
         "a raw keep-alive HTTP client sends at a fixed rate (open loop) to its "
         f"{s.get('live_conversations')} conversations; latency = receive time - request start.")
-    add("- Client and server share the machine's cores: the generators, PostgreSQL, Kafka and chatgql compete for "
+    add("- Client and server share the machine's cores: the generators, PostgreSQL, Kafka"
+        + (", redis" if workers > 1 else "") + " and chatgql compete for "
         f"{m.get('logical_cores')} cores, as the CPU table shows.")
     logged = r.get("server_log") or []
     if logged:

@@ -1,10 +1,11 @@
 """The whole benchmark, in order:
 
-1. scratch dir; Kafka (full mode, or --kafka) via scripts/kafka.sh; embedded
-   PostgreSQL; migrations; seed (bench/layout.py).
+1. scratch dir; Kafka (full mode, or --kafka) via scripts/kafka.sh; redis-server
+   (with --workers N > 1: the bus the workers share); embedded PostgreSQL;
+   migrations; seed (bench/layout.py).
 2. pgbench baselines (no chatgql running, so no relay competes): send spread,
    send hot, read, inbox. Outbox rows they write are counted, then truncated.
-3. `chatgql serve` in its own process; the same four as HTTP GraphQL via wrk
+3. `chatgql serve` in its own process (with workers: uvicorn's supervisor and N workers); the same four as HTTP GraphQL via wrk
    (same connections, same duration, same warm-up). The outbox is drained
    between runs. After the measured HTTP runs of each, an extra short run with
    py-spy recording the server (not counted in any figure): bench/profiles.py.
@@ -29,7 +30,7 @@ import orjson
 from chatgql import db
 
 from . import connections, fanout, httpload, layout, live, pgbench, profiles, report
-from .infra import (CpuMeter, Kafka, Postgres, Server, dump_json, log, log_summary, machine_info,
+from .infra import (CpuMeter, Kafka, Postgres, Redis, Server, dump_json, log, log_summary, machine_info,
                     raise_fd_limit, versions)
 from .rawhttp import Pool
 from .queries import Scenario, inbox_body, read_body, send_body, token
@@ -173,7 +174,8 @@ async def _profile_segment(server: Server, conn, scenario: Scenario, workdir: Pa
     """
     raw = profile_dir / f"{scenario.name}.txt"
     info: dict = {"seconds": seconds, "rate_hz": profiles.RATE, "raw_file": str(raw)}
-    recorder = profiles.Recorder(server.pid, seconds, raw)
+    # with workers: py-spy follows uvicorn's supervisor and every worker (--subprocesses)
+    recorder = profiles.Recorder(server.pid, seconds, raw, subprocesses=server.workers > 1)
     try:
         await _drain_outbox(conn)
         recorder.start()
@@ -315,8 +317,9 @@ def _combine_http(name: str, segs: list[dict], sizes: layout.Sizes) -> dict:
     return out
 
 
-async def _start_server(pg: Postgres, scratch: Path, kafka: Kafka | None) -> Server:
-    server = Server(pg.url, scratch, kafka)
+async def _start_server(pg: Postgres, scratch: Path, kafka: Kafka | None, workers: int = 1,
+                        broadcast_url: str | None = None) -> Server:
+    server = Server(pg.url, scratch, kafka, workers=workers, broadcast_url=broadcast_url)
     server.spawn()
     await asyncio.to_thread(server.wait_ready)
     return server
@@ -324,7 +327,7 @@ async def _start_server(pg: Postgres, scratch: Path, kafka: Kafka | None) -> Ser
 
 async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, workdir: Path, keys,
                       kafka: Kafka | None, base_sources: dict, selected: tuple[str, ...],
-                      profile_dir: Path | None, profile_seconds: float) -> None:
+                      profile_dir: Path | None, profile_seconds: float, server_opts: dict) -> None:
     """send/read/inbox: for each, pgbench and HTTP alternate A B B A (half the duration each), so
     both sides see the same minutes of a noisy machine. chatgql is stopped during pgbench runs.
     With profile_dir, a profiled HTTP run (not measured) follows the two measured ones."""
@@ -336,7 +339,7 @@ async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, w
         if sizes.warmup > 0:
             await asyncio.to_thread(pgbench.run, pg, script, sizes, workdir, sizes.warmup)
         a1 = await _pg_segment(pg, conn, name, script, sizes, workdir, half, PG_READ_BASES[0], base_sources)
-        server = await _start_server(pg, scratch, kafka)
+        server = await _start_server(pg, scratch, kafka, **server_opts)
         try:
             if "probe" not in results:
                 # with --only, read's first pgbench run may already have raised the watermarks
@@ -348,7 +351,8 @@ async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, w
             b2 = await _http_segment(server, conn, scenario, workdir, half, HTTP_READ_BASES[1], sources)
             prof = None
             if profile_dir is not None:
-                log(f"{name}: profiled HTTP run, {profile_seconds:g} s (py-spy on pid {server.pid}; not measured)")
+                who = f"pid {server.pid}" + (f" and its {server.workers} workers" if server.workers > 1 else "")
+                log(f"{name}: profiled HTTP run, {profile_seconds:g} s (py-spy on {who}; not measured)")
                 prof = await _profile_segment(server, conn, scenario, workdir, profile_seconds, profile_dir)
         finally:
             await asyncio.to_thread(server.stop)
@@ -413,17 +417,21 @@ def _verdicts(results: dict) -> dict:
 
 
 async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka: Kafka | None,
-                  cpu_sources: dict, selected: tuple[str, ...]) -> None:
+                  cpu_sources: dict, selected: tuple[str, ...], server_opts: dict) -> None:
     """live, fanout, connections (those selected), on a chatgql server of their own."""
     server = None
     try:
-        server = await _start_server(pg, scratch, kafka)
-        log(f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka' if kafka else 'in-process bus'})")
+        server = await _start_server(pg, scratch, kafka, **server_opts)
+        bus = "redis bus" if server_opts.get("broadcast_url") else "in-process bus"
+        log(f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka + ' if kafka else ''}{bus}"
+            + (f", {server.workers} workers: pids {', '.join(map(str, server.worker_pids()))})" if server.workers > 1
+               else ")"))
         cpu_sources = {"server": server.cpu_seconds, **cpu_sources}
         if "live" in selected:
             with _mark("live"):
                 await _phase(results, "live",
-                             live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn)))
+                             live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn),
+                                      server_opts.get("broadcast_url")))
             if "error" not in results["live"]:
                 p, b = results["live"]["product"]["latency_ms"], results["live"]["baseline"]["latency_ms"]
                 log(f"live p50/p99 {p.get('p50')}/{p.get('p99')} ms; baseline {b.get('p50')}/{b.get('p99')} ms")
@@ -436,7 +444,7 @@ async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka
             # websockets has freed memory to reuse, which would hide what new ones cost
             if "live" in selected or "fanout" in selected:
                 await asyncio.to_thread(server.stop)
-                server = await _start_server(pg, scratch, kafka)
+                server = await _start_server(pg, scratch, kafka, **server_opts)
             with _mark("connections"):
                 await _phase(results, "connections", connections.run(server, sizes))
         if "error" not in results.get("connections", {"error": "skipped"}):
@@ -448,7 +456,7 @@ async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka
 
 async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_kafka: bool,
               keep_scratch: bool = False, only: tuple[str, ...] | None = None, profile: bool = False,
-              profile_seconds: float = 5.0) -> dict:
+              profile_seconds: float = 5.0, workers: int = 1) -> dict:
     t_start = time.monotonic()
     selected = tuple(f for f in FIGURES if only is None or f in only)
     fd_limit = raise_fd_limit()
@@ -467,6 +475,9 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
         "figures": list(selected),
         "skipped": [f for f in FIGURES if f not in selected],
         "only": list(only) if only is not None else None,
+        # how `chatgql serve` runs: N worker processes (1: one process, today's default) and the bus
+        # that feeds subscriptions (memory: in-process; redis: the bench's own redis-server, shared by the workers)
+        "config": {"workers": workers, "bus": "redis" if workers > 1 else "memory", "kafka": use_kafka},
     }
     results["machine"]["fd_limit"] = fd_limit
     profile_dir = None
@@ -482,11 +493,17 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
             log("py-spy not found: no profiles")
     else:
         results["profiling"] = {"disabled": True}
-    pg = kafka = None
+    pg = kafka = redis = None
     conn = None
+    server_opts: dict = {"workers": workers}
     try:
         kafka_task = asyncio.create_task(asyncio.to_thread(Kafka.start, scratch)) if use_kafka else None
-        log(f"{sizes.mode} run; scratch {scratch}")
+        log(f"{sizes.mode} run; scratch {scratch}" + (f"; chatgql with {workers} workers" if workers > 1 else ""))
+        if workers > 1:
+            redis = Redis.start(scratch)  # on the main thread: its death signal follows the starting thread
+            server_opts["broadcast_url"] = redis.url
+            results["config"]["bus_url"] = redis.url
+            log(f"redis-server pid {redis.pid} at {redis.url}")
         pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
         await db.upgrade(pg.url)
         conn = await _connect(pg)
@@ -502,15 +519,18 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
             "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', "
             "'max_connections', 'wal_level', 'max_wal_size', 'checkpoint_timeout')")}
         results["postgres_settings"] = settings
-        results["versions"] = versions({"postgresql": pg_version, "kafka": Kafka.version() if kafka else None})
+        results["versions"] = versions({"postgresql": pg_version, "kafka": Kafka.version() if kafka else None,
+                                        "redis": Redis.version() if redis else None})
 
         cpu_sources = {"postgres": pg.cpu_seconds}
         if kafka:
             cpu_sources["kafka"] = kafka.cpu_seconds
+        if redis:
+            cpu_sources["redis"] = redis.cpu_seconds
         await _throughput(results, pg, conn, sizes, scratch, workdir, keys, kafka, cpu_sources, selected,
-                          profile_dir, profile_seconds)
+                          profile_dir, profile_seconds, server_opts)
         if any(p in selected for p in PHASES):
-            await _phases(results, pg, conn, sizes, scratch, kafka, cpu_sources, selected)
+            await _phases(results, pg, conn, sizes, scratch, kafka, cpu_sources, selected, server_opts)
     finally:
         if conn is not None:
             await conn.close()
@@ -523,6 +543,8 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
                                 "seconds": round(t["end"] - t["start"], 1)} for t in TIMELINE]
         if kafka is not None:
             await asyncio.to_thread(kafka.stop)
+        if redis is not None:
+            await asyncio.to_thread(redis.stop)
         if pg is not None:
             await asyncio.to_thread(pg.stop)
         if not keep_scratch:
