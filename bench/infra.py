@@ -146,15 +146,24 @@ class Kafka:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, scratch: Path) -> "Kafka":
-        port = free_port(pair=True)
-        kafka = cls(port, scratch / "kafka")
+    def start(cls, scratch: Path, attempts: int = 3) -> "Kafka":
+        """A broker on free ports; tried again on new ports when another process took one
+        between choosing it and the broker binding it (Kafka then fails to start)."""
         env = dict(os.environ, KAFKA_HEAP=os.environ.get("KAFKA_HEAP", "512m"))
-        subprocess.run(
-            [str(KAFKA_SH), "start", "--port", str(port), "--dir", str(kafka.data_dir)],
-            check=True, stdout=subprocess.DEVNULL, env=env,
-        )
-        return kafka
+        for attempt in range(1, attempts + 1):
+            port = free_port(pair=True)
+            kafka = cls(port, scratch / f"kafka-{attempt}")
+            try:
+                subprocess.run(
+                    [str(KAFKA_SH), "start", "--port", str(port), "--dir", str(kafka.data_dir)],
+                    check=True, stdout=subprocess.DEVNULL, env=env,
+                )
+                return kafka
+            except subprocess.CalledProcessError:
+                kafka.stop()
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         subprocess.run(
