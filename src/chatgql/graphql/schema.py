@@ -30,10 +30,15 @@ from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
+from .shared import SharedEventExecutor, SharedResults
 from .subscriptions import Subscription
 
 
 class ChatSchema(strawberry.Schema):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, execution_context_class=SharedEventExecutor, **kwargs)
+        self.shared_results = SharedResults()
+
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
         # only internal ones are logged.

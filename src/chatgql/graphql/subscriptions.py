@@ -1,7 +1,9 @@
 """Subscription root: live events from this process's Dispatcher.
 
 Over websockets the context lives as long as the connection, so every event
-gets its own loaders (nothing is cached across events).
+gets its own loaders (nothing is cached across events), made when a field of
+that event first needs one. Each event keeps the dispatched dict it came from
+(`source`): subscribers of one event may share its result (see shared.py).
 """
 
 from __future__ import annotations
@@ -51,9 +53,11 @@ class Subscription:
                 client_msg_id=UUID(event["clientMsgId"]),
                 body=event["body"],
                 created_at=datetime.fromisoformat(event["createdAt"]),
-                loaders=info.context.fresh_loaders(),
+                new_loaders=info.context.fresh_loaders,
             )
-            yield MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message)
+            yield MessageNewEvent(
+                conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
+            )
 
     @strawberry.subscription(description="Watermark moves in one conversation, or in all of the viewer's.")
     async def read_updated(
@@ -64,4 +68,5 @@ class Subscription:
                 conversation_id=ID(str(event["conversationId"])),
                 user_id=ID(str(event["userId"])),
                 last_read_seq=event["lastReadSeq"],
+                source=event,
             )
