@@ -26,6 +26,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .app import create_app
+    from .websocket import LeanWebSocketProtocol
 
     overrides: dict[str, object] = {}
     if args.no_relay:
@@ -40,6 +41,7 @@ def serve(args: argparse.Namespace) -> None:
         port=args.port or settings.port,
         loop="uvloop",
         http="httptools",
+        ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
         ws_max_size=1 << 20,
     )

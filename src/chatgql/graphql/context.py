@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,7 @@ class Context:
 
     @property
     def loaders(self) -> Loaders:
-        """This operation's loaders (see FreshLoadersPerOperation for websockets)."""
+        """This operation's loaders (see ChatOperation for websockets)."""
         if self._loaders is None:
             self._loaders = Loaders(self.engine, self.viewer_id)
         return self._loaders
@@ -84,22 +85,39 @@ class Context:
         return Loaders(self.engine, self.viewer_id)
 
 
-class FreshLoadersPerOperation(SchemaExtension):
-    """A websocket's context lives as long as the connection: give each operation
-    on it new loaders, so no operation reads another's cache."""
+@functools.lru_cache(maxsize=16)
+def _with_rules(base: tuple[type, ...], extra: tuple[type, ...]) -> tuple[type, ...]:
+    """base + extra, one tuple for all operations (a subscription keeps its operation's for its lifetime)."""
+    return base + extra
 
-    def on_operation(self) -> Iterator[None]:
-        context = self.execution_context.context
+
+class ChatOperation(SchemaExtension):
+    """chatgql's per-operation set-up, as one extension. A subscription keeps its
+    operation's extensions, and its on_operation hooks open, for as long as it
+    lives: so there is one extension, and its set-up runs as parsing starts (it
+    is listed before the parser cache; parsing happens once per operation)
+    rather than in on_operation:
+
+    - the parser's token limit (what Strawberry's MaxTokensLimiter does);
+    - chatgql's validation rules (what AddValidationRules does);
+    - fresh loaders per operation: a websocket's context lives as long as the
+      connection, so no operation may read another's cache;
+    - once a mutation has committed its outbox rows, wake the relay (a mutation
+      that wrote nothing costs one spurious, harmless wake-up).
+    """
+
+    def __init__(self, max_tokens: int, validation_rules: tuple[type, ...]) -> None:
+        self.max_tokens = max_tokens
+        self.validation_rules = validation_rules
+
+    def on_parse(self) -> Iterator[None]:
+        execution_context = self.execution_context
+        execution_context.parse_options["max_tokens"] = self.max_tokens
+        execution_context.validation_rules = _with_rules(execution_context.validation_rules, self.validation_rules)
+        context = execution_context.context
         if isinstance(context, Context) and isinstance(context.request, WebSocket):
             context._loaders = None
         yield
-
-
-class WakeRelayAfterMutations(SchemaExtension):
-    """Mutations write outbox rows; once they have committed, wake the relay.
-
-    (A mutation that wrote nothing costs one spurious, harmless wake-up.)
-    """
 
     def on_execute(self) -> Iterator[None]:
         yield

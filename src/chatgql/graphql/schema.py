@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,13 +19,14 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.extensions import AddValidationRules, MaxTokensLimiter, ParserCache, ValidationCache
+from strawberry.extensions import ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from ..errors import Unauthenticated
-from .context import Context, Deps, FreshLoadersPerOperation, WakeRelayAfterMutations
+from .context import ChatOperation, Context, Deps
 from .errors import to_contract_errors
 from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
@@ -66,15 +68,13 @@ def build_schema(
     max_tokens: int = 3000,
     max_batch_operations: int = 10,
 ) -> ChatSchema:
-    rules = [limits_rule(limits)] + ([] if introspection else [NoSchemaIntrospectionCustomRule])
+    # The same rule classes for every request: ValidationCache keys on them.
+    rules = (limits_rule(limits),) + (() if introspection else (NoSchemaIntrospectionCustomRule,))
     extensions: list[Any] = [
-        FreshLoadersPerOperation,
-        WakeRelayAfterMutations,
+        # Token limit, validation rules, fresh loaders, relay wake-up (one extension, see its docstring).
         # Before the parser cache: it sets the parser's token limit.
-        lambda: MaxTokensLimiter(max_token_count=max_tokens),
+        lambda: ChatOperation(max_tokens, rules),
         lambda: ParserCache(maxsize=1024),
-        # The same rule classes for every request: ValidationCache keys on them.
-        lambda: AddValidationRules(rules),
         lambda: ValidationCache(maxsize=1024),
     ]
     return ChatSchema(
@@ -93,8 +93,19 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
+class _TransportWSHandler(BaseGraphQLTransportWSHandler):
+    async def handle_connection_init(self, message: Any) -> None:
+        await super().handle_connection_init(message)
+        task = self.connection_init_timeout_task
+        if self.connection_init_received and task is not None and (task.done() or task.cancelling()):
+            # Cancelled (its job is over): let it go rather than keep it as long as the connection.
+            self.connection_init_timeout_task = None
+
+
 class ChatGraphQL(GraphQL):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
+
+    graphql_transport_ws_handler_class = _TransportWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
@@ -158,6 +169,11 @@ class ChatGraphQL(GraphQL):
             raise json.JSONDecodeError("nested too deeply", "", 0) from None
         if not isinstance(parsed, dict):
             raise json.JSONDecodeError("a message must be a JSON object", "", 0)
+        payload = parsed.get("payload")
+        if isinstance(payload, dict) and isinstance(payload.get("query"), str):
+            # A subscription keeps its document's text as long as it lives; thousands of
+            # subscribers send the same one: keep one copy.
+            payload["query"] = sys.intern(payload["query"])
         return parsed
 
     async def parse_http_body(self, request: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import strawberry
@@ -22,7 +23,8 @@ from ..services.checks import check_id
 from .types import Message, MessageNewEvent, ReadUpdatedEvent
 
 
-async def _events(info: Info, conversation_id: ID | None, event_type: str) -> AsyncGenerator[dict, None]:
+async def _events(info: Info, conversation_id: ID | None, event_type: str) -> Any:
+    """The Dispatcher registration to iterate (`async with ... as events`), once the viewer may subscribe."""
     ctx = info.context
     viewer = ctx.viewer_id
     cid = None
@@ -31,9 +33,7 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> As
         # NOT_FOUND unless a member (asked afresh: the connection may be old).
         if await ctx.fresh_loaders().conversation.load(cid) is None:
             raise conversation_not_found(cid)
-    async with ctx.deps.dispatcher.subscribe(viewer, cid, event_type) as subscription:
-        async for event in subscription:
-            yield event
+    return ctx.deps.dispatcher.subscribe(viewer, cid, event_type)
 
 
 @strawberry.type
@@ -45,28 +45,30 @@ class Subscription:
     async def message_new(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET
     ) -> AsyncGenerator[MessageNewEvent, None]:
-        async for event in _events(info, conversation_id, events.MESSAGE_NEW):
-            message = Message(
-                conversation_id=ID(str(event["conversationId"])),
-                seq=event["seq"],
-                sender_id=ID(str(event["senderId"])),
-                client_msg_id=UUID(event["clientMsgId"]),
-                body=event["body"],
-                created_at=datetime.fromisoformat(event["createdAt"]),
-                new_loaders=info.context.fresh_loaders,
-            )
-            yield MessageNewEvent(
-                conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
-            )
+        async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
+            async for event in subscription:
+                message = Message(
+                    conversation_id=ID(str(event["conversationId"])),
+                    seq=event["seq"],
+                    sender_id=ID(str(event["senderId"])),
+                    client_msg_id=UUID(event["clientMsgId"]),
+                    body=event["body"],
+                    created_at=datetime.fromisoformat(event["createdAt"]),
+                    new_loaders=info.context.fresh_loaders,
+                )
+                yield MessageNewEvent(
+                    conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
+                )
 
     @strawberry.subscription(description="Watermark moves in one conversation, or in all of the viewer's.")
     async def read_updated(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET
     ) -> AsyncGenerator[ReadUpdatedEvent, None]:
-        async for event in _events(info, conversation_id, events.READ_UPDATED):
-            yield ReadUpdatedEvent(
-                conversation_id=ID(str(event["conversationId"])),
-                user_id=ID(str(event["userId"])),
-                last_read_seq=event["lastReadSeq"],
-                source=event,
-            )
+        async with await _events(info, conversation_id, events.READ_UPDATED) as subscription:
+            async for event in subscription:
+                yield ReadUpdatedEvent(
+                    conversation_id=ID(str(event["conversationId"])),
+                    user_id=ID(str(event["userId"])),
+                    last_read_seq=event["lastReadSeq"],
+                    source=event,
+                )
