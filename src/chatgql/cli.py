@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -35,6 +36,12 @@ def serve(args: argparse.Namespace) -> None:
         overrides["run_consumer"] = False
     settings = _settings(**overrides)
     app = create_app(settings)
+    # What exists now (modules, the schema, ...) lives as long as the process: keep it out of
+    # the collector's full passes, which otherwise walk it all (measured: pauses of 100-300 ms
+    # in a 1,000-subscriber fanout).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)  # was (700, 10, 10): a young collection per 10,000 allocations
     uvicorn.run(
         app,
         host=args.host or settings.host,

@@ -89,15 +89,44 @@ class SharedResults:
             self._entries.popitem(last=False)
 
 
+class _Done:
+    """Stands in for a per-event executor whose result is already known."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: ExecutionResult) -> None:
+        self.result = result
+
+    def execute_operation(self, serially: bool | None = None) -> ExecutionResult:
+        return self.result
+
+
 class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
     """Strawberry's executor; per subscription event, reuses a result when the selection allows it."""
 
     _shared: SharedResults | None = None  # set on per-event executors of sharable operations
 
     def build_per_event_executor(self, payload: Any) -> Any:
+        shared = self._shared_results()
+        if shared is not None:
+            key = self._key(payload)
+            found = shared.get(key) if key is not None else None
+            if found is not None:
+                return _Done(found)  # no executor to copy: execute_subscription_event only calls this
         executor = super().build_per_event_executor(payload)
-        executor._shared = self._shared_results()
+        executor._shared = shared
         return executor
+
+    def _key(self, payload: Any) -> tuple | None:
+        source = getattr(payload, "source", None)
+        if source is None:
+            return None
+        try:
+            key = (id(source), id(self.operation), tuple(sorted(self.variable_values.coerced.items())))
+            hash(key)
+        except TypeError:  # a variable value that is not hashable: execute as usual
+            return None
+        return key
 
     def _shared_results(self) -> SharedResults | None:
         verdict = self.__dict__.get("_verdict")
@@ -109,15 +138,10 @@ class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
 
     def execute_operation(self, serially: bool | None = None) -> Any:
         shared = self._shared
-        source = getattr(self.root_value, "source", None)
-        if shared is None or source is None:
+        key = self._key(self.root_value) if shared is not None else None
+        if key is None:
             return super().execute_operation(serially)
-        try:
-            variables = tuple(sorted(self.variable_values.coerced.items()))
-            key = (id(source), id(self.operation), variables)
-            hash(key)
-        except TypeError:  # a variable value that is not hashable: execute as usual
-            return super().execute_operation(serially)
+        source = self.root_value.source
         found = shared.get(key)
         if found is not None:
             return found

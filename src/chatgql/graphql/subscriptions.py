@@ -36,6 +36,24 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> An
     return ctx.deps.dispatcher.subscribe(viewer, cid, event_type)
 
 
+_last: list = [None, None]  # [event, its Message fields]: an event's subscribers come one after another
+
+
+def _message_fields(event: dict) -> dict:
+    """A message.new event's fields as Message takes them (parsed once per event, not per subscriber)."""
+    if _last[0] is not event:
+        _last[1] = {
+            "conversation_id": ID(str(event["conversationId"])),
+            "seq": event["seq"],
+            "sender_id": ID(str(event["senderId"])),
+            "client_msg_id": UUID(event["clientMsgId"]),
+            "body": event["body"],
+            "created_at": datetime.fromisoformat(event["createdAt"]),
+        }
+        _last[0] = event
+    return _last[1]
+
+
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
@@ -47,15 +65,7 @@ class Subscription:
     ) -> AsyncGenerator[MessageNewEvent, None]:
         async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
             async for event in subscription:
-                message = Message(
-                    conversation_id=ID(str(event["conversationId"])),
-                    seq=event["seq"],
-                    sender_id=ID(str(event["senderId"])),
-                    client_msg_id=UUID(event["clientMsgId"]),
-                    body=event["body"],
-                    created_at=datetime.fromisoformat(event["createdAt"]),
-                    new_loaders=info.context.fresh_loaders,
-                )
+                message = Message(**_message_fields(event), new_loaders=info.context.fresh_loaders)
                 yield MessageNewEvent(
                     conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
                 )
