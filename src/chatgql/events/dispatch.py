@@ -19,7 +19,6 @@ import asyncio
 import logging
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from ..errors import LimitExceeded, NotFound
 from . import types as events
