@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Match, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from . import db
@@ -135,9 +136,18 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
 
 
 class ChatApp(Starlette):
-    """Starlette, with POST /graphql (nearly every request) handed straight to the
-    GraphQL view: it answers every outcome itself, so routing and the middleware
-    stack only cost time there. Everything else goes through Starlette."""
+    """Starlette, with the two kinds of traffic that matter handed straight to their handler:
+
+    - POST /graphql (nearly every request) goes to the GraphQL view, which answers
+      every outcome itself: routing and the middleware stack would only cost time.
+    - A websocket matching a WebSocketRoute goes to that route: an idle websocket
+      keeps its whole call chain alive while it is open, and Starlette's error and
+      exception middleware and its router add six coroutine frames (~3 KB) to each
+      while giving a websocket session nothing. The scope gets what the router
+      would have set.
+
+    Everything else goes through Starlette.
+    """
 
     def __init__(self, graphql: ChatGraphQL, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -148,6 +158,17 @@ class ChatApp(Starlette):
             scope["app"] = self
             await self.graphql(scope, receive, send)
             return
+        if scope["type"] == "websocket":
+            for route in self.router.routes:
+                if isinstance(route, WebSocketRoute):
+                    match, child_scope = route.matches(scope)
+                    if match is Match.FULL:
+                        scope["app"] = self
+                        scope.setdefault("router", self.router)
+                        scope["route"] = route
+                        scope.update(child_scope)
+                        await route.handle(scope, receive, send)
+                        return
         await super().__call__(scope, receive, send)
 
 
@@ -210,4 +231,15 @@ def create_app_from_environment() -> Starlette:
     """The app of one `chatgql serve --workers N` worker: settings from the environment."""
     from .settings import load_settings
 
-    return create_app(load_settings())
+    app = create_app(load_settings())
+    keep_startup_objects_out_of_gc()
+    return app
+
+
+def keep_startup_objects_out_of_gc() -> None:
+    """What exists once the app is built (modules, the schema, ...) lives as long as the
+    process: keep it out of the collector's full passes, which otherwise walk it all
+    (measured: pauses of 100-300 ms in a 1,000-subscriber fanout)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)  # was (700, 10, 10): a young collection per 10,000 allocations

@@ -25,7 +25,8 @@ def _settings(**overrides: object) -> Settings:
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from .app import create_app
+    from .app import create_app, keep_startup_objects_out_of_gc
+    from .websocket import LeanWebSocketProtocol
 
     overrides: dict[str, object] = {}
     if args.no_relay:
@@ -40,11 +41,14 @@ def serve(args: argparse.Namespace) -> None:
         port=args.port or settings.port,
         loop="uvloop",
         http="httptools",
+        ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
         ws_max_size=1 << 20,
     )
     if settings.workers == 1:
-        uvicorn.run(create_app(settings), **server_options)
+        app = create_app(settings)
+        keep_startup_objects_out_of_gc()
+        uvicorn.run(app, **server_options)
         return
     _serve_workers(settings, overrides, server_options)
 

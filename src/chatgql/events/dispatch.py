@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Awaitable, Callable
 
 from ..errors import LimitExceeded, NotFound
 from . import types as events
@@ -52,28 +50,36 @@ class StreamInterrupted(LimitExceeded):
         )
 
 
-_END = object()
-
-
 class Subscription:
-    __slots__ = ("user_id", "conversation_id", "event_type", "_queue", "_failure")
+    """One live subscription: a bounded buffer, read by async iteration.
+
+    Thousands of these sit idle in a process, so it is kept small: the buffer
+    (a deque) and the reader's wake-up future exist only while needed.
+    """
+
+    __slots__ = ("user_id", "conversation_id", "event_type", "_buffer", "_pending", "_waiter", "_failure")
 
     def __init__(self, user_id: int, conversation_id: int | None, event_type: str, buffer: int) -> None:
         self.user_id = user_id
         self.conversation_id = conversation_id
         self.event_type = event_type
-        # One slot more than the buffer, kept for the end marker.
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=buffer + 1)
+        self._buffer = buffer
+        self._pending: deque[dict] | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._failure: Exception | None = None
 
     def offer(self, event: dict) -> bool:
         """Buffer event; False when this overflowed the buffer and ended the subscription."""
         if self._failure is not None:
             return True
-        if self._queue.qsize() >= self._queue.maxsize - 1:
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = deque()
+        elif len(pending) >= self._buffer:
             self.fail(SubscriberOverflow())
             return False
-        self._queue.put_nowait(event)
+        pending.append(event)
+        self._wake()
         return True
 
     def fail(self, error: Exception) -> None:
@@ -81,18 +87,57 @@ class Subscription:
         if self._failure is not None:
             return
         self._failure = error
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self._queue.put_nowait(_END)
+        self._pending = None
+        self._wake()
 
-    async def __aiter__(self) -> AsyncIterator[dict]:
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> dict:
         while True:
-            item = await self._queue.get()
-            if item is _END:
-                assert self._failure is not None
+            if self._failure is not None:
                 raise self._failure
-            yield item
+            pending = self._pending
+            if pending:
+                event = pending.popleft()
+                if not pending:
+                    self._pending = None  # an idle subscription holds no buffer
+                return event
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
 
+
+class _Registration:
+    """`async with dispatcher.subscribe(...) as sub`: sub receives events inside the block."""
+
+    __slots__ = ("_index", "_key", "_sub")
+
+    def __init__(self, index: dict[int, set[Subscription]], key: int, sub: Subscription) -> None:
+        self._index = index
+        self._key = key
+        self._sub = sub
+
+    async def __aenter__(self) -> Subscription:
+        self._index[self._key].add(self._sub)
+        return self._sub
+
+    async def __aexit__(self, *exc: object) -> None:
+        subs = self._index.get(self._key)
+        if subs is not None:
+            subs.discard(self._sub)
+            if not subs:
+                del self._index[self._key]
 
 class MembershipCache:
     """conversation id -> member ids, LRU-bounded, loaded on first use."""
@@ -131,20 +176,12 @@ class Dispatcher:
     def active(self) -> int:
         return sum(len(s) for s in self._by_conversation.values()) + sum(len(s) for s in self._by_user.values())
 
-    @asynccontextmanager
-    async def subscribe(
-        self, user_id: int, conversation_id: int | None, event_type: str
-    ) -> AsyncIterator[Subscription]:
+    def subscribe(self, user_id: int, conversation_id: int | None, event_type: str) -> _Registration:
+        """`async with dispatcher.subscribe(...) as subscription: async for event in subscription: ...`"""
         sub = Subscription(user_id, conversation_id, event_type, self._buffer)
-        index = self._by_user if conversation_id is None else self._by_conversation
-        key = user_id if conversation_id is None else conversation_id
-        index[key].add(sub)
-        try:
-            yield sub
-        finally:
-            index[key].discard(sub)
-            if not index[key]:
-                del index[key]
+        if conversation_id is None:
+            return _Registration(self._by_user, user_id, sub)
+        return _Registration(self._by_conversation, conversation_id, sub)
 
     async def dispatch(self, event: dict) -> None:
         cid = event["conversationId"]

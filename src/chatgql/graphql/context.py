@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,7 +10,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
+from graphql import GraphQLError, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.schema import validate_document
 from strawberry.types.graphql import OperationType
 
 from ..auth import user_from_authorization
@@ -75,7 +78,7 @@ class Context:
 
     @property
     def loaders(self) -> Loaders:
-        """This operation's loaders (see FreshLoadersPerOperation for websockets)."""
+        """This operation's loaders (see ChatOperation for websockets)."""
         if self._loaders is None:
             self._loaders = Loaders(self.database, self.viewer_id)
         return self._loaders
@@ -90,22 +93,63 @@ class Context:
         return Loaders(self.database, self.viewer_id)
 
 
-class FreshLoadersPerOperation(SchemaExtension):
-    """A websocket's context lives as long as the connection: give each operation
-    on it new loaders, so no operation reads another's cache."""
+# Validation depends on the document and the rules only: cached (as Strawberry's ValidationCache
+# does), keyed on the parsed document, which the parser cache hands out once per distinct text.
+_validate_cached = functools.lru_cache(maxsize=1024)(validate_document)
 
-    def on_operation(self) -> Iterator[None]:
-        context = self.execution_context.context
+
+@functools.lru_cache(maxsize=16)
+def _with_rules(base: tuple[type, ...], extra: tuple[type, ...]) -> tuple[type, ...]:
+    """base + extra, one tuple for all operations (a subscription keeps its operation's for its lifetime)."""
+    return base + extra
+
+
+class ChatOperation(SchemaExtension):
+    """chatgql's per-operation set-up, as one extension. A subscription keeps its
+    operation's extensions, and its on_operation hooks open, for as long as it
+    lives: so there is one extension, and its set-up runs as parsing starts (it
+    is listed before the parser cache; parsing happens once per operation)
+    rather than in on_operation:
+
+    - the parser's token limit (what Strawberry's MaxTokensLimiter does);
+    - chatgql's validation rules (what AddValidationRules does), validation
+      cached per document (what ValidationCache does), and GraphQL's
+      GetOperation rule: a document with several operations needs an
+      operationName (Strawberry would run the first one);
+    - a document that validated cleanly is remembered in `accepted`, so that
+      the same text over HTTP can skip this pipeline (prepared.py);
+    - fresh loaders per operation: a websocket's context lives as long as the
+      connection, so no operation may read another's cache;
+    - once a mutation has committed its outbox rows, wake the relay (a mutation
+      that wrote nothing costs one spurious, harmless wake-up).
+    """
+
+    def __init__(self, max_tokens: int, validation_rules: tuple[type, ...], accepted: Any = None) -> None:
+        self.max_tokens = max_tokens
+        self.validation_rules = validation_rules
+        self.accepted = accepted  # prepared.AcceptedDocuments, or None
+
+    def on_parse(self) -> Iterator[None]:
+        execution_context = self.execution_context
+        execution_context.parse_options["max_tokens"] = self.max_tokens
+        execution_context.validation_rules = _with_rules(execution_context.validation_rules, self.validation_rules)
+        context = execution_context.context
         if isinstance(context, Context) and isinstance(context.request, WebSocket):
             context._loaders = None
         yield
 
-
-class WakeRelayAfterMutations(SchemaExtension):
-    """Mutations write outbox rows; once they have committed, wake the relay.
-
-    (A mutation that wrote nothing costs one spurious, harmless wake-up.)
-    """
+    def on_validate(self) -> Iterator[None]:
+        execution_context = self.execution_context
+        document = execution_context.graphql_document
+        errors = _validate_cached(execution_context.schema._schema, document, execution_context.validation_rules)
+        if not errors and execution_context._provided_operation_name is None:
+            if sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1:
+                errors = [GraphQLError("operationName is required when the document has several operations")]
+        # Strawberry validates only while this is None; a new list: the cache holds the one it returned.
+        execution_context.pre_execution_errors = list(errors)
+        if not errors and self.accepted is not None and execution_context.query:
+            self.accepted.add(execution_context.query, document)
+        yield
 
     def on_execute(self) -> Iterator[None]:
         yield

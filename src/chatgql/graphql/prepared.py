@@ -4,7 +4,7 @@ Clients send the same handful of documents over and over, with new variables.
 The first time a document arrives it takes the whole way through Strawberry:
 the token limit, parsing, the operation-type checks, validation with chatgql's
 rules (depth, aliases, fields, no introspection in production). When it passes
-all of that, `RememberAccepted` keeps the parsed document. From then on an HTTP
+all of that, `context.ChatOperation` keeps the parsed document here. From then on an HTTP
 POST carrying the same text is executed straight by graphql-core's executor,
 with the same schema, the same resolvers, the same execution context class and
 the same error rewriting (`Schema.process_errors`), and the relay is woken
@@ -23,12 +23,10 @@ source. tests/test_prepared.py checks that both ways answer alike.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, OperationType as CoreOperationType, execute, get_operation_ast
 from strawberry.execution import optimized_is_awaitable
-from strawberry.extensions import SchemaExtension
 from strawberry.types import ExecutionResult
 
 _EXECUTABLE = (CoreOperationType.QUERY, CoreOperationType.MUTATION)
@@ -58,19 +56,6 @@ class AcceptedDocuments:
 
     def __contains__(self, query: object) -> bool:
         return query in self._documents
-
-
-class RememberAccepted(SchemaExtension):
-    """Keeps a document once Strawberry has parsed and validated it without errors."""
-
-    def __init__(self, accepted: AcceptedDocuments) -> None:
-        self.accepted = accepted
-
-    def on_validate(self) -> Iterator[None]:
-        yield
-        context = self.execution_context
-        if not context.pre_execution_errors and context.query and context.graphql_document is not None:
-            self.accepted.add(context.query, context.graphql_document)
 
 
 def operation_type(document: DocumentNode, operation_name: str | None) -> CoreOperationType | None:

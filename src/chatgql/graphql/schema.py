@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Iterable, Iterator
+import sys
+from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
 import orjson
 from cross_web import HTTPException
 
 import strawberry
-from graphql import GraphQLError, OperationDefinitionNode
+from graphql import GraphQLError
 from graphql import OperationType as CoreOperationType
 from graphql.validation import NoSchemaIntrospectionCustomRule
 from starlette.datastructures import Headers
@@ -21,24 +22,30 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.extensions import ParserCache
 from strawberry.http import process_result
-from strawberry.extensions import AddValidationRules, MaxTokensLimiter, ParserCache, SchemaExtension, ValidationCache
 from strawberry.schema.config import StrawberryConfig
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from ..errors import Unauthenticated
-from .context import Context, Deps, FreshLoadersPerOperation, WakeRelayAfterMutations
+from .context import ChatOperation, Context, Deps
 from .errors import to_contract_errors
 from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
-from .prepared import AcceptedDocuments, RememberAccepted, execute_accepted, is_executable, operation_type
+from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
+from .shared import SharedEventExecutor, SharedResults
 from .subscriptions import Subscription
 
 
 class ChatSchema(strawberry.Schema):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, execution_context_class=SharedEventExecutor, **kwargs)
+        self.shared_results = SharedResults()
+
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
         # only internal ones are logged.
@@ -56,24 +63,6 @@ class ChatSchema(strawberry.Schema):
         )
 
 
-class OperationNameRequired(SchemaExtension):
-    """GraphQL's GetOperation: a document with several operations needs an
-    operationName (Strawberry would run the first one)."""
-
-    def on_validate(self) -> Iterator[None]:
-        # After ValidationCache has validated (it runs first), before Strawberry looks at the errors.
-        context = self.execution_context
-        document = context.graphql_document
-        if context._provided_operation_name is None and document is not None and not context.pre_execution_errors:
-            operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-            if len(operations) > 1:
-                # a new list: the validation cache holds the one it returned
-                context.pre_execution_errors = [
-                    GraphQLError("operationName is required when the document has several operations")
-                ]
-        yield
-
-
 _MAX_BRACKETS = 256  # more in a body (also inside strings) and it skips the direct path
 DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300)
 T = TypeVar("T")
@@ -88,20 +77,14 @@ def build_schema(
     accepted: AcceptedDocuments | None = None,
 ) -> ChatSchema:
     """accepted: where documents that passed parsing and validation are kept (see prepared.py)."""
-    rules = [limits_rule(limits)] + ([] if introspection else [NoSchemaIntrospectionCustomRule])
+    # The same rule classes for every request: the validation cache keys on them.
+    rules = (limits_rule(limits),) + (() if introspection else (NoSchemaIntrospectionCustomRule,))
     extensions: list[Any] = [
-        FreshLoadersPerOperation,
-        WakeRelayAfterMutations,
+        # Token limit, validation rules, fresh loaders, relay wake-up (one extension, see its docstring).
         # Before the parser cache: it sets the parser's token limit.
-        lambda: MaxTokensLimiter(max_token_count=max_tokens),
+        lambda: ChatOperation(max_tokens, rules, accepted),
         lambda: ParserCache(maxsize=1024),
-        # The same rule classes for every request: ValidationCache keys on them.
-        lambda: AddValidationRules(rules),
-        lambda: ValidationCache(maxsize=1024),
-        OperationNameRequired,
     ]
-    if accepted is not None:
-        extensions.append(lambda: RememberAccepted(accepted))
     return ChatSchema(
         query=Query,
         mutation=Mutation,
@@ -118,8 +101,19 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
+class _TransportWSHandler(BaseGraphQLTransportWSHandler):
+    async def handle_connection_init(self, message: Any) -> None:
+        await super().handle_connection_init(message)
+        task = self.connection_init_timeout_task
+        if self.connection_init_received and task is not None and (task.done() or task.cancelling()):
+            # Cancelled (its job is over): let it go rather than keep it as long as the connection.
+            self.connection_init_timeout_task = None
+
+
 class ChatGraphQL(GraphQL):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
+
+    graphql_transport_ws_handler_class = _TransportWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
@@ -236,6 +230,11 @@ class ChatGraphQL(GraphQL):
             raise json.JSONDecodeError("nested too deeply", "", 0) from None
         if not isinstance(parsed, dict):
             raise json.JSONDecodeError("a message must be a JSON object", "", 0)
+        payload = parsed.get("payload")
+        if isinstance(payload, dict) and isinstance(payload.get("query"), str):
+            # A subscription keeps its document's text as long as it lives; thousands of
+            # subscribers send the same one: keep one copy.
+            payload["query"] = sys.intern(payload["query"])
         return parsed
 
     async def parse_http_body(self, request: Any) -> Any:

@@ -1,13 +1,16 @@
 """Subscription root: live events from this process's Dispatcher.
 
 Over websockets the context lives as long as the connection, so every event
-gets its own loaders (nothing is cached across events).
+gets its own loaders (nothing is cached across events), made when a field of
+that event first needs one. Each event keeps the dispatched dict it came from
+(`source`): subscribers of one event may share its result (see shared.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import strawberry
@@ -20,7 +23,8 @@ from ..services.checks import check_id
 from .types import Message, MessageNewEvent, ReadUpdatedEvent
 
 
-async def _events(info: Info, conversation_id: ID | None, event_type: str) -> AsyncGenerator[dict, None]:
+async def _events(info: Info, conversation_id: ID | None, event_type: str) -> Any:
+    """The Dispatcher registration to iterate (`async with ... as events`), once the viewer may subscribe."""
     ctx = info.context
     viewer = ctx.viewer_id
     cid = None
@@ -29,9 +33,25 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> As
         # NOT_FOUND unless a member (asked afresh: the connection may be old).
         if await ctx.fresh_loaders().conversation.load(cid) is None:
             raise conversation_not_found(cid)
-    async with ctx.deps.dispatcher.subscribe(viewer, cid, event_type) as subscription:
-        async for event in subscription:
-            yield event
+    return ctx.deps.dispatcher.subscribe(viewer, cid, event_type)
+
+
+_last: list = [None, None]  # [event, its Message fields]: an event's subscribers come one after another
+
+
+def _message_fields(event: dict) -> dict:
+    """A message.new event's fields as Message takes them (parsed once per event, not per subscriber)."""
+    if _last[0] is not event:
+        _last[1] = {
+            "conversation_id": ID(str(event["conversationId"])),
+            "seq": event["seq"],
+            "sender_id": ID(str(event["senderId"])),
+            "client_msg_id": UUID(event["clientMsgId"]),
+            "body": event["body"],
+            "created_at": datetime.fromisoformat(event["createdAt"]),
+        }
+        _last[0] = event
+    return _last[1]
 
 
 @strawberry.type
@@ -43,25 +63,22 @@ class Subscription:
     async def message_new(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET
     ) -> AsyncGenerator[MessageNewEvent, None]:
-        async for event in _events(info, conversation_id, events.MESSAGE_NEW):
-            message = Message(
-                conversation_id=ID(str(event["conversationId"])),
-                seq=event["seq"],
-                sender_id=ID(str(event["senderId"])),
-                client_msg_id=UUID(event["clientMsgId"]),
-                body=event["body"],
-                created_at=datetime.fromisoformat(event["createdAt"]),
-                loaders=info.context.fresh_loaders(),
-            )
-            yield MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message)
+        async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
+            async for event in subscription:
+                message = Message(**_message_fields(event), new_loaders=info.context.fresh_loaders)
+                yield MessageNewEvent(
+                    conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
+                )
 
     @strawberry.subscription(description="Watermark moves in one conversation, or in all of the viewer's.")
     async def read_updated(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET
     ) -> AsyncGenerator[ReadUpdatedEvent, None]:
-        async for event in _events(info, conversation_id, events.READ_UPDATED):
-            yield ReadUpdatedEvent(
-                conversation_id=ID(str(event["conversationId"])),
-                user_id=ID(str(event["userId"])),
-                last_read_seq=event["lastReadSeq"],
-            )
+        async with await _events(info, conversation_id, events.READ_UPDATED) as subscription:
+            async for event in subscription:
+                yield ReadUpdatedEvent(
+                    conversation_id=ID(str(event["conversationId"])),
+                    user_id=ID(str(event["userId"])),
+                    last_read_seq=event["lastReadSeq"],
+                    source=event,
+                )

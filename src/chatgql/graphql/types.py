@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
@@ -80,10 +81,13 @@ class Message:
     client_msg_id: UUID
     body: str
     created_at: datetime
-    # Set on subscription events: that event's own loaders (see subscriptions.py).
+    # Set on subscription events: makes that event's own loaders, on first use (see subscriptions.py).
+    new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
     loaders: strawberry.Private[Loaders | None] = None
 
     def _loaders(self, info: Info) -> Loaders:
+        if self.loaders is None and self.new_loaders is not None:
+            self.loaders = self.new_loaders()
         return self.loaders or info.context.loaders
 
     @classmethod
@@ -346,6 +350,8 @@ class MessageNewEvent:
     conversation_id: ID
     seq: Long
     message: Message
+    # The dispatched event this was built from, shared by its subscribers (see shared.py).
+    source: strawberry.Private[object] = None
 
 
 @strawberry.type
@@ -353,3 +359,4 @@ class ReadUpdatedEvent:
     conversation_id: ID
     user_id: ID
     last_read_seq: Long
+    source: strawberry.Private[object] = None

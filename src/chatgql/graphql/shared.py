@@ -1,0 +1,160 @@
+"""One execution per subscription event and document, not one per subscriber.
+
+Every subscriber of an event runs the same selection set on the same event.
+When that selection reads only the event itself (no field that loads data or
+depends on who is asking: see SHARABLE), the first subscriber's result is
+reused by the others holding the same document and variables. Any other
+selection (seenBy, seen, seenByCount, a directive other than @include/@skip)
+is executed per subscriber as before, as is any result that carries errors.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from graphql import ExecutionResult, FieldNode, FragmentSpreadNode, InlineFragmentNode, SelectionSetNode
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+# Fields, by parent type, whose value comes from the event alone.
+SHARABLE: dict[str, frozenset[str]] = {
+    "Subscription": frozenset({"messageNew", "readUpdated"}),
+    "MessageNewEvent": frozenset({"conversationId", "seq", "message"}),
+    "Message": frozenset({"conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt"}),
+    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq"}),
+}
+# The type each sharable object field leads to.
+CHILD: dict[tuple[str, str], str] = {
+    ("Subscription", "messageNew"): "MessageNewEvent",
+    ("Subscription", "readUpdated"): "ReadUpdatedEvent",
+    ("MessageNewEvent", "message"): "Message",
+}
+VARIABLE_ONLY_DIRECTIVES = frozenset({"include", "skip"})  # their value is part of the key
+
+
+def _sharable(selection_set: SelectionSetNode | None, type_name: str, fragments: dict[str, Any], depth: int = 0) -> bool:
+    if selection_set is None or depth > 8:
+        return selection_set is None
+    allowed = SHARABLE.get(type_name)
+    if allowed is None:
+        return False
+    for node in selection_set.selections:
+        if any(d.name.value not in VARIABLE_ONLY_DIRECTIVES for d in node.directives or ()):
+            return False
+        if isinstance(node, FieldNode):
+            name = node.name.value
+            if name == "__typename":
+                continue
+            if name not in allowed:
+                return False
+            child = CHILD.get((type_name, name))
+            if (child is None) != (node.selection_set is None):
+                return False
+            if child is not None and not _sharable(node.selection_set, child, fragments, depth + 1):
+                return False
+        elif isinstance(node, InlineFragmentNode):
+            if node.type_condition is not None and node.type_condition.name.value != type_name:
+                return False
+            if not _sharable(node.selection_set, type_name, fragments, depth + 1):
+                return False
+        elif isinstance(node, FragmentSpreadNode):
+            fragment = fragments.get(node.name.value)
+            if fragment is None or fragment.type_condition.name.value != type_name:
+                return False
+            if not _sharable(fragment.selection_set, type_name, fragments, depth + 1):
+                return False
+        else:
+            return False
+    return True
+
+
+class SharedResults:
+    """Recent event results: (event, operation, variables) -> ExecutionResult, LRU-bounded.
+
+    Entries hold the event and the operation node, so the ids in their keys
+    cannot be reused by other objects while the entry exists.
+    """
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._max = max_entries
+        self._entries: OrderedDict[tuple, tuple[object, object, ExecutionResult]] = OrderedDict()
+
+    def get(self, key: tuple) -> ExecutionResult | None:
+        found = self._entries.get(key)
+        return None if found is None else found[2]
+
+    def put(self, key: tuple, event: object, operation: object, result: ExecutionResult) -> None:
+        self._entries[key] = (event, operation, result)
+        if len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+
+class _Done:
+    """Stands in for a per-event executor whose result is already known."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: ExecutionResult) -> None:
+        self.result = result
+
+    def execute_operation(self, serially: bool | None = None) -> ExecutionResult:
+        return self.result
+
+
+class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
+    """Strawberry's executor; per subscription event, reuses a result when the selection allows it."""
+
+    _shared: SharedResults | None = None  # set on per-event executors of sharable operations
+
+    def build_per_event_executor(self, payload: Any) -> Any:
+        shared = self._shared_results()
+        if shared is not None:
+            key = self._key(payload)
+            found = shared.get(key) if key is not None else None
+            if found is not None:
+                return _Done(found)  # no executor to copy: execute_subscription_event only calls this
+        executor = super().build_per_event_executor(payload)
+        executor._shared = shared
+        return executor
+
+    def _key(self, payload: Any) -> tuple | None:
+        source = getattr(payload, "source", None)
+        if source is None:
+            return None
+        try:
+            key = (id(source), id(self.operation), tuple(sorted(self.variable_values.coerced.items())))
+            hash(key)
+        except TypeError:  # a variable value that is not hashable: execute as usual
+            return None
+        return key
+
+    def _shared_results(self) -> SharedResults | None:
+        verdict = self.__dict__.get("_verdict")
+        if verdict is None:
+            verdict = self._verdict = _sharable(self.operation.selection_set, "Subscription", self.fragment_definitions)
+        if not verdict:
+            return None
+        return getattr(getattr(self.schema, "_strawberry_schema", None), "shared_results", None)
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        shared = self._shared
+        key = self._key(self.root_value) if shared is not None else None
+        if key is None:
+            return super().execute_operation(serially)
+        source = self.root_value.source
+        found = shared.get(key)
+        if found is not None:
+            return found
+        result = super().execute_operation(serially)
+        if self.is_awaitable(result):
+
+            async def store() -> Any:
+                done = await result
+                if not done.errors:
+                    shared.put(key, source, self.operation, done)
+                return done
+
+            return store()
+        if not result.errors:
+            shared.put(key, source, self.operation, result)
+        return result
