@@ -68,7 +68,8 @@ FULL = Sizes(
 )
 
 SMOKE = Sizes(
-    mode="smoke", spread=200, seed_messages=3, hot_members=50, read_conversations=200,
+    # enough users that none goes over the server's per-user rate limits (sends 10/s, reads 20/s)
+    mode="smoke", spread=1000, seed_messages=3, hot_members=500, read_conversations=1000,
     inbox_conversations=200, inbox_page=50, inbox_messages=3, fanout_members=20,
     live_conversations=10, connections=50,
     clients=4, threads=2, duration=2.0, warmup=0.0,
