@@ -173,7 +173,31 @@ def _latencies(starts: dict[str, int], got: dict[str, int], warm: set[str]) -> t
     return lat, missing
 
 
-async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float) -> dict:
+def _gc(metrics: dict[str, float]) -> dict:
+    """The server's collector pauses (chatgql_gc_pause_seconds) from a /metrics reading."""
+    out: dict = {"longest_since_start_ms": round(1000 * metrics.get("chatgql_gc_pause_longest_seconds", 0.0), 1)}
+    for gen in ("0", "1", "2"):
+        out[f"gen{gen}"] = {"count": metrics.get(f'chatgql_gc_pause_seconds_count{{generation="{gen}"}}', 0.0),
+                            "seconds": metrics.get(f'chatgql_gc_pause_seconds_sum{{generation="{gen}"}}', 0.0)}
+    return out
+
+
+def _gc_during(before: dict, after: dict, seconds: float) -> dict:
+    gens = {g: {"collections": int(after[g]["count"] - before[g]["count"]),
+                "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1)} for g in ("gen0", "gen1", "gen2")}
+    total = sum(v["pause_ms"] for v in gens.values())
+    return {**gens, "pause_ms": round(total, 1), "pause_share": round(total / 1000 / seconds, 4) if seconds else None,
+            "longest_since_start_ms": after["longest_since_start_ms"]}
+
+
+async def _sample_backlog(backlog, samples: list[int]) -> None:
+    while True:
+        samples.append(await backlog())
+        await asyncio.sleep(0.1)
+
+
+async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, backlog=None) -> dict:
+    """backlog(): the outbox's row count (sampled every 0.1 s while measuring, when given)."""
     ctx = mp.get_context("spawn")
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     proc = ctx.Process(target=_ws_receiver, args=(server.ws_url, token(layout.LIVE_USER), ready, stop, out),
@@ -203,10 +227,21 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float) -
     warm_starts, _ = await fixed_rate(min(50.0, rate), max(10, int(rate // 10)), send_one)
     await asyncio.sleep(1.0)
     count = int(rate * sizes.live_seconds)
+    gc_before = _gc(await asyncio.to_thread(server.metrics))
+    backlog_samples: list[int] = []
+    sampler = asyncio.create_task(_sample_backlog(backlog, backlog_samples)) if backlog is not None else None
     meter = CpuMeter({**cpu_sources, "subscriber": lambda: process_cpu(proc.pid)}).start()
+    t0 = time.monotonic()
     starts, sched = await fixed_rate(rate, count, send_one)
     await asyncio.sleep(2.0 if sizes.mode == "full" else 0.5)  # the last ones in flight
     cpu = meter.stop()
+    if sampler is not None:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+    diagnosis = {"gc": _gc_during(gc_before, _gc(await asyncio.to_thread(server.metrics)), time.monotonic() - t0)}
+    if backlog_samples:
+        diagnosis["outbox_backlog"] = {"mean": round(sum(backlog_samples) / len(backlog_samples), 1),
+                                       "max": max(backlog_samples), "samples": len(backlog_samples)}
     got, ended = await asyncio.to_thread(_collect, proc, out, stop)
     pool.close()
     lat, missing = _latencies(starts, got, set(warm_starts))
@@ -214,7 +249,7 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float) -
         "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count,
         "acknowledged": len(starts), "received": len(lat), "missing": missing,
         "subscription_ended": ended,
-        "latency_ms": stats_ms(lat), **sched, "send_errors": errors[:3], "cpu": cpu,
+        "latency_ms": stats_ms(lat), **sched, "send_errors": errors[:3], "cpu": cpu, "diagnosis": diagnosis,
     }
 
 
@@ -313,14 +348,15 @@ async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None)
     }
 
 
-async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float, bus_url: str | None) -> dict:
+async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float, bus_url: str | None,
+                backlog=None) -> dict:
     if kafka is not None:
         log(f"live: bare Kafka round trip at {rate:g}/s")
         baseline = await kafka_baseline(kafka.bootstrap, sizes, cpu_sources, rate)
     else:
         baseline = await bus_baseline(sizes, rate, bus_url)
     log(f"live: product path at {rate:g}/s")
-    result = await product(server, sizes, cpu_sources, rate)
+    result = await product(server, sizes, cpu_sources, rate, backlog)
     p99, base_p99 = result["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
     p50, base_p50 = result["latency_ms"].get("p50"), baseline["latency_ms"].get("p50")
     return {
@@ -331,15 +367,51 @@ async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: flo
     }
 
 
-async def run(server, kafka, sizes: layout.Sizes, cpu_sources: dict, settle, bus_url: str | None = None) -> dict:
+async def run(server, kafka, sizes: layout.Sizes, cpu_sources: dict, settle, bus_url: str | None = None,
+              backlog=None, profile_dir=None) -> dict:
     """The target rate, and first a lower one (what the path costs when the server is not saturated).
     settle(): waits until the server has relayed everything (between the two). bus_url: the redis://
-    bus the server's workers share (None: the in-process bus)."""
+    bus the server's workers share (None: the in-process bus). backlog(): the outbox's row count.
+    profile_dir: after the measured runs, one more run at the target rate (not counted) with py-spy
+    recording the server, so the report can say where its time goes."""
     bus = "redis bus" if bus_url else "in-process bus"
     out: dict = {"transport": f"kafka + {bus}" if kafka is not None and bus_url else
                  "kafka" if kafka is not None else bus}
     if sizes.live_low_rate:
         out["lower_rate"] = await _pair(server, kafka, sizes, cpu_sources, sizes.live_low_rate, bus_url)
         await settle()
-    out.update(await _pair(server, kafka, sizes, cpu_sources, sizes.live_rate, bus_url))
+    out.update(await _pair(server, kafka, sizes, cpu_sources, sizes.live_rate, bus_url, backlog))
+    if profile_dir is not None:
+        await settle()
+        out["profile"] = await _profiled(server, sizes, cpu_sources, profile_dir, out["product"])
     return out
+
+
+async def _profiled(server, sizes: layout.Sizes, cpu_sources: dict, profile_dir, measured: dict) -> dict:
+    """py-spy over one more product run at the target rate; shares -> server CPU per event, with the
+    measured run's server CPU."""
+    from . import profiles
+
+    raw = profile_dir / "live.txt"
+    info: dict = {"seconds": sizes.live_seconds, "rate_hz": profiles.RATE, "raw_file": str(raw)}
+    recorder = profiles.Recorder(server.pid, sizes.live_seconds, raw, subprocesses=server.workers > 1)
+    try:
+        recorder.start()
+        if not await asyncio.to_thread(recorder.attached):
+            info["error"] = "py-spy did not start sampling"
+            return info
+        run = await product(server, sizes, cpu_sources, sizes.live_rate)
+        info.update(await asyncio.to_thread(recorder.wait))
+        info["latency_ms_while_profiling"] = run["latency_ms"]
+        summary = profiles.summarize(raw.read_text(errors="replace"))
+        info.update(summary)
+        cpu = measured["cpu"]
+        server_s = cpu["pct_of_one_core"].get("server", 0.0) / 100 * cpu["wall_s"]
+        per_event = round(1000 * server_s / measured["received"], 3) if measured["received"] else None
+        info["server_cpu_ms_per_event"] = per_event
+        info["us_per_event"] = profiles.per_request(summary, per_event)
+    except Exception as error:  # noqa: BLE001 - profiling is optional: reported, the run goes on
+        info["error"] = repr(error)
+    finally:
+        recorder.stop()
+    return info

@@ -83,6 +83,8 @@ def _profile_overview(r: dict) -> list[str]:
     if info.get("error"):
         out += [f"**No profiles: {info['error']}.** The figures above are unaffected.", ""]
         return out
+    if not profs and not failed:
+        return []  # no HTTP figure in this run (live has its profile in its own section)
     if not profs:
         out += ["**No profile succeeded**: " + "; ".join(f"{n}: `{e[:300]}`" for n, e in failed.items()), ""]
         return out
@@ -173,6 +175,50 @@ def _profile_section(prof: dict, vd: dict | None, http: dict, workers: int = 1) 
     out.append(f"Samples with a chatgql frame anywhere on the stack: {100 * prof['chatgql_frame_anywhere_share']:.0f}% "
                "(a lower bound: greenlet stacks are cut). Raw stacks: "
                f"`{prof['raw_file']}`.")
+    return out
+
+
+def _live_diagnosis(p: dict) -> list[str]:
+    """Where a live run's events could have waited: the outbox (the relay), and the collector's pauses."""
+    d = p.get("diagnosis") or {}
+    out = []
+    ob = d.get("outbox_backlog")
+    if ob:
+        out.append(f"- outbox while measuring (sampled every 0.1 s): mean {ob['mean']} rows, at most {ob['max']} "
+                   f"(at {p['rate_per_s']:g} msg/s, {ob['mean']} rows is {_f(1000 * ob['mean'] / p['rate_per_s'], 1)} ms "
+                   "of events waiting for the relay).")
+    gc = d.get("gc")
+    if gc:
+        out.append(f"- the server's garbage collector while measuring: {gc['gen0']['collections']} / "
+                   f"{gc['gen1']['collections']} / {gc['gen2']['collections']} collections of generation 0 / 1 / 2, "
+                   f"{gc['pause_ms']} ms of pauses in all ({_f(100 * (gc.get('pause_share') or 0), 1)}% of the time: "
+                   f"{gc['gen0']['pause_ms']} / {gc['gen1']['pause_ms']} / {gc['gen2']['pause_ms']} ms); the longest "
+                   f"pause since the server started: {gc['longest_since_start_ms']} ms (`chatgql_gc_pause_seconds`).")
+    return out
+
+
+def _live_profile(prof: dict) -> list[str]:
+    out = ["#### Profile (live, at the target rate)", ""]
+    if "error" in prof:
+        return out + [f"**No profile:** `{prof['error'][:400]}` (the run went on; the figures are unaffected)."]
+    lat = prof.get("latency_ms_while_profiling") or {}
+    out.append(f"py-spy, {prof['samples']:,} samples over one more {_f(prof['seconds'], 0)} s run at the target rate "
+               f"(not counted; latency under the profiler p50 {lat.get('p50')} / p99 {lat.get('p99')} ms). The server "
+               "serves the HTTP sends, runs the relay (outbox -> Kafka, or the bus without Kafka), the Kafka consumer "
+               f"(Kafka -> bus) and writes to the websocket, on one event loop per process. **Server CPU per event** (measured run): "
+               f"{_f(prof.get('server_cpu_ms_per_event'), 2)} ms, everything included.")
+    out.append("")
+    out.append("| component (leaf frame's package) | share of samples | server CPU, us per event |")
+    out.append("|---|---|---|")
+    for c, v in prof["by_component"].items():
+        out.append(f"| {c} | {100 * v['share']:.1f}% | {_us(prof.get('us_per_event', {}).get(c))} |")
+    out.append("")
+    out.append("| top leaf functions (self) | file | component | share |")
+    out.append("|---|---|---|---|")
+    for leaf in prof["top_leaves"]:
+        out.append(f"| `{leaf['function']}` | {leaf['file']} | {leaf['component']} | {100 * leaf['share']:.1f}% |")
+    out.append("")
+    out.append(f"Raw stacks: `{prof['raw_file']}`.")
     return out
 
 
@@ -446,6 +492,10 @@ def render(r: dict) -> str:
             add(f"- baseline ({b['kind']}): {b['sent']:,} sent, {b['received']:,} received, {b['missing']} missing; "
                 f"p50 {b['latency_ms'].get('p50')} ms, p90 {b['latency_ms'].get('p90')} ms, p99 {b['latency_ms'].get('p99')} ms, "
                 f"max {b['latency_ms'].get('max')} ms.")
+            lines.extend(_live_diagnosis(p))
+            add("")
+        if lv.get("profile"):
+            lines.extend(_live_profile(lv["profile"]))
             add("")
     if fo:
         add("### fanout")

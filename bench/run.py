@@ -417,7 +417,8 @@ def _verdicts(results: dict) -> dict:
 
 
 async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka: Kafka | None,
-                  cpu_sources: dict, selected: tuple[str, ...], server_opts: dict) -> None:
+                  cpu_sources: dict, selected: tuple[str, ...], server_opts: dict,
+                  profile_dir: Path | None = None) -> None:
     """live, fanout, connections (those selected), on a chatgql server of their own."""
     server = None
     try:
@@ -431,7 +432,8 @@ async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka
             with _mark("live"):
                 await _phase(results, "live",
                              live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn),
-                                      server_opts.get("broadcast_url")))
+                                      server_opts.get("broadcast_url"), backlog=lambda: _count(conn, "outbox"),
+                                      profile_dir=profile_dir))
             if "error" not in results["live"]:
                 p, b = results["live"]["product"]["latency_ms"], results["live"]["baseline"]["latency_ms"]
                 log(f"live p50/p99 {p.get('p50')}/{p.get('p99')} ms; baseline {b.get('p50')}/{b.get('p99')} ms")
@@ -481,7 +483,7 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
     }
     results["machine"]["fd_limit"] = fd_limit
     profile_dir = None
-    if profile and any(n in selected for n in SCENARIOS):
+    if profile and any(n in selected for n in (*SCENARIOS, "live")):
         exe = profiles.pyspy_path()
         results["profiling"] = {"tool": profiles.pyspy_version(exe), "path": exe, "rate_hz": profiles.RATE,
                                 "seconds": profile_seconds, "dir": str(out_dir / "profiles")}
@@ -530,7 +532,7 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
         await _throughput(results, pg, conn, sizes, scratch, workdir, keys, kafka, cpu_sources, selected,
                           profile_dir, profile_seconds, server_opts)
         if any(p in selected for p in PHASES):
-            await _phases(results, pg, conn, sizes, scratch, kafka, cpu_sources, selected, server_opts)
+            await _phases(results, pg, conn, sizes, scratch, kafka, cpu_sources, selected, server_opts, profile_dir)
     finally:
         if conn is not None:
             await conn.close()

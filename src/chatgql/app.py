@@ -82,6 +82,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
     runtime = Runtime(settings=settings, deps=deps)
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(metrics.watch_gc())
         url = runtime.database_url = await _database_url(settings, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)

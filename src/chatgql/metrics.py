@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Metrics:
@@ -27,5 +29,35 @@ class Metrics:
             "chatgql_subscribers_dropped", "Subscriptions ended because the client fell behind", registry=self.registry
         )
 
+        # Python's collector stops the event loop while it runs: every pause is latency for
+        # whatever the process was doing (requests, relay, websockets).
+        self.gc_pause = Histogram(
+            "chatgql_gc_pause_seconds", "Garbage collector pauses, by generation", ["generation"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0), registry=self.registry,
+        )
+        self.gc_pause_longest = Gauge(
+            "chatgql_gc_pause_longest_seconds", "The longest collector pause since the process started",
+            registry=self.registry,
+        )
+        self._gc_started = 0.0
+
     def track(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)
+
+    def watch_gc(self) -> Callable[[], None]:
+        """Time every collection (gc.callbacks); returns the function that stops it."""
+        longest = 0.0
+
+        def on_gc(phase: str, info: dict) -> None:
+            nonlocal longest
+            if phase == "start":
+                self._gc_started = time.perf_counter()
+                return
+            pause = time.perf_counter() - self._gc_started
+            self.gc_pause.labels(str(info["generation"])).observe(pause)
+            if pause > longest:
+                longest = pause
+                self.gc_pause_longest.set(pause)
+
+        gc.callbacks.append(on_gc)
+        return lambda: gc.callbacks.remove(on_gc)
