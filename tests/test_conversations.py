@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import GraphQLClient, RunningServer, error_code, make_settings
+from tests.conftest import GraphQLClient, error_code
+from tests.writepath import burst_server, gated, wave  # noqa: F401 (burst_server: a fixture)
 
 CONVERSATION_FIELDS = "id type title lastSeq lastReadSeq unreadCount memberCount members { userId role lastReadSeq }"
 CREATE_DIRECT = f"""
@@ -97,56 +94,8 @@ def member_roles(conversation: dict) -> dict[str, str]:
     return {m["userId"]: m["role"] for m in conversation["members"]}
 
 
-# Bursts go to a server of their own on the test database, with a request timeout far above
-# what a burst can take on a loaded machine, and no relay (the session server's drains this
-# database's outbox). Each wave of concurrent calls gets a new connection pool, so no call
-# reuses a keep-alive connection the server is closing just then (uvicorn: 5 s idle).
-
-TIMEOUT = 120
-DB_POOL = 25  # the burst server's database connections
-
-
-@contextlib.asynccontextmanager
-async def wave(server: RunningServer) -> AsyncIterator[GraphQLClient]:
-    async with httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=300)) as http:
-        yield GraphQLClient(http, server.url, server.settings)
-
-
-@pytest.fixture(scope="module")
-async def burst_server(migrated_url: str) -> AsyncIterator[RunningServer]:
-    settings = make_settings(migrated_url, run_relay=False, request_timeout_seconds=TIMEOUT,
-                             db_pool_size=DB_POOL, db_max_overflow=0)
-    async with RunningServer(settings) as running:
-        yield running
-
-
-async def gated(engine: AsyncEngine, table: str, calls: list[Awaitable[Any]]) -> list[Any]:
-    """Run calls at once while `table` is locked against writes, and release it only when
-    as many of them as the server's pool lets in wait on a lock inside PostgreSQL.
-
-    Calls through one event loop otherwise reach the database a few ms apart, one by one;
-    held at the gate, they all race for the same rows when it opens.
-    """
-    waiters = min(len(calls), DB_POOL)
-    async with engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
-            task = asyncio.ensure_future(asyncio.gather(*calls))
-            waiting = 0
-            for _ in range(1500):
-                if task.done():
-                    break  # a call failed before reaching the gate: its error is raised below
-                async with engine.connect() as probe:
-                    waiting = (await probe.execute(text(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                    ))).scalar_one()
-                if waiting >= waiters:
-                    break
-                await asyncio.sleep(0.02)
-    results = await task
-    assert waiting >= waiters, f"only {waiting} of {waiters} calls reached the gate"
-    return results
+# Bursts go to a server of their own (tests/writepath.py: a long request timeout, no relay),
+# each wave of concurrent calls on a new connection pool, released together through a gate.
 
 
 # --- createDirectConversation -------------------------------------------------------------
