@@ -140,6 +140,16 @@ def _profile_overview(r: dict) -> list[str]:
     return out
 
 
+def _profile_tables(prof: dict, us: dict, per: str) -> list[str]:
+    """Shares and microseconds by component, then the top leaf functions (a blank line after each)."""
+    out = [f"| component (leaf frame's package) | share of samples | server CPU, us per {per} |", "|---|---|---|"]
+    out += [f"| {c} | {100 * v['share']:.1f}% | {_us(us.get(c))} |" for c, v in prof["by_component"].items()]
+    out += ["", "| top leaf functions (self) | file | component | share |", "|---|---|---|---|"]
+    out += [f"| `{leaf['function']}` | {leaf['file']} | {leaf['component']} | {100 * leaf['share']:.1f}% |"
+            for leaf in prof["top_leaves"]]
+    return out + [""]
+
+
 def _profile_section(prof: dict, vd: dict | None, http: dict, workers: int = 1) -> list[str]:
     out = ["#### Profile", ""]
     if "error" in prof:
@@ -162,16 +172,7 @@ def _profile_section(prof: dict, vd: dict | None, http: dict, workers: int = 1) 
         out.append("Samples per process (GIL holders only): " + ", ".join(
             f"pid {pid} {100 * v['share']:.0f}%" for pid, v in prof["by_process"].items()) + ".")
     out.append("")
-    out.append("| component (leaf frame's package) | share of samples | server CPU, us per request |")
-    out.append("|---|---|---|")
-    for c, v in prof["by_component"].items():
-        out.append(f"| {c} | {100 * v['share']:.1f}% | {_us(prof['us_per_request'].get(c))} |")
-    out.append("")
-    out.append("| top leaf functions (self) | file | component | share |")
-    out.append("|---|---|---|---|")
-    for leaf in prof["top_leaves"]:
-        out.append(f"| `{leaf['function']}` | {leaf['file']} | {leaf['component']} | {100 * leaf['share']:.1f}% |")
-    out.append("")
+    out += _profile_tables(prof, prof["us_per_request"], "request")
     out.append(f"Samples with a chatgql frame anywhere on the stack: {100 * prof['chatgql_frame_anywhere_share']:.0f}% "
                "(a lower bound: greenlet stacks are cut). Raw stacks: "
                f"`{prof['raw_file']}`.")
@@ -208,16 +209,7 @@ def _live_profile(prof: dict) -> list[str]:
                f"(Kafka -> bus) and writes to the websocket, on one event loop per process. **Server CPU per event** (measured run): "
                f"{_f(prof.get('server_cpu_ms_per_event'), 2)} ms, everything included.")
     out.append("")
-    out.append("| component (leaf frame's package) | share of samples | server CPU, us per event |")
-    out.append("|---|---|---|")
-    for c, v in prof["by_component"].items():
-        out.append(f"| {c} | {100 * v['share']:.1f}% | {_us(prof.get('us_per_event', {}).get(c))} |")
-    out.append("")
-    out.append("| top leaf functions (self) | file | component | share |")
-    out.append("|---|---|---|---|")
-    for leaf in prof["top_leaves"]:
-        out.append(f"| `{leaf['function']}` | {leaf['file']} | {leaf['component']} | {100 * leaf['share']:.1f}% |")
-    out.append("")
+    out += _profile_tables(prof, prof.get("us_per_event", {}), "event")
     out.append(f"Raw stacks: `{prof['raw_file']}`.")
     return out
 
