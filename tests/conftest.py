@@ -14,14 +14,16 @@ import shutil
 import socket
 import tempfile
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
+import orjson
 from sqlalchemy import make_url, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from chatgql import db
 from chatgql.app import create_app
@@ -30,6 +32,24 @@ from chatgql.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = "outbox, direct_pair, message, conversation_member, conversation"
+
+
+def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:
+    """A SQLAlchemy engine for tests that look into the database (chatgql itself uses db.Database)."""
+    return create_async_engine(
+        db.asyncpg_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        json_serializer=lambda obj: orjson.dumps(obj).decode(),
+        json_deserializer=orjson.loads,
+    )
+
+
+@asynccontextmanager
+async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection in autocommit (CREATE/DROP DATABASE cannot run in a transaction)."""
+    async with engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def _docker_available() -> bool:
@@ -71,7 +91,7 @@ async def migrated_url(database_url: str) -> str:
 
 @pytest.fixture(scope="session")
 async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = db.create_engine(migrated_url, pool_size=20, max_overflow=20)
+    engine = create_engine(migrated_url, pool_size=20, max_overflow=20)
     yield engine
     await engine.dispose()
 
@@ -106,9 +126,9 @@ def free_port_pair(low: int = 20_000, high: int = 30_000) -> int:
 
 async def scratch_database(admin_url: str, name: str) -> str:
     """A fresh, migrated database next to admin_url's (dropped first if left over)."""
-    admin = db.create_engine(admin_url, pool_size=1, max_overflow=0)
+    admin = create_engine(admin_url, pool_size=1, max_overflow=0)
     try:
-        async with db.single_statement(admin) as conn:
+        async with single_statement(admin) as conn:
             await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             await conn.execute(text(f'CREATE DATABASE "{name}"'))
     finally:
@@ -119,9 +139,9 @@ async def scratch_database(admin_url: str, name: str) -> str:
 
 
 async def drop_database(admin_url: str, name: str) -> None:
-    admin = db.create_engine(admin_url, pool_size=1, max_overflow=0)
+    admin = create_engine(admin_url, pool_size=1, max_overflow=0)
     try:
-        async with db.single_statement(admin) as conn:
+        async with single_statement(admin) as conn:
             await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         await admin.dispose()

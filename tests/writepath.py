@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql import db
 from chatgql.settings import Settings
-from tests.conftest import TABLES, GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
+from tests.conftest import (TABLES, GraphQLClient, RunningServer, create_engine, drop_database, make_settings,
+                            scratch_database)
 
 TIMEOUT = 120
 DB_POOL = 25  # database connections of each server made here
@@ -86,7 +87,7 @@ async def open_quiet_server(
     """A Quiet server on a database named after purpose, dropped afterwards."""
     name = f"{make_url(db.asyncpg_url(migrated_url)).database}_{purpose}_norelay"
     quiet_url = await scratch_database(migrated_url, name)
-    engine = db.create_engine(quiet_url, pool_size=5, max_overflow=5)
+    engine = create_engine(quiet_url, pool_size=5, max_overflow=5)
     try:
         async with RunningServer(settings(quiet_url)) as running:
             assert running.runtime.relay is None

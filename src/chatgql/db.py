@@ -3,8 +3,8 @@
 The running service talks to PostgreSQL through `Database` (an asyncpg pool):
 store/ holds hand-written SQL, so a query builder in between only cost CPU
 (about a fifth of a sendMessage request's, measured with py-spy).
-SQLAlchemy stays for what it is good at here: Alembic migrations, and
-`create_engine` for tools and tests that inspect the database.
+SQLAlchemy stays for Alembic's migrations (and tests use it to inspect the
+database).
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import orjson
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from .models import metadata
 
 __all__ = [
-    "Connection", "Database", "Row", "metadata", "create_engine", "single_statement", "start_embedded_postgres",
-    "asyncpg_url", "upgrade",
+    "Connection", "Database", "Row", "metadata", "start_embedded_postgres", "asyncpg_url", "dsn", "upgrade",
 ]
 
 log = logging.getLogger(__name__)
@@ -132,28 +130,6 @@ class Database:
 def dsn(url: str) -> str:
     """The libpq-style URL asyncpg takes (postgresql://...), from any accepted spelling."""
     return "postgresql://" + asyncpg_url(url)[len("postgresql+asyncpg://") :]
-
-
-def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:
-    """A SQLAlchemy engine, for tools and tests that inspect the database (the service uses Database)."""
-    return create_async_engine(
-        asyncpg_url(url),
-        pool_size=pool_size,
-        max_overflow=max_overflow,
-        # No pre-ping: it is a round trip per checkout, and requests check out
-        # often (one statement each). A connection broken by a database restart
-        # fails one statement, is invalidated, and the pool replaces it.
-        pool_recycle=1800,
-        json_serializer=lambda obj: orjson.dumps(obj).decode(),
-        json_deserializer=orjson.loads,
-    )
-
-
-@asynccontextmanager
-async def single_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A SQLAlchemy engine's connection in autocommit (tools and tests; see Database.connection)."""
-    async with engine.connect() as conn:
-        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def start_embedded_postgres(data_dir: Path):

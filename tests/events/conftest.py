@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, RunningServer, _docker_available, free_port_pair, make_settings, scratch_database
-from chatgql import db
+from ..conftest import (REPO, RunningServer, _docker_available, create_engine, free_port_pair, make_settings,
+                        scratch_database)
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 
@@ -85,7 +85,7 @@ async def migrated_url(database_url: str) -> str:
 
 @pytest.fixture(scope="session")
 async def engine(migrated_url: str) -> AsyncIterator:
-    engine = db.create_engine(migrated_url, pool_size=5, max_overflow=5)
+    engine = create_engine(migrated_url, pool_size=5, max_overflow=5)
     yield engine
     await engine.dispose()
 

@@ -20,10 +20,9 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from chatgql import db
 from chatgql.settings import load_settings
 
-from ..conftest import drop_database, free_port, scratch_database
+from ..conftest import create_engine, drop_database, free_port, scratch_database
 from ..faults.infra import JWT_SECRET, ChatProcess, FaultRedis, chat_env, tail
 from .helpers import ChatApi, WsClient, bearer, collect_messages, subscribe_messages
 
@@ -43,7 +42,7 @@ async def workers_server(migrated_url: str, tmp_path: Path, kafka_bootstrap: str
         env.pop("CHATGQL_KAFKA_BOOTSTRAP_SERVERS")
     serve = ChatProcess("serve", ["serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                         env, tmp_path, port=port)
-    engine = db.create_engine(url, pool_size=2, max_overflow=0)
+    engine = create_engine(url, pool_size=2, max_overflow=0)
     try:
         serve.start()
         await serve.wait_ready()

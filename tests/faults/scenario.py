@@ -29,10 +29,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
-from chatgql import db
 from chatgql.store.outbox import RELAY_LOCK
 
-from ..conftest import free_port
+from ..conftest import create_engine, free_port
 from .infra import (
     OUT,
     ChatProcess,
@@ -192,7 +191,7 @@ class Scenario:
             old.unlink()
         infra = self.infra
         self.url = await infra.pg.create_database(self.database)
-        self.engine = db.create_engine(self.url, pool_size=2, max_overflow=2)
+        self.engine = create_engine(self.url, pool_size=2, max_overflow=2)
         await create_topic(infra.kafka.bootstrap, self.topic)
 
         bus = "memory://" if self.topology == "single" else infra.redis.url
