@@ -14,18 +14,13 @@ import multiprocessing as mp
 import time
 
 from . import layout
-from .infra import die_with_parent, log, queue_get
+from .infra import die_with_parent, log, queue_get, use_uvloop
 from .queries import SUB_ALL, token
 
 
 def _client(url: str, user_ids: list[int], stop, out) -> None:
     die_with_parent()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    use_uvloop()
     from .ws import open_many
 
     async def main() -> None:

@@ -16,7 +16,7 @@ import time
 import orjson
 
 from . import layout
-from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get
+from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get, use_uvloop
 from .live import stats_ms
 from .rawhttp import Pool
 from .queries import SUB_CONVERSATION, send_body, token
@@ -24,12 +24,7 @@ from .queries import SUB_CONVERSATION, send_body, token
 
 def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> None:
     die_with_parent()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    use_uvloop()
     from .ws import open_many, receive
 
     async def main() -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import layout
-from .infra import run_with_rusage
+from .infra import run_with_rusage, use_uvloop
 from .queries import INBOX, READ, SEND, Scenario
 
 LUA = Path(__file__).resolve().parent / "wrk" / "gql.lua"
@@ -88,12 +88,7 @@ def _run_wrk(port: int, scenario: Scenario, tokens: Path, workdir: Path, seconds
 
 def _worker(port: int, name: str, sizes: layout.Sizes, tokens_path: str, part: int, parts: int,
             connections: int, seconds: float, read_base: int, out: mp.Queue) -> None:
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    use_uvloop()
     from .rawhttp import Connection
 
     scenario = Scenario(name, sizes)

@@ -53,6 +53,16 @@ def free_port(pair: bool = False) -> int:
     raise RuntimeError("no free port")
 
 
+def use_uvloop() -> None:
+    """uvloop for this (child) process's asyncio, when installed."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+
 def die_with_parent() -> None:
     """Linux: get SIGTERM when the parent goes away (no orphaned load generators or servers)."""
     try:

@@ -22,7 +22,7 @@ import uuid
 import orjson
 
 from . import layout
-from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get
+from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get, use_uvloop
 from .rawhttp import Pool
 from .queries import SUB_ALL, send_body, token
 
@@ -41,21 +41,12 @@ def stats_ms(latencies_ns: list[int]) -> dict:
     }
 
 
-def _uvloop() -> None:
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-
-
 # --------------------------------------------------------------------- receivers (child processes)
 
 
 def _ws_receiver(url: str, tok: str, ready, stop, out) -> None:
     die_with_parent()
-    _uvloop()
+    use_uvloop()
     from .ws import receive, subscribe
 
     got: dict[str, int] = {}
@@ -86,7 +77,7 @@ def _ws_receiver(url: str, tok: str, ready, stop, out) -> None:
 
 def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out) -> None:
     die_with_parent()
-    _uvloop()
+    use_uvloop()
     from aiokafka import AIOKafkaConsumer
 
     got: dict[str, int] = {}

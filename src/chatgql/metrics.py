@@ -39,21 +39,20 @@ class Metrics:
             "chatgql_gc_pause_longest_seconds", "The longest collector pause since the process started",
             registry=self.registry,
         )
-        self._gc_started = 0.0
 
     def track(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)
 
     def watch_gc(self) -> Callable[[], None]:
         """Time every collection (gc.callbacks); returns the function that stops it."""
-        longest = 0.0
+        started = longest = 0.0
 
         def on_gc(phase: str, info: dict) -> None:
-            nonlocal longest
+            nonlocal started, longest
             if phase == "start":
-                self._gc_started = time.perf_counter()
+                started = time.perf_counter()
                 return
-            pause = time.perf_counter() - self._gc_started
+            pause = time.perf_counter() - started
             self.gc_pause.labels(str(info["generation"])).observe(pause)
             if pause > longest:
                 longest = pause
