@@ -1,0 +1,193 @@
+"""An attacker's view: a production-mode chatgql in its own process, and a bystander.
+
+The server runs as `python -m chatgql.cli serve` (uvloop, httptools, the lean
+websocket protocol: what production runs), not in the test's event loop, so
+that a request that burns the server's CPU shows up as lost time for the
+server's other clients and not as a pause of the test itself. `Bystander`
+is such an other client: while an attack runs it keeps asking a small
+authenticated query and /healthz, and records how long each answer took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chatgql.auth import issue_token
+from chatgql.settings import load_settings
+
+from ..conftest import REPO, free_port
+
+SECRET = "a-production-secret-for-adversarial-tests-0123456789"
+
+
+@dataclass
+class ServeProcess:
+    """One production-mode `chatgql serve` on 127.0.0.1 (embedded bus, no Kafka)."""
+
+    database_url: str
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/graphql"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/graphql"
+
+    @property
+    def settings(self) -> Any:
+        """The settings the process runs with (to issue its tokens)."""
+        env = self.environment()
+        return load_settings(**{k[len("CHATGQL_"):].lower(): v for k, v in env.items() if k.startswith("CHATGQL_")})
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
+        env.update(
+            CHATGQL_ENV="production",
+            CHATGQL_JWT_SECRET=SECRET,
+            CHATGQL_DATABASE_URL=self.database_url,
+            CHATGQL_MIGRATE_ON_START="false",
+            CHATGQL_HOST="127.0.0.1",
+            CHATGQL_PORT=str(self.port),
+        )
+        env.update(self.env_overrides)
+        return env
+
+    def token(self, user_id: int) -> str:
+        return issue_token(self.settings, user_id, ttl_seconds=3600)
+
+    def headers(self, user_id: int | None) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if user_id is not None:
+            headers["authorization"] = f"Bearer {self.token(user_id)}"
+        return headers
+
+    async def start(self, timeout: float = 60) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="chatgql-adversarial-", suffix=".log")[1])
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "chatgql.cli", "serve", "--log-level", "warning"],
+                env=self.environment(),
+                cwd=str(REPO),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=2) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"chatgql serve exited during startup:\n{self.log.read_text()[-4000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{self.base}/readyz")).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"chatgql serve did not get ready:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log else ""
+
+
+@contextlib.asynccontextmanager
+async def serve_process(database_url: str, **env: str) -> AsyncIterator[ServeProcess]:
+    """A running production-mode server; env: extra CHATGQL_* variables."""
+    process = ServeProcess(database_url, env_overrides=env)
+    await process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="package")
+async def prod(migrated_url: str) -> AsyncIterator[ServeProcess]:
+    """One production-mode server with default settings, for the package's probes."""
+    async with serve_process(migrated_url) as process:
+        yield process
+
+
+@dataclass
+class Bystander:
+    """Another client of the server under attack: asks a small authenticated query
+    (and /healthz) in a loop and records each answer's latency in seconds."""
+
+    server: ServeProcess
+    user_id: int = 999_999
+    interval: float = 0.01
+    latencies: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    _task: asyncio.Task | None = None
+
+    QUERY = "{ viewer { totalUnread } }"
+
+    async def _loop(self) -> None:
+        headers = self.server.headers(self.user_id)
+        async with httpx.AsyncClient(timeout=30) as http:
+            while True:
+                started = time.perf_counter()
+                try:
+                    response = await http.post(self.server.url, json={"query": self.QUERY}, headers=headers)
+                    health = await http.get(f"{self.server.base}/healthz")
+                    ok = response.status_code == 200 and "errors" not in response.json() and health.status_code == 200
+                    if not ok:
+                        self.failures.append(f"{response.status_code} {response.text[:200]}")
+                except httpx.HTTPError as error:
+                    self.failures.append(repr(error))
+                self.latencies.append(time.perf_counter() - started)
+                await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> Bystander:
+        self._task = asyncio.create_task(self._loop())
+        await asyncio.sleep(0.2)  # a few answers before the attack starts
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.sleep(0.1)  # and after
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    @property
+    def worst(self) -> float:
+        return max(self.latencies, default=float("inf"))
+
+    def assert_served(self, max_latency: float) -> None:
+        """Every answer came, clean, within max_latency seconds (and there were some)."""
+        assert len(self.latencies) >= 3, f"the bystander got only {len(self.latencies)} answers"
+        assert not self.failures, self.failures[:5]
+        assert self.worst < max_latency, (
+            f"the bystander waited {self.worst * 1000:.0f} ms (limit {max_latency * 1000:.0f} ms); "
+            f"latencies: {sorted(self.latencies)[-5:]}"
+        )
