@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -244,3 +245,6 @@ def keep_startup_objects_out_of_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)  # was (700, 10, 10): a young collection per 10,000 allocations
+    # The event loop's thread gets the GIL back from the validation thread (graphql/validation.py,
+    # the process's only busy thread) within 1 ms instead of 5: a request waits less behind it.
+    sys.setswitchinterval(0.001)

@@ -68,6 +68,12 @@ class Settings(BaseSettings):
     max_query_depth: int = 10
     max_aliases: int = 20
     max_fields: int = 300
+    # Every selection (field, fragment spread, inline fragment) with fragments expanded,
+    # introspection included: what validation and execution may have to walk.
+    max_selections: int = 2000
+    # Documents accepted once are kept parsed (and skip parsing and validation), up to this
+    # many characters of document text in all (the collector walks every kept node).
+    document_cache_chars: int = 100_000
     max_tokens: int = 3000
     max_query_chars: int = 20_000
     max_request_bytes: int = 256 * 1024

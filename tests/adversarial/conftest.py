@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -137,6 +138,36 @@ async def prod(migrated_url: str) -> AsyncIterator[ServeProcess]:
         yield process
 
 
+class RawHttp:
+    """A keep-alive HTTP/1.1 connection that posts GraphQL with little client CPU (an
+    attacker in the test's own process must not slow the bystander measured beside it)."""
+
+    def __init__(self, server: ServeProcess) -> None:
+        self.server = server
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.server.port)
+        lines = [f"POST /graphql HTTP/1.1", "host: 127.0.0.1", f"content-length: {len(body)}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        assert self.reader is not None
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        return status, await self.reader.readexactly(length)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+
 @dataclass
 class Bystander:
     """Another client of the server under attack: asks a small authenticated query
@@ -168,6 +199,10 @@ class Bystander:
                 await asyncio.sleep(self.interval)
 
     async def __aenter__(self) -> Bystander:
+        # The test process's own collector (pytest holds a large heap) must not pause the
+        # measurement: what is measured is the server.
+        gc.collect()
+        gc.freeze()
         self._task = asyncio.create_task(self._loop())
         await asyncio.sleep(0.2)  # a few answers before the attack starts
         return self
@@ -178,6 +213,7 @@ class Bystander:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        gc.unfreeze()
 
     @property
     def worst(self) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,6 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 from graphql import GraphQLError, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
-from strawberry.schema.schema import validate_document
 from strawberry.types.graphql import OperationType
 
 from ..auth import user_from_authorization
@@ -20,7 +19,9 @@ from ..db import Database
 from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
 from ..settings import Settings
+from .limits import OperationLimits
 from .loaders import Loaders
+from .validation import validate
 
 
 @dataclass
@@ -93,11 +94,6 @@ class Context:
         return Loaders(self.database, self.viewer_id)
 
 
-# Validation depends on the document and the rules only: cached (as Strawberry's ValidationCache
-# does), keyed on the parsed document, which the parser cache hands out once per distinct text.
-_validate_cached = functools.lru_cache(maxsize=1024)(validate_document)
-
-
 @functools.lru_cache(maxsize=16)
 def _with_rules(base: tuple[type, ...], extra: tuple[type, ...]) -> tuple[type, ...]:
     """base + extra, one tuple for all operations (a subscription keeps its operation's for its lifetime)."""
@@ -107,27 +103,32 @@ def _with_rules(base: tuple[type, ...], extra: tuple[type, ...]) -> tuple[type, 
 class ChatOperation(SchemaExtension):
     """chatgql's per-operation set-up, as one extension. A subscription keeps its
     operation's extensions, and its on_operation hooks open, for as long as it
-    lives: so there is one extension, and its set-up runs as parsing starts (it
-    is listed before the parser cache; parsing happens once per operation)
+    lives: so there is one extension, and its set-up runs as parsing starts
     rather than in on_operation:
 
+    - documents accepted before (`accepted`, prepared.py) are neither parsed
+      nor validated again; nothing else is kept, so a stream of refused or
+      one-off documents cannot fill the process with syntax trees;
     - the parser's token limit (what Strawberry's MaxTokensLimiter does);
-    - chatgql's validation rules (what AddValidationRules does), validation
-      cached per document (what ValidationCache does), and GraphQL's
-      GetOperation rule: a document with several operations needs an
-      operationName (Strawberry would run the first one);
-    - a document that validated cleanly is remembered in `accepted`, so that
-      the same text over HTTP can skip this pipeline (prepared.py);
+    - the operation limits (limits.py), checked before validation, and
+      validation off the event loop (validation.py) with chatgql's rules
+      (what AddValidationRules does), and GraphQL's GetOperation rule: a
+      document with several operations needs an operationName (Strawberry
+      would run the first one);
     - fresh loaders per operation: a websocket's context lives as long as the
       connection, so no operation may read another's cache;
     - once a mutation has committed its outbox rows, wake the relay (a mutation
       that wrote nothing costs one spurious, harmless wake-up).
     """
 
-    def __init__(self, max_tokens: int, validation_rules: tuple[type, ...], accepted: Any = None) -> None:
+    def __init__(
+        self, max_tokens: int, limits: OperationLimits, validation_rules: tuple[type, ...], accepted: Any = None
+    ) -> None:
         self.max_tokens = max_tokens
+        self.limits = limits
         self.validation_rules = validation_rules
         self.accepted = accepted  # prepared.AcceptedDocuments, or None
+        self.known = False  # the document was accepted before: already valid
 
     def on_parse(self) -> Iterator[None]:
         execution_context = self.execution_context
@@ -136,19 +137,29 @@ class ChatOperation(SchemaExtension):
         context = execution_context.context
         if isinstance(context, Context) and isinstance(context.request, WebSocket):
             context._loaders = None
+        if self.accepted is not None and execution_context.query and execution_context.graphql_document is None:
+            document = self.accepted.get(execution_context.query)
+            if document is not None:
+                execution_context.graphql_document = document
+                self.known = True
         yield
 
-    def on_validate(self) -> Iterator[None]:
+    async def on_validate(self) -> AsyncIterator[None]:
         execution_context = self.execution_context
         document = execution_context.graphql_document
-        errors = _validate_cached(execution_context.schema._schema, document, execution_context.validation_rules)
+        if self.known:
+            errors: list[GraphQLError] = []
+        else:
+            errors = await validate(
+                execution_context.schema._schema, document, self.limits, execution_context.validation_rules
+            )
+            if not errors and self.accepted is not None and execution_context.query:
+                self.accepted.add(execution_context.query, document)
         if not errors and execution_context._provided_operation_name is None:
             if sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1:
                 errors = [GraphQLError("operationName is required when the document has several operations")]
-        # Strawberry validates only while this is None; a new list: the cache holds the one it returned.
-        execution_context.pre_execution_errors = list(errors)
-        if not errors and self.accepted is not None and execution_context.query:
-            self.accepted.add(execution_context.query, document)
+        # Strawberry validates only while this is None.
+        execution_context.pre_execution_errors = errors
         yield
 
     def on_execute(self) -> Iterator[None]:

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, OperationType as CoreOperationType, execute, get_operation_ast
+from graphql.language import Node
 from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult
 
@@ -33,10 +34,21 @@ _EXECUTABLE = (CoreOperationType.QUERY, CoreOperationType.MUTATION)
 
 
 class AcceptedDocuments:
-    """query text -> parsed document, for documents that parsed and validated cleanly (LRU)."""
+    """query text -> parsed document, for documents that parsed and validated cleanly (LRU).
 
-    def __init__(self, maxsize: int = 1024) -> None:
+    Bounded by count and by the total length of the texts: a parsed document
+    is about one garbage-collected object per two characters, and the
+    collector's full passes walk every one of them (a cache of 1,024 large
+    documents made pauses of a second). Kept documents lose their token
+    chain (the parser's doubly linked list of every token, needed for
+    nothing after parsing), which takes a third of their objects and every
+    reference cycle: an evicted document is freed at once.
+    """
+
+    def __init__(self, maxsize: int = 1024, max_chars: int = 100_000) -> None:
         self._maxsize = maxsize
+        self._max_chars = max_chars
+        self._chars = 0
         self._documents: OrderedDict[str, DocumentNode] = OrderedDict()
 
     def get(self, query: str) -> DocumentNode | None:
@@ -46,16 +58,36 @@ class AcceptedDocuments:
         return document
 
     def add(self, query: str, document: DocumentNode) -> None:
-        self._documents[query] = document
-        self._documents.move_to_end(query)
-        while len(self._documents) > self._maxsize:
-            self._documents.popitem(last=False)
+        if len(query) > self._max_chars or query in self._documents:
+            return
+        self._documents[query] = _without_tokens(document)
+        self._chars += len(query)
+        while len(self._documents) > self._maxsize or self._chars > self._max_chars:
+            evicted, _ = self._documents.popitem(last=False)
+            self._chars -= len(evicted)
 
     def __len__(self) -> int:
         return len(self._documents)
 
     def __contains__(self, query: object) -> bool:
         return query in self._documents
+
+
+def _without_tokens(document: DocumentNode) -> DocumentNode:
+    """The document, its nodes' locations keeping their offsets and source (what errors
+    report) but not the tokens they started and ended at."""
+    pending: list[Node] = [document]
+    while pending:
+        node = pending.pop()
+        if node.loc is not None:
+            node.loc.start_token = node.loc.end_token = None  # type: ignore[assignment]
+        for key in node.keys:
+            value = getattr(node, key, None)
+            if isinstance(value, Node):
+                pending.append(value)
+            elif isinstance(value, tuple | list):
+                pending.extend(item for item in value if isinstance(item, Node))
+    return document
 
 
 def operation_type(document: DocumentNode, operation_name: str | None) -> CoreOperationType | None:

@@ -14,7 +14,7 @@ from cross_web import HTTPException
 import strawberry
 from graphql import GraphQLError
 from graphql import OperationType as CoreOperationType
-from graphql.validation import NoSchemaIntrospectionCustomRule
+from graphql.validation import MaxIntrospectionDepthRule, NoSchemaIntrospectionCustomRule
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -22,7 +22,6 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.extensions import ParserCache
 from strawberry.http import process_result
 from strawberry.schema.config import StrawberryConfig
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
@@ -32,7 +31,7 @@ from strawberry.types.graphql import OperationType
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
 from .errors import to_contract_errors
-from .limits import OperationLimits, limits_rule
+from .limits import OperationLimits
 from .mutations import Mutation
 from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
 from .queries import Query
@@ -64,7 +63,7 @@ class ChatSchema(strawberry.Schema):
 
 
 _MAX_BRACKETS = 256  # more in a body (also inside strings) and it skips the direct path
-DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300)
+DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300, max_selections=2000)
 T = TypeVar("T")
 
 
@@ -78,12 +77,11 @@ def build_schema(
 ) -> ChatSchema:
     """accepted: where documents that passed parsing and validation are kept (see prepared.py)."""
     # The same rule classes for every request: the validation cache keys on them.
-    rules = (limits_rule(limits),) + (() if introspection else (NoSchemaIntrospectionCustomRule,))
+    rules = (MaxIntrospectionDepthRule,) if introspection else (NoSchemaIntrospectionCustomRule,)
     extensions: list[Any] = [
-        # Token limit, validation rules, fresh loaders, relay wake-up (one extension, see its docstring).
-        # Before the parser cache: it sets the parser's token limit.
-        lambda: ChatOperation(max_tokens, rules, accepted),
-        lambda: ParserCache(maxsize=1024),
+        # Accepted documents, token limit, operation limits, validation rules, fresh loaders,
+        # relay wake-up (one extension, see its docstring).
+        lambda: ChatOperation(max_tokens, limits, rules, accepted),
     ]
     return ChatSchema(
         query=Query,
@@ -117,11 +115,13 @@ class ChatGraphQL(GraphQL):
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
-        self.accepted = AcceptedDocuments(maxsize=1024)
+        self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
         super().__init__(
             build_schema(
                 introspection=settings.introspection_enabled,
-                limits=OperationLimits(settings.max_query_depth, settings.max_aliases, settings.max_fields),
+                limits=OperationLimits(
+                    settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
+                ),
                 max_tokens=settings.max_tokens,
                 max_batch_operations=settings.max_batch_operations,
                 accepted=self.accepted,

@@ -1,0 +1,37 @@
+"""Validation of a new document, off the event loop.
+
+A document the server has not accepted before is checked against the
+operation limits (limits.py: linear, in the loop, a millisecond at worst)
+and then validated by graphql-core. Validation is bounded by those limits
+but not cheap: OverlappingFieldsCanBeMerged compares every pair of fields
+that share a response name, and 100 copies of `inbox { nodes { id } }` (well
+within 300 fields) take about 100 ms of CPU. So it runs in one worker
+thread: the event loop keeps serving everyone else (the interpreter hands
+it the GIL every few milliseconds), and requests carrying new documents
+queue behind each other for that one thread, never using more than it.
+Documents accepted before are not validated again (context.ChatOperation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from graphql import DocumentNode, GraphQLError
+from strawberry.schema.schema import validate_document
+
+from .limits import OperationLimits, check_document
+
+# Its thread starts on first use and lives as long as the process.
+_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatgql-validate")
+
+
+async def validate(
+    schema: Any, document: DocumentNode, limits: OperationLimits, rules: tuple[type, ...]
+) -> list[GraphQLError]:
+    """The operation limits' refusal, or else graphql-core's validation errors (none: valid)."""
+    exceeded = check_document(document, limits)
+    if exceeded is not None:
+        return [exceeded]
+    return await asyncio.get_running_loop().run_in_executor(_worker, validate_document, schema, document, rules)

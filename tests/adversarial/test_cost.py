@@ -1,0 +1,134 @@
+"""Documents built to cost far more than their size: each is refused with LIMIT_EXCEEDED in
+milliseconds, and the server's other clients (and live subscribers) do not notice.
+
+The probe that found it: a 756-byte chain of fragments, each spreading the one before
+twice, answered after 1 s of server CPU (depth 18; 40 s at depth 24) while /healthz timed
+out and the bus heartbeat starved every subscription into a resync error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+
+import httpx
+import pytest
+
+from ..events.helpers import WsClient
+from .conftest import Bystander, RawHttp, ServeProcess
+
+_unique = itertools.count()
+
+
+def chain(depth: int, *, on: str = "Query", leaf: str = "__typename", spread: str = "...F{prev} ...F{prev}") -> str:
+    """fragment F0 { leaf }, fragment Fi { spread of F(i-1) }: 2^depth leaves with the default spread."""
+    lines = [f"fragment F0 on {on} {{ {leaf} }}"]
+    lines += [f"fragment F{i} on {on} {{ {spread.format(prev=i - 1)} }}" for i in range(1, depth + 1)]
+    return "\n".join(lines)
+
+
+# name -> (document with {op} where the operation's name goes, needs a token to be meaningful)
+DOCUMENTS: dict[str, str] = {
+    "fragment chain 2^30": chain(30) + "\nquery {op} { ...F30 }",
+    "inline fragments": chain(30, spread="... on Query {{ ...F{prev} }} ... {{ ...F{prev} }}") + "\nquery {op} { ...F30 }",
+    "aliases": chain(30, leaf="a: __typename b: __typename") + "\nquery {op} { ...F30 }",
+    "directives": chain(30, spread="...F{prev} @include(if: true) ...F{prev} @skip(if: false)")
+    + "\nquery {op} { ...F30 }",
+    "spreads in lists": chain(30, on="Conversation", leaf="id")
+    + "\nquery {op} { inbox { nodes { ...F30 } edges { node { ...F30 } } } }",
+    "empty selection sets": chain(30, leaf="") + "\nquery {op} { ...F30 }",
+    "introspection fields": chain(30, leaf="__schema { queryType { name } }") + "\nquery {op} { ...F30 }",
+    "__typename x1400": "query {op} {" + " __typename" * 1400 + " }",
+    "900 aliases of __typename": "query {op} {" + " ".join(f"a{i}: __typename" for i in range(900)) + " }",
+    "500 copies of viewer": "query {op} {" + " viewer { totalUnread }" * 500 + " }",
+    "unused fragment": chain(30) + "\nfragment Unused on Query { ...F30 }\nquery {op} { __typename }",
+}
+
+
+def _document(template: str) -> str:
+    """The template with a fresh operation name: every request is a document never seen before."""
+    return template.replace("{op}", f"Probe{next(_unique)}")
+
+
+async def _refusal_time(http: httpx.AsyncClient, server: ServeProcess, template: str, user: int | None) -> float:
+    """Seconds until the server refused a new copy of the document; asserts the refusal."""
+    document = _document(template)
+    started = time.perf_counter()
+    response = await http.post(server.url, json={"query": document}, headers=server.headers(user))
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert "data" not in body or body["data"] is None, body
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["LIMIT_EXCEEDED"], body["errors"]
+    return elapsed
+
+
+@pytest.mark.parametrize("user", [None, 1], ids=["anonymous", "with a token"])
+async def test_amplified_documents_are_refused_within_50_ms_while_others_are_served(prod: ServeProcess, user):
+    async with Bystander(prod) as bystander, httpx.AsyncClient(timeout=30) as http:
+        for name, template in DOCUMENTS.items():
+            assert len(_document(template).encode()) < 20_000, name  # all within the size limits
+            # Best of three new copies: the machine's scheduling noise is not the server's cost.
+            best = min([await _refusal_time(http, prod, template, user) for _ in range(3)])
+            assert best < 0.050, f"{name}: refused after {best * 1000:.1f} ms"
+    bystander.assert_served(max_latency=0.25)
+
+
+async def test_a_sustained_attack_with_new_documents_does_not_starve_other_clients(prod: ServeProcess, http):
+    """Four attackers send documents the server has never seen, as fast as it answers: some
+    over the limits, some just within them and expensive to validate (100 fields sharing a
+    response name: graphql-core compares every pair). Meanwhile another client's requests
+    and a live subscription are served: nothing waits behind the attack for long, and the
+    bus heartbeat keeps every subscription alive."""
+    heavy_but_allowed = "query {op} {" + " inbox { nodes { id } }" * 100 + " }"
+    templates = [heavy_but_allowed, DOCUMENTS["fragment chain 2^30"], DOCUMENTS["500 copies of viewer"]]
+    owner, member = 501, 502
+    group = (await http.post(
+        prod.url,
+        json={"query": 'mutation { createGroup(title: "live", memberIds: ["502"]) { id } }'},
+        headers=prod.headers(owner),
+    )).json()["data"]["createGroup"]["id"]
+    subscriber = await WsClient.connect(prod.ws_url, f"Bearer {prod.token(member)}")
+    live = await subscriber.subscribe("subscription { messageNew { seq message { body } } }")
+    answered = 0
+
+    async def attacker(index: int) -> None:
+        nonlocal answered
+        attack = RawHttp(prod)
+        headers = prod.headers(index + 1)
+        try:
+            for template in itertools.cycle(templates[index % 3:] + templates[: index % 3]):
+                status, body = await attack.post(json.dumps({"query": _document(template)}).encode(), headers)
+                assert status == 200, body
+                answered += 1
+        finally:
+            await attack.close()
+
+    try:
+        async with Bystander(prod) as bystander:
+            attackers = [asyncio.create_task(attacker(i)) for i in range(4)]
+            await asyncio.sleep(4)
+            for task in attackers:
+                task.cancel()
+            results = await asyncio.gather(*attackers, return_exceptions=True)
+            assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+        assert answered >= 20, f"the attackers got only {answered} answers: the test did not attack"
+        # Four clients flooding a one-core server slow everyone a little; what must not
+        # happen is a wait behind one request (before: seconds, and every subscription cut).
+        bystander.assert_served(max_latency=0.5)
+        body = f"after the attack {uuid.uuid4()}"
+        response = await http.post(
+            prod.url,
+            json={"query": "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, "
+                           "clientMsgId: $m, body: $b) { message { seq } } }",
+                  "variables": {"c": group, "m": str(uuid.uuid4()), "b": body}},
+            headers=prod.headers(owner),
+        )
+        assert "errors" not in response.json(), response.text
+        event = await live.next(timeout=10)  # an error frame (resync) would raise here
+        assert event["messageNew"]["message"]["body"] == body
+    finally:
+        await subscriber.close()
