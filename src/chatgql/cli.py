@@ -43,6 +43,7 @@ def serve(args: argparse.Namespace) -> None:
         http="httptools",
         ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
+        access_log=settings.access_log_enabled,
         ws_max_size=1 << 20,
     )
     if settings.workers == 1:
