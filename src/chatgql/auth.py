@@ -48,7 +48,12 @@ def user_from_authorization(settings: Settings, authorization: object) -> int:
     of a small request.
     """
     key = (
-        (authorization, settings.jwt_secret.get_secret_value(), settings.jwt_audience, settings.jwt_max_lifetime_seconds)
+        (
+            authorization,
+            settings.jwt_secret.get_secret_value(),
+            settings.jwt_audience,
+            settings.jwt_max_lifetime_seconds,
+        )
         if isinstance(authorization, str)
         else None
     )

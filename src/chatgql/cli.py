@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> None:
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")
-    p.add_argument("--ttl", type=int, help="lifetime in seconds (default and maximum: CHATGQL_JWT_MAX_LIFETIME_SECONDS)")
+    p.add_argument(
+        "--ttl", type=int, help="lifetime in seconds (default and maximum: CHATGQL_JWT_MAX_LIFETIME_SECONDS)"
+    )
     p.set_defaults(func=token)
 
     p = commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")
