@@ -24,7 +24,7 @@ INTERNAL = "INTERNAL_SERVER_ERROR"
 
 
 MAX_ECHO_CHARS = 100  # of any one word of a message (a name, a value) quoted from the request
-MAX_MESSAGE_CHARS = 500
+MAX_MESSAGE_CHARS = 300
 # graphql-core's suggestions: " Did you mean 'a', 'b', or 'c'?", "... the enum value 'X'?",
 # "... to use an inline fragment on 'T'?"; the names they list cannot contain '?'.
 _SUGGESTION = re.compile(r"\s*Did you mean [^?]*\?")
