@@ -18,7 +18,7 @@ from chatgql.errors import Forbidden
 from chatgql.services.policy import ALLOW_ALL, MembershipRequest, load_policy
 
 from ..conftest import GraphQLClient, RunningServer, error_code, make_settings
-from .conftest import SECRET, ServeProcess, serve_process
+from .conftest import SECRET, Bystander, ServeProcess, serve_process
 
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id memberCount } }"
 CREATE_DIRECT = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
@@ -110,7 +110,7 @@ async def test_the_probe_of_30_groups_of_1000_stops_at_the_default_burst(prod: S
     """The reported probe, against defaults: 30 createGroup of 1,000 arbitrary ids in a row."""
     members = [str(n) for n in range(10_000, 10_999)]
     answers = []
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=60) as http, Bystander(prod) as bystander:
         for i in range(30):
             response = await http.post(
                 prod.url, json={"query": CREATE_GROUP, "variables": {"t": f"spam {i}", "m": members}},
@@ -125,6 +125,7 @@ async def test_the_probe_of_30_groups_of_1000_stops_at_the_default_burst(prod: S
     assert refused and all(error_code(e) == "LIMIT_EXCEEDED" and e["extensions"]["retryAfter"] > 0 for e in refused)
     conversations, memberships = await _counts(engine)
     assert conversations == len(made) and memberships == 1000 * len(made)
+    bystander.assert_served(max_latency=2.0)  # generous: two cores shared with the test and PostgreSQL
 
 
 # ------------------------------------------------------------------ groups per day (PostgreSQL, across processes)
