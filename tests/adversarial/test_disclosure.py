@@ -8,6 +8,7 @@ that suggests, and the production answers say nothing because production hides i
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -174,6 +175,35 @@ async def test_a_huge_unknown_operation_name_over_a_websocket_is_echoed_cut(prod
     assert len(answer) < 1000, answer[:400]
     assert json.loads(answer)["payload"][0]["extensions"]["code"] == "BAD_USER_INPUT", answer
     assert "N" * (MAX_ECHO_CHARS + 1) not in answer
+
+
+def _operation(protocol: str, op_id: str, query: str, variables: str = "{}") -> str:
+    kind = "subscribe" if protocol == "graphql-transport-ws" else "start"
+    return '{"id": "%s", "type": "%s", "payload": {"query": "%s", "variables": %s}}' % (op_id, kind, query, variables)
+
+
+@pytest.mark.parametrize("protocol", ["graphql-transport-ws", "graphql-ws"])
+async def test_a_websocket_message_with_a_5000_digit_number_is_refused_not_a_crash(prod: ServeProcess, protocol):
+    """Python's json refuses an integer of more than 4,300 digits with a ValueError of its own, which
+    used to escape the websocket handler. Now it is a message that is not JSON: graphql-transport-ws
+    closes with 4400, the legacy graphql-ws ignores it and goes on."""
+    async with websockets.connect(prod.ws_url, subprotocols=[protocol], max_size=None) as ws:
+        token = prod.headers(USER)["authorization"]
+        await ws.send(json.dumps({"type": "connection_init", "payload": {"Authorization": token}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        query = "query($n: Int) { inbox(first: $n) { nodes { id } } }"
+        await ws.send(_operation(protocol, "1", query, '{"n": %s}' % HUGE))
+        if protocol == "graphql-transport-ws":
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400, closed.value
+            assert "sys." not in closed.value.rcvd.reason
+        else:
+            # the connection goes on: the next message is answered (a query over websockets is refused)
+            await ws.send(_operation(protocol, "2", "{ viewer { totalUnread } }"))
+            answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert answer["id"] == "2" and answer["payload"]["extensions"]["code"] == "BAD_USER_INPUT", answer
+    assert "Exceeds the limit" not in prod.output()
 
 
 async def test_metrics_are_not_served_on_the_public_port_in_production_by_default(prod: ServeProcess, http):

@@ -227,8 +227,10 @@ class ChatGraphQL(GraphQL):
         """A websocket message: a JSON object, else the protocols' invalid-message answer (not a crash)."""
         try:
             parsed = json.loads(data)
-        except RecursionError:
-            raise json.JSONDecodeError("nested too deeply", "", 0) from None
+        except json.JSONDecodeError:
+            raise
+        except (RecursionError, ValueError):  # nested deeper than Python's stack; an integer of 4,300+ digits
+            raise json.JSONDecodeError("not JSON this server reads", "", 0) from None
         if not isinstance(parsed, dict):
             raise json.JSONDecodeError("a message must be a JSON object", "", 0)
         payload = parsed.get("payload")
