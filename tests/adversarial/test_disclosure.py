@@ -28,6 +28,7 @@ USER = 501
 SUGGESTION_PROBES = {
     "field": ("{ viewer { totalUnred } }", None),
     "argument": ("{ inbox(frist: 5) { nodes { id } } }", None),
+    "directive argument": ("{ viewer @include(iff: true) { totalUnread } }", None),
     "variable type": ("query($c: [SyncCursr!]!) { sync(cursors: $c) { lastSeq } }", None),
     "fragment type": ("{ viewer { ... on Viewr { totalUnread } } }", None),
     "input field (literal)": ('{ sync(cursors: [{conversationId: "1", afterSeq: 0, aftrSeq: 1}]) { lastSeq } }', None),
