@@ -195,9 +195,14 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "migrate_on_start": False,
         "kafka_bootstrap_servers": None,
         "broadcast_url": "memory://",
-        # Concurrency tests fire hundreds of calls per user; the limits have their own tests.
+        # Concurrency tests fire hundreds of calls per user; the limits have their own tests
+        # (tests/test_hostile_input.py, tests/adversarial/test_abuse.py).
         "rate_send_per_second": 0,
         "rate_read_per_second": 0,
+        "rate_group_per_second": 0,
+        "rate_direct_per_second": 0,
+        "rate_add_members_per_second": 0,
+        "max_groups_per_day": 0,
     }
     base.update(overrides)
     return load_settings(**base)

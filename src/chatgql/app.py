@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hmac
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -205,6 +206,8 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
     async def metrics_endpoint(request: Request) -> Response:
+        if not metrics_allowed(settings, request.headers.get("authorization")):
+            return PlainTextResponse("Not Found", status_code=404)  # what any unknown path answers
         runtime = state["runtime"]
         metrics = runtime.metrics
         try:
@@ -227,6 +230,14 @@ def create_app(settings: Settings) -> Starlette:
         ],
         lifespan=lifespan,
     )
+
+
+def metrics_allowed(settings: Settings, authorization: str | None) -> bool:
+    """/metrics with CHATGQL_METRICS_TOKEN: only for `Bearer <it>`; without: development only."""
+    if settings.metrics_token is None:
+        return settings.env == "development"
+    expected = f"Bearer {settings.metrics_token.get_secret_value()}".encode()
+    return hmac.compare_digest((authorization or "").strip().encode("utf-8", "surrogateescape"), expected)
 
 
 def create_app_from_environment() -> Starlette:

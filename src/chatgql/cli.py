@@ -123,7 +123,12 @@ def token(args: argparse.Namespace) -> None:
     from .services.checks import check_id
 
     settings = _settings()
-    print(issue_token(settings, check_id(args.user_id, "USER_ID"), ttl_seconds=args.ttl))
+    user_id = check_id(args.user_id, "USER_ID")
+    try:
+        print(issue_token(settings, user_id, ttl_seconds=args.ttl))
+    except ValueError as error:  # a ttl the server would refuse
+        print(f"chatgql: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def export_schema(args: argparse.Namespace) -> None:
@@ -162,7 +167,9 @@ def main(argv: list[str] | None = None) -> None:
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")
-    p.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
+    p.add_argument(
+        "--ttl", type=int, help="lifetime in seconds (default and maximum: CHATGQL_JWT_MAX_LIFETIME_SECONDS)"
+    )
     p.set_defaults(func=token)
 
     p = commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")

@@ -88,6 +88,27 @@ class Settings(BaseSettings):
     rate_read_per_second: float = 20.0
     rate_read_burst: int = 60
 
+    # Abuse, tokens and disclosure
+    # Membership: per-user token buckets (per process, like the ones above; a rate of 0 turns
+    # one off) on the calls that put other people into conversations...
+    rate_group_per_second: float = 0.2  # createGroup: one every 5 s after a burst of 10
+    rate_group_burst: int = 10
+    rate_direct_per_second: float = 1.0  # createDirectConversation
+    rate_direct_burst: int = 30
+    rate_add_members_per_second: float = 1.0  # addMembers
+    rate_add_members_burst: int = 20
+    # ...and groups one user may create in any 24 hours, counted in PostgreSQL (holds across
+    # restarts and processes); 0 turns it off.
+    max_groups_per_day: int = Field(default=50, ge=0)
+    # "package.module:attribute": a MembershipPolicy (services/policy.py) consulted before
+    # anyone is put into a conversation; unset: everyone may add anyone.
+    membership_policy: str | None = None
+    # Bearer tokens must carry exp, and exp - iat (exp - now without iat) may not exceed this.
+    jwt_max_lifetime_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    # /metrics: when set, it answers only `Authorization: Bearer <this>` (404 otherwise);
+    # unset: open in development, 404 in production.
+    metrics_token: SecretStr | None = None
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

@@ -30,7 +30,7 @@ from strawberry.types.graphql import OperationType
 
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
-from .errors import to_contract_errors
+from .errors import redact, to_contract_errors
 from .limits import OperationLimits
 from .mutations import Mutation
 from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
@@ -47,8 +47,8 @@ class ChatSchema(strawberry.Schema):
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
-        # only internal ones are logged.
-        to_contract_errors(errors)
+        # only internal ones are logged. Suggestions go where introspection goes.
+        to_contract_errors(errors, hide_suggestions=self.config.disable_field_suggestions)
 
     async def execute(
         self, *args: Any, allowed_operation_types: Iterable[OperationType] | None = None, **kwargs: Any
@@ -162,8 +162,9 @@ class ChatGraphQL(GraphQL):
             return  # nobody to answer
         except HTTPException as error:
             code = "LIMIT_EXCEEDED" if error.status_code == 413 else "BAD_USER_INPUT"
-            # The reason may quote the request (an operationName); a lone surrogate can't be UTF-8.
-            message = error.reason.encode("utf-8", "backslashreplace").decode("utf-8")
+            # The reason may quote the request (an operationName): shortened; a lone surrogate can't be UTF-8.
+            message = redact(error.reason, hide_suggestions=True)
+            message = message.encode("utf-8", "backslashreplace").decode("utf-8")
             response = JSONResponse(
                 {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
                 status_code=error.status_code,
@@ -226,8 +227,10 @@ class ChatGraphQL(GraphQL):
         """A websocket message: a JSON object, else the protocols' invalid-message answer (not a crash)."""
         try:
             parsed = json.loads(data)
-        except RecursionError:
-            raise json.JSONDecodeError("nested too deeply", "", 0) from None
+        except json.JSONDecodeError:
+            raise
+        except (RecursionError, ValueError):  # nested deeper than Python's stack; an integer of 4,300+ digits
+            raise json.JSONDecodeError("not JSON this server reads", "", 0) from None
         if not isinstance(parsed, dict):
             raise json.JSONDecodeError("a message must be a JSON object", "", 0)
         payload = parsed.get("payload")
