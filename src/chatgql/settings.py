@@ -80,6 +80,21 @@ class Settings(BaseSettings):
     rate_read_per_second: float = 20.0
     rate_read_burst: int = 60
 
+    # Slow and idle clients: what a client may hold without doing anything.
+    # Seconds a websocket may stay open without connection_init (both protocols; closed with 4408).
+    ws_init_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Websockets per client address that have not completed connection_init; more are closed
+    # with 4429 (0: no limit). Behind a proxy the address is the proxy's unless uvicorn trusts it
+    # (FORWARDED_ALLOW_IPS) to say whose request it is.
+    max_unauthenticated_ws_per_address: int = Field(default=20, ge=0)
+    # Seconds from connection (or a request's first byte) until its headers are complete, and
+    # from the headers until the whole body arrived: the connection is then closed (408).
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Connections (HTTP and websocket) and requests at once per process: beyond it uvicorn
+    # answers 503 (keep it below the process's open-file limit, ulimit -n).
+    max_connections: int = Field(default=15_000, ge=1)
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
