@@ -13,6 +13,10 @@ it). This subclass arms one timer per phase:
   response has started) and closed. A handler that answers without reading
   the body does not let the client trickle it in forever either.
 
+The headers are capped in size too (431): httptools has no limit of its own
+(uvicorn's h11_max_incomplete_event_size is for h11), and one connection
+sending headers at loopback speed grew the server by 160 MB in a second.
+
 It also applies uvicorn's limit_concurrency to websocket upgrades, which
 uvicorn's httptools protocol lets through before counting (503, as for HTTP),
 and lets go of the HTTP protocol of a connection upgraded to a websocket:
@@ -21,8 +25,8 @@ which an upgraded connection never reaches), so each one waited for the
 collector's full pass with its transport.
 
 What it uses of HttpToolsProtocol beyond the asyncio.Protocol interface:
-the parser callbacks (on_message_begin, on_headers_complete,
-on_message_complete), handle_websocket_upgrade, and the attributes
+data_received, the parser callbacks (on_message_begin,
+on_headers_complete, on_message_complete), handle_websocket_upgrade, and the attributes
 transport, parser, cycle (response_started), connections, tasks,
 limit_concurrency, loop, logger. uvicorn is pinned in pyproject.toml and
 tests/test_slow_client_protocol.py pins the behaviour.
@@ -45,23 +49,31 @@ _SERVICE_UNAVAILABLE = (
 )
 
 
-def _timeout_response(message: str) -> bytes:
-    body = orjson.dumps(
-        {"data": None, "errors": [{"message": message, "extensions": {"code": "LIMIT_EXCEEDED", "reason": "TIMEOUT"}}]}
-    )
+def _refusal(status: bytes, message: str, reason: str | None = None) -> bytes:
+    """A GraphQL-shaped LIMIT_EXCEEDED answer that closes the connection."""
+    extensions = {"code": "LIMIT_EXCEEDED"} | ({"reason": reason} if reason else {})
+    body = orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
     return (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, len(body), body)
     )
+
+
+def _timeout_response(message: str) -> bytes:
+    return _refusal(b"408 Request Timeout", message, "TIMEOUT")
 
 
 class DeadlineHttpProtocol(HttpToolsProtocol):
     """HttpToolsProtocol whose request headers and body must arrive in time."""
 
-    def __init__(self, *args: Any, header_timeout: float, body_timeout: float, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, header_timeout: float, body_timeout: float, max_header_bytes: int = 65536, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
+        self.max_header_bytes = max_header_bytes
+        self._header_bytes = 0
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._request_begun = False
@@ -74,6 +86,20 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         self._cancel_timers()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_timer is not None and not self.transport.is_closing():
+            # Still reading headers after this chunk: all of it was headers (give or take the end
+            # of a previous request). Counted per chunk, so the cap is exceeded by one read at most.
+            self._header_bytes += len(data)
+            if self._header_bytes > self.max_header_bytes:
+                self._cancel_timers()
+                self.transport.write(
+                    _refusal(b"431 Request Header Fields Too Large",
+                             f"the request headers are larger than {self.max_header_bytes} bytes")
+                )
+                self.transport.close()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._request_begun = True
@@ -81,6 +107,7 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
             self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
 
     def on_headers_complete(self) -> None:
+        self._header_bytes = 0
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
@@ -137,6 +164,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
             DeadlineHttpProtocol,
             header_timeout=settings.http_header_timeout_seconds,
             body_timeout=settings.http_body_timeout_seconds,
+            max_header_bytes=settings.http_max_header_bytes,
         ),
         "limit_concurrency": settings.max_connections,
     }

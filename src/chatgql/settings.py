@@ -91,6 +91,8 @@ class Settings(BaseSettings):
     # from the headers until the whole body arrived: the connection is then closed (408).
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)
     http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    # A request's line and headers, in bytes: more is answered 431 and the connection closed.
+    http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Connections (HTTP and websocket) and requests at once per process: beyond it uvicorn
     # answers 503 (keep it below the process's open-file limit, ulimit -n).
     max_connections: int = Field(default=15_000, ge=1)

@@ -203,6 +203,40 @@ async def test_slowloris_headers_are_cut_off_at_the_header_timeout(server: Serve
     bystander.assert_served(BYSTANDER_LATENCY)
 
 
+async def test_oversized_headers_are_cut_off_at_the_header_cap(server: ServeProcess) -> None:
+    """Fast rather than slow: headers at loopback speed, with nothing in httptools to stop them
+    (before the cap: the server grew by as much as was sent, 160 MB in a second)."""
+
+    async def flood(address: str) -> tuple[bytes, int]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port, local_addr=(address, 0))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        line = b"X-Big: " + b"a" * 8000 + b"\r\n"
+        sent = 0
+        try:
+            while sent < 20 << 20 and not reader.at_eof():
+                writer.write(line * 16)
+                sent += len(line) * 16
+                await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 10)
+        except ConnectionResetError:  # closed with our bytes unread: the answer may be lost to the reset
+            answer = b"(reset)"
+        except TimeoutError:
+            answer = b"(still open)"
+        finally:
+            writer.close()
+        return answer, sent
+
+    before = rss(server)
+    async with Bystander(server) as bystander:
+        results = await asyncio.gather(*(flood(attacker(i)) for i in range(10)))
+    grown = rss(server) - before
+    for answer, sent in results:
+        assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"(reset)", answer[:100]
+        assert sent < 4 << 20, f"the server read {sent} bytes of headers before closing"
+    assert grown < 30 << 20, f"the server grew by {grown >> 20} MB"
+    bystander.assert_served(BYSTANDER_LATENCY)
+
+
 async def test_slow_bodies_are_answered_408_at_the_body_timeout(server: ServeProcess) -> None:
     graphql = (
         b"POST /graphql HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 2000\r\n\r\n"
