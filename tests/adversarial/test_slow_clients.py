@@ -33,9 +33,10 @@ INIT_TIMEOUT = 2.0
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
 PER_ADDRESS = 20  # the default
-# How late a deadline may fire on a loaded 2-core machine, and how long the bystander may wait.
+# How late a deadline may fire on a loaded 2-core machine, and how long the bystander may wait
+# (measured: under 0.5 s on an idle machine, up to 2.8 s with two busy loops on the 2 cores).
 SLACK = 4.0
-BYSTANDER_LATENCY = 2.0
+BYSTANDER_LATENCY = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +62,9 @@ async def open_ws(server: ServeProcess, protocol: str, address: str, *, compress
     )
 
 
-async def closed(ws, timeout: float) -> tuple[int | None, str | None, float]:
-    """Wait until the server closes ws: (close code, reason, seconds waited)."""
-    started = time.monotonic()
+async def closed(ws, timeout: float, since: float | None = None) -> tuple[int | None, str | None, float]:
+    """Wait until the server closes ws: (close code, reason, seconds since `since`, default now)."""
+    started = time.monotonic() if since is None else since
     try:
         async with asyncio.timeout(timeout):
             async for _ in ws:
@@ -91,16 +92,17 @@ async def test_websocket_without_connection_init_is_closed_4408_after_the_init_t
     server: ServeProcess, protocol: str
 ) -> None:
     async def idle(address: str) -> tuple[int | None, str | None, float]:
+        started = time.monotonic()  # before the connection: the server's clock starts later
         ws = await open_ws(server, protocol, address)
-        return await closed(ws, INIT_TIMEOUT + SLACK + 5)
+        return await closed(ws, INIT_TIMEOUT + SLACK + 5, since=started)
 
     # 100 sockets from 5 addresses (the per-address limit is 20): none sends connection_init.
     async with Bystander(server) as bystander:
         results = await asyncio.gather(*(idle(attacker(i % 5)) for i in range(100)))
     codes = {(code, reason) for code, reason, _ in results}
     assert codes == {(4408, "Connection initialisation timeout")}, codes
-    for _, _, seconds in results:  # from its handshake to its close
-        assert INIT_TIMEOUT - 0.5 < seconds < INIT_TIMEOUT + SLACK, seconds
+    for _, _, seconds in results:  # from its connection to its close: never early
+        assert INIT_TIMEOUT - 0.1 < seconds < INIT_TIMEOUT + SLACK, seconds
     bystander.assert_served(BYSTANDER_LATENCY)
 
 
@@ -156,8 +158,8 @@ async def test_unauthenticated_websockets_past_the_per_address_limit_are_closed_
 
 async def _slowloris(server: ServeProcess, address: str, first: bytes, drip: bytes, timeout: float) -> tuple[bytes, float]:
     """Send `first`, then `drip` a byte every 0.5 s; returns (what the server answered, seconds until it closed)."""
+    started = time.monotonic()  # before the connection: the server's clock starts later
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port, local_addr=(address, 0))
-    started = time.monotonic()
     writer.write(first)
 
     async def trickle() -> None:
@@ -196,10 +198,10 @@ async def test_slowloris_headers_are_cut_off_at_the_header_timeout(server: Serve
         )
     for answer, seconds in results[:300]:
         _timeout_answer(answer)
-        assert HEADER_TIMEOUT - 0.5 < seconds < HEADER_TIMEOUT + SLACK, seconds
+        assert HEADER_TIMEOUT - 0.1 < seconds < HEADER_TIMEOUT + SLACK, seconds
     for answer, seconds in results[300:]:
         assert answer == b"", answer[:100]  # nothing was asked: closed without an answer
-        assert HEADER_TIMEOUT - 0.5 < seconds < HEADER_TIMEOUT + SLACK, seconds
+        assert HEADER_TIMEOUT - 0.1 < seconds < HEADER_TIMEOUT + SLACK, seconds
     bystander.assert_served(BYSTANDER_LATENCY)
 
 
@@ -227,8 +229,11 @@ async def test_oversized_headers_are_cut_off_at_the_header_cap(server: ServeProc
         return answer, sent
 
     before = rss(server)
+    results = []
     async with Bystander(server) as bystander:
-        results = await asyncio.gather(*(flood(attacker(i)) for i in range(10)))
+        for _ in range(3):  # waves of 10 connections (each wave is over in a fraction of a second)
+            results += await asyncio.gather(*(flood(attacker(i)) for i in range(10)))
+            await asyncio.sleep(0.2)
     grown = rss(server) - before
     for answer, sent in results:
         assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"(reset)", answer[:100]
@@ -251,10 +256,10 @@ async def test_slow_bodies_are_answered_408_at_the_body_timeout(server: ServePro
         )
     for answer, seconds in results[:50]:
         assert "body" in _timeout_answer(answer)["message"]
-        assert BODY_TIMEOUT - 0.5 < seconds < BODY_TIMEOUT + SLACK, seconds
+        assert BODY_TIMEOUT - 0.1 < seconds < BODY_TIMEOUT + SLACK, seconds
     for answer, seconds in results[50:]:
         assert answer.startswith(b"HTTP/1.1 405 "), answer[:100]
-        assert BODY_TIMEOUT - 0.5 < seconds < BODY_TIMEOUT + SLACK, seconds
+        assert BODY_TIMEOUT - 0.1 < seconds < BODY_TIMEOUT + SLACK, seconds
     bystander.assert_served(BYSTANDER_LATENCY)
 
 
@@ -315,9 +320,13 @@ async def test_memory_comes_back_after_a_mass_disconnect(prod: ServeProcess) -> 
     async def attack(back_to: float) -> tuple[int, int, int]:
         """(RSS before, while open, after the close): after, once within back_to of the growth."""
         before = rss(prod)
-        sockets = await asyncio.gather(
-            *(open_ws(prod, LEGACY_WS, attacker(200 + i % 25), compression="deflate") for i in range(count))
-        )
+        gate = asyncio.Semaphore(50)  # handshakes at a time: the cost measured is holding them
+
+        async def one(i: int):
+            async with gate:
+                return await open_ws(prod, LEGACY_WS, attacker(200 + i % 25), compression="deflate")
+
+        sockets = await asyncio.gather(*(one(i) for i in range(count)))
         await asyncio.sleep(0.5)
         while_open = rss(prod)
         await asyncio.gather(*(ws.close() for ws in sockets))
