@@ -144,7 +144,8 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if self._request_begun:
-            self.transport.write(_timeout_response(f"the request headers did not arrive within {self.header_timeout:g} s"))
+            late = f"the request headers did not arrive within {self.header_timeout:g} s"
+            self.transport.write(_timeout_response(late))
         self.transport.close()
 
     def _body_late(self) -> None:
@@ -153,7 +154,8 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
             return
         if self.cycle is not None and not self.cycle.response_started:
             # The handler gets http.disconnect on its next receive() and sends nothing more.
-            self.transport.write(_timeout_response(f"the request body did not arrive within {self.body_timeout:g} s"))
+            late = f"the request body did not arrive within {self.body_timeout:g} s"
+            self.transport.write(_timeout_response(late))
         self.transport.close()
 
 

@@ -77,6 +77,12 @@ async def closed(ws, timeout: float, since: float | None = None) -> tuple[int | 
     return ws.close_code, ws.close_reason, time.monotonic() - started
 
 
+async def init(ws, token: str) -> None:
+    """connection_init with a valid token, and its ack."""
+    await ws.send(json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}))
+    assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+
+
 def rss(server: ServeProcess) -> int:
     """The server process's resident memory in bytes."""
     assert server.proc is not None
@@ -141,11 +147,9 @@ async def test_unauthenticated_websockets_past_the_per_address_limit_are_closed_
             client = await WsClient.connect(server.ws_url, f"Bearer {server.token(2)}", protocol=protocol)
             await client.close()
         # A socket that completes connection_init no longer counts: the address may open one more.
-        await waiting[0].send(json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {server.token(3)}"}}))
-        assert json.loads(await asyncio.wait_for(waiting[0].recv(), 10))["type"] == "connection_ack"
+        await init(waiting[0], server.token(3))
         admitted = await open_ws(server, TRANSPORT_WS, address)
-        await admitted.send(json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {server.token(4)}"}}))
-        assert json.loads(await asyncio.wait_for(admitted.recv(), 10))["type"] == "connection_ack"
+        await init(admitted, server.token(4))
         # So does one the server closed (the deadline) or the client closed.
         await asyncio.gather(*(closed(ws, INIT_TIMEOUT + SLACK + 5) for ws in waiting[1:]), closed(other, 30))
         again = await asyncio.gather(*(open_ws(server, LEGACY_WS, address) for _ in range(PER_ADDRESS)))
@@ -156,7 +160,9 @@ async def test_unauthenticated_websockets_past_the_per_address_limit_are_closed_
 # --- slow HTTP ----------------------------------------------------------------------------------------
 
 
-async def _slowloris(server: ServeProcess, address: str, first: bytes, drip: bytes, timeout: float) -> tuple[bytes, float]:
+async def _slowloris(
+    server: ServeProcess, address: str, first: bytes, drip: bytes, timeout: float
+) -> tuple[bytes, float]:
     """Send `first`, then `drip` a byte every 0.5 s; returns (what the server answered, seconds until it closed)."""
     started = time.monotonic()  # before the connection: the server's clock starts later
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port, local_addr=(address, 0))
@@ -188,12 +194,11 @@ def _timeout_answer(answer: bytes) -> dict:
 
 
 async def test_slowloris_headers_are_cut_off_at_the_header_timeout(server: ServeProcess) -> None:
-    header = b"X-Slow: " + b"a" * 60 + b"\r\n"
+    request, header = b"GET /healthz HTTP/1.1\r\nHost: x\r\n", b"X-Slow: " + b"a" * 60 + b"\r\n"
     async with Bystander(server) as bystander:
         results = await asyncio.gather(
             # 300 requests whose headers never end, 100 connections that never send a byte
-            *(_slowloris(server, attacker(i), b"GET /healthz HTTP/1.1\r\nHost: x\r\n", header, HEADER_TIMEOUT + SLACK + 10)
-              for i in range(300)),
+            *(_slowloris(server, attacker(i), request, header, HEADER_TIMEOUT + SLACK + 10) for i in range(300)),
             *(_slowloris(server, attacker(i), b"", b"", HEADER_TIMEOUT + SLACK + 10) for i in range(100)),
         )
     for answer, seconds in results[:300]:
