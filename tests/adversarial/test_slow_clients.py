@@ -289,6 +289,8 @@ async def test_a_body_sent_at_a_modest_pace_within_the_timeout_is_served(server:
 
 
 async def test_connections_past_the_cap_are_answered_503_and_served_again_when_they_go(migrated_url: str) -> None:
+    """No bystander here: past the cap everyone is refused, which is the cap's point. What the
+    server's other clients get is an immediate 503 rather than a wait, and service once it ends."""
     cap = 40
     async with serve_process(migrated_url, CHATGQL_MAX_CONNECTIONS=str(cap),
                              CHATGQL_HTTP_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT)) as server:
