@@ -9,7 +9,9 @@ with 3,000 legacy graphql-ws sockets opened and closed: RSS 88 -> 241 MB,
 still 240 MB after the close with 145 MB free in glibc's heap; malloc_trim
 took 17-27 ms and brought it to 130 MB. What remains is CPython's own
 allocator: 1 MiB arenas that still hold a few live objects each; the next
-connections reuse them.
+connections reuse them (a second wave of 1,000 ended where the first did).
+MALLOC_ARENA_MAX would not help: the connections' memory comes from the
+event loop's thread, glibc's main arena, and fragmentation keeps it there.
 
 A loop of the lifespan looks every few seconds (mallinfo2: ~0.1 ms) and
 trims whenever glibc's heap holds `threshold` bytes free or more: a trim
