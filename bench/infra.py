@@ -315,6 +315,9 @@ class Server:
             CHATGQL_JWT_SECRET=BENCH_SECRET,
             CHATGQL_METRICS_TOKEN=METRICS_TOKEN,
             CHATGQL_DATA_DIR=str(scratch / "unused-data-dir"),
+            # Every benchmark client connects from 127.0.0.1, 64 handshakes at a time per process:
+            # one address, far past a real client's count of sockets waiting for connection_init.
+            CHATGQL_MAX_UNAUTHENTICATED_WS_PER_ADDRESS="0",
         )
         if kafka is not None:
             env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap

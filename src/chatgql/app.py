@@ -34,6 +34,7 @@ from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
 from .graphql.context import Deps
 from .graphql.schema import ChatGraphQL
+from .heap import HeapTrimmer
 from .metrics import Metrics
 from .settings import Settings
 from .store import conversations, health, outbox
@@ -110,6 +111,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
             await _task(stack, feed_dispatcher(bus, dispatcher, runtime.bus_ready), "bus-feed")
             await asyncio.wait_for(runtime.bus_ready.wait(), 10)
+            # Mass disconnects leave glibc holding what the connections used (see heap.py).
+            await _task(stack, HeapTrimmer().run(), "heap-trim")
 
         kafka = settings.kafka_bootstrap_servers
         if settings.run_relay:

@@ -26,6 +26,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .app import create_app, keep_startup_objects_out_of_gc
+    from .httpprotocol import uvicorn_options
     from .websocket import LeanWebSocketProtocol
 
     overrides: dict[str, object] = {}
@@ -40,11 +41,11 @@ def serve(args: argparse.Namespace) -> None:
         host=args.host or settings.host,
         port=args.port or settings.port,
         loop="uvloop",
-        http="httptools",
         ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
         access_log=settings.access_log_enabled,
         ws_max_size=1 << 20,
+        **uvicorn_options(settings),  # httptools with header and body deadlines; the connection cap
     )
     if settings.workers == 1:
         app = create_app(settings)

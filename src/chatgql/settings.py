@@ -109,6 +109,23 @@ class Settings(BaseSettings):
     # unset: open in development, 404 in production.
     metrics_token: SecretStr | None = None
 
+    # Slow and idle clients: what a client may hold without doing anything.
+    # Seconds a websocket may stay open without connection_init (both protocols; closed with 4408).
+    ws_init_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Websockets per client address that have not completed connection_init; more are closed
+    # with 4429 (0: no limit). Behind a proxy the address is the proxy's unless uvicorn trusts it
+    # (FORWARDED_ALLOW_IPS) to say whose request it is.
+    max_unauthenticated_ws_per_address: int = Field(default=20, ge=0)
+    # Seconds from connection (or a request's first byte) until its headers are complete, and
+    # from the headers until the whole body arrived: the connection is then closed (408).
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    # A request's line and headers, in bytes: more is answered 431 and the connection closed.
+    http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    # Connections (HTTP and websocket) and requests at once per process: beyond it uvicorn
+    # answers 503 (keep it below the process's open-file limit, ulimit -n).
+    max_connections: int = Field(default=15_000, ge=1)
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

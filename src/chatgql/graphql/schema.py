@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Iterable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import orjson
@@ -24,13 +25,13 @@ from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import process_result
 from strawberry.schema.config import StrawberryConfig
-from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
 from .errors import redact, to_contract_errors
+from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .limits import OperationLimits
 from .mutations import Mutation
 from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
@@ -99,19 +100,11 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
-class _TransportWSHandler(BaseGraphQLTransportWSHandler):
-    async def handle_connection_init(self, message: Any) -> None:
-        await super().handle_connection_init(message)
-        task = self.connection_init_timeout_task
-        if self.connection_init_received and task is not None and (task.done() or task.cancelling()):
-            # Cancelled (its job is over): let it go rather than keep it as long as the connection.
-            self.connection_init_timeout_task = None
-
-
 class ChatGraphQL(GraphQL):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
-    graphql_transport_ws_handler_class = _TransportWSHandler
+    graphql_transport_ws_handler_class = TransportWSHandler
+    graphql_ws_handler_class = LegacyWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
@@ -128,9 +121,11 @@ class ChatGraphQL(GraphQL):
             ),
             graphql_ide="graphiql" if settings.graphiql_enabled else None,
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
+            connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_seconds),
             **kwargs,
         )
         self.deps = deps
+        self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
         return Context(deps=self.deps, request=request, response=response)
