@@ -71,8 +71,8 @@ async def test_amplified_documents_are_refused_within_50_ms_while_others_are_ser
     async with Bystander(prod) as bystander, httpx.AsyncClient(timeout=30) as http:
         for name, template in DOCUMENTS.items():
             assert len(_document(template).encode()) < 20_000, name  # all within the size limits
-            # Best of three new copies: the machine's scheduling noise is not the server's cost.
-            best = min([await _refusal_time(http, prod, template, user) for _ in range(3)])
+            # Best of five new copies: the machine's scheduling noise is not the server's cost.
+            best = min([await _refusal_time(http, prod, template, user) for _ in range(5)])
             assert best < 0.050, f"{name}: refused after {best * 1000:.1f} ms"
     bystander.assert_served(max_latency=0.25)
 
