@@ -23,7 +23,6 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.http import process_result
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
@@ -32,6 +31,7 @@ from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
 from .errors import redact, to_contract_errors
 from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
+from .http import refusal_body, response_body, response_media_type, status_code
 from .limits import OperationLimits
 from .mutations import Mutation
 from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
@@ -160,9 +160,9 @@ class ChatGraphQL(GraphQL):
             # The reason may quote the request (an operationName): shortened; a lone surrogate can't be UTF-8.
             message = redact(error.reason, hide_suggestions=True)
             message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+            media_type = response_media_type(Headers(scope=scope).get("accept"))
             response = JSONResponse(
-                {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
-                status_code=error.status_code,
+                refusal_body(message, code, media_type), status_code=error.status_code, media_type=media_type
             )
         await response(scope, receive, send)
 
@@ -188,8 +188,8 @@ class ChatGraphQL(GraphQL):
             return None
         if not isinstance(variables, dict | None) or not isinstance(operation_name, str | None):
             return None
-        if data.get("extensions"):
-            return None
+        if data.get("extensions") not in (None, {}):
+            return None  # extensions to read, or not an object: the ordinary path answers (400 for the latter)
         kind = operation_type(document, operation_name)
         if not is_executable(kind):
             return None
@@ -199,7 +199,25 @@ class ChatGraphQL(GraphQL):
         )
         if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
             self.deps.wakeup.wake()
-        return Response(self.encode_json(process_result(result)), media_type="application/json")
+        media_type = response_media_type(headers.get("accept"))
+        body = response_body(result, media_type)
+        return Response(self.encode_json(body), status_code=status_code(body), media_type=media_type)
+
+    async def get_sub_response(self, request: Request | WebSocket) -> Response:
+        sub_response = await super().get_sub_response(request)
+        sub_response.media_type = response_media_type(request.headers.get("accept"))
+        return sub_response
+
+    async def process_result(self, request: Request, result: ExecutionResult) -> Any:
+        return response_body(result, response_media_type(request.headers.get("accept")))
+
+    def create_response(self, response_data: Any, sub_response: Response) -> Response:
+        """Strawberry's answer, with the media type and status code of http.py."""
+        response = super().create_response(response_data, sub_response)
+        response.headers["content-type"] = sub_response.media_type or "application/json"
+        if not sub_response.status_code:
+            response.status_code = status_code(response_data)
+        return response
 
     def encode_json(self, data: object) -> str:
         """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key)."""
