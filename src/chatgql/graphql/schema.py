@@ -30,6 +30,7 @@ from strawberry.types.graphql import OperationType
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
 from .errors import redact, to_contract_errors
+from .graphiql import GraphiQLFiles
 from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .http import refusal_body, response_body, response_media_type, status_code
 from .limits import OperationLimits
@@ -125,7 +126,13 @@ class ChatGraphQL(GraphQL):
             **kwargs,
         )
         self.deps = deps
+        self.graphiql = GraphiQLFiles() if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        """chatgql's own GraphiQL page: every asset from this server (graphiql.py)."""
+        assert self.graphiql is not None  # graphql_ide is set only when it is enabled
+        return self.graphiql.page(request)
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
         return Context(deps=self.deps, request=request, response=response)
