@@ -6,14 +6,17 @@ validate, variables that do not coerce, no such operation) is a 400 without a `d
 entry; anything that executed is a 200 with `data`. application/json answers stay
 200 with `data` whatever happened (what clients written before the spec expect).
 
-Both HTTP paths (the accepted-documents one in schema.py and Strawberry's) build
-their answer with `response_body` and take its status from `status_code`.
+Both HTTP paths build their answer with `response_body` and take its status from
+`status_code`: Strawberry's through the view methods of GraphQLOverHTTP, the
+accepted-documents one (schema.py) through its `graphql_response`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
 from strawberry.http import process_result
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
@@ -82,3 +85,29 @@ def refusal_body(message: str, code: str, media_type: str) -> dict[str, Any]:
     if media_type == JSON:
         body = {"data": None, **body}
     return body
+
+
+class GraphQLOverHTTP:
+    """Mixed into Strawberry's ASGI view (before it): every HTTP answer gets its media
+    type and status code from the functions above."""
+
+    def graphql_response(self, result: ExecutionResult, accept: str | None) -> Response:
+        """The answer to one operation executed outside Strawberry's view."""
+        media_type = response_media_type(accept)
+        body = response_body(result, media_type)
+        return Response(self.encode_json(body), status_code=status_code(body), media_type=media_type)  # type: ignore[attr-defined]
+
+    async def get_sub_response(self, request: Request) -> Response:
+        sub_response = await super().get_sub_response(request)  # type: ignore[misc]
+        sub_response.media_type = response_media_type(request.headers.get("accept"))
+        return sub_response
+
+    async def process_result(self, request: Request, result: ExecutionResult) -> dict[str, Any]:
+        return response_body(result, response_media_type(request.headers.get("accept")))
+
+    def create_response(self, response_data: Any, sub_response: Response) -> Response:
+        response = super().create_response(response_data, sub_response)  # type: ignore[misc]
+        response.headers["content-type"] = sub_response.media_type or JSON
+        if not sub_response.status_code:  # a resolver that set one has the last word
+            response.status_code = status_code(response_data)
+        return response

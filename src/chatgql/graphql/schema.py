@@ -32,7 +32,7 @@ from .context import ChatOperation, Context, Deps
 from .errors import redact, to_contract_errors
 from .graphiql import GraphiQLFiles
 from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
-from .http import refusal_body, response_body, response_media_type, status_code
+from .http import GraphQLOverHTTP, refusal_body, response_media_type
 from .limits import OperationLimits
 from .mutations import Mutation
 from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
@@ -101,7 +101,7 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
-class ChatGraphQL(GraphQL):
+class ChatGraphQL(GraphQLOverHTTP, GraphQL):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
     graphql_transport_ws_handler_class = TransportWSHandler
@@ -206,25 +206,7 @@ class ChatGraphQL(GraphQL):
         )
         if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
             self.deps.wakeup.wake()
-        media_type = response_media_type(headers.get("accept"))
-        body = response_body(result, media_type)
-        return Response(self.encode_json(body), status_code=status_code(body), media_type=media_type)
-
-    async def get_sub_response(self, request: Request | WebSocket) -> Response:
-        sub_response = await super().get_sub_response(request)
-        sub_response.media_type = response_media_type(request.headers.get("accept"))
-        return sub_response
-
-    async def process_result(self, request: Request, result: ExecutionResult) -> Any:
-        return response_body(result, response_media_type(request.headers.get("accept")))
-
-    def create_response(self, response_data: Any, sub_response: Response) -> Response:
-        """Strawberry's answer, with the media type and status code of http.py."""
-        response = super().create_response(response_data, sub_response)
-        response.headers["content-type"] = sub_response.media_type or "application/json"
-        if not sub_response.status_code:
-            response.status_code = status_code(response_data)
-        return response
+        return self.graphql_response(result, headers.get("accept"))
 
     def encode_json(self, data: object) -> str:
         """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key)."""
