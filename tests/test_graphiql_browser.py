@@ -26,9 +26,14 @@ RESULT = ".result-window .CodeMirror"
 async def _set(page: Page, selector: str, text: str) -> None:
     """Put text in a GraphiQL editor the way the editor itself would (CodeMirror's setValue)."""
     await page.locator(selector).first.evaluate("(element, text) => element.CodeMirror.setValue(text)", text)
-    # GraphiQL re-parses an edited query 100 ms later (debounced); until then it would run
-    # with the previous document's facts (its operation name, whether it is a subscription).
-    await asyncio.sleep(1)
+
+
+async def _set_query(page: Page, text: str) -> None:
+    """The query editor's text, once GraphiQL has taken it in: it re-parses an edit 100 ms
+    later (debounced) and until then would run the previous document's operation name and
+    kind. The page's onEditQuery, which writes the query into the URL, runs right after."""
+    await _set(page, QUERY_EDITOR, text)
+    await page.wait_for_function("text => new URL(location.href).searchParams.get('q') === text", arg=text)
 
 
 async def _result_containing(page: Page, text: str, timeout: float = 15.0) -> str:
@@ -74,15 +79,14 @@ async def test_graphiql_runs_a_query_and_a_subscription_in_chromium(server: Runn
             await page.get_by_role("button", name="Headers", exact=True).click()
             await _set(page, VISIBLE_TOOL_EDITOR, json.dumps({"Authorization": f"Bearer {client.token(1)}"}))
 
-            await _set(page, QUERY_EDITOR, "query Me { viewer { userId } }")
+            await _set_query(page, "query Me { viewer { userId } }")
             await page.locator(".graphiql-execute-button").click()
             result = json.loads(await _result_containing(page, '"userId"'))
             assert result == {"data": {"viewer": {"userId": "1"}}}
 
             # A subscription over the websocket, then a message sent over HTTP by user 2.
-            await _set(
+            await _set_query(
                 page,
-                QUERY_EDITOR,
                 f'subscription Live {{ messageNew(conversationId: "{conversation_id}") {{ message {{ body }} }} }}',
             )
             dispatcher = server.runtime.deps.dispatcher
