@@ -33,6 +33,7 @@ from .events.publish import BusPublisher, KafkaPublisher, ensure_topic
 from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
 from .graphql.context import Deps
+from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
 from .metrics import Metrics
@@ -222,9 +223,11 @@ def create_app(settings: Settings) -> Starlette:
             log.warning("could not read the outbox backlog", exc_info=True)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    graphiql = [Route(f"{ASSETS_PATH}/{{name}}", graphql.graphiql.asset)] if graphql.graphiql else []
     return ChatApp(
         graphql,
         routes=[
+            *graphiql,
             Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),
