@@ -13,7 +13,7 @@ apt_install() {
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   echo "scripts: installing $* with apt-get" >&2
   $sudo_cmd apt-get update -qq
-  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade "$@" >/dev/null
 }
 
 _python_is_recent() {
