@@ -19,6 +19,10 @@ def _record(error: Exception, level: int = logging.ERROR) -> logging.LogRecord:
     return logging.LogRecord(LOGGER, level, __file__, 1, "Group Coordinator Request failed: %s", (error,), None)
 
 
+def _marked_dead() -> logging.LogRecord:
+    return logging.LogRecord(LOGGER, logging.WARNING, __file__, 1, CoordinatorElection.MARKED_DEAD, (1, "fanout"), None)
+
+
 def test_coordinator_not_available_while_a_group_forms_is_debug_not_error():
     election = CoordinatorElection(patience=60)
     logging.getLogger(LOGGER).setLevel(logging.INFO)
@@ -26,6 +30,8 @@ def test_coordinator_not_available_while_a_group_forms_is_debug_not_error():
         record = _record(GroupCoordinatorNotAvailableError())
         assert election.filter(record) is False  # DEBUG, and DEBUG is not shown
         assert record.levelno == logging.DEBUG
+        dead = _marked_dead()  # the joins the electing coordinator turns down
+        assert election.filter(dead) is False and dead.levelno == logging.DEBUG
         logging.getLogger(LOGGER).setLevel(logging.DEBUG)
         assert election.filter(_record(GroupCoordinatorNotAvailableError())) is True
     finally:
@@ -38,6 +44,8 @@ def test_a_coordinator_missing_for_longer_than_an_election_and_other_errors_stay
     assert election.filter(record) is True and record.levelno == logging.ERROR
     other = _record(KafkaConnectionError("refused"))
     assert CoordinatorElection().filter(other) is True and other.levelno == logging.ERROR
+    dead = _marked_dead()  # outside an election: a coordinator lost, say, with its broker
+    assert CoordinatorElection().filter(dead) is True and dead.levelno == logging.WARNING
 
 
 def test_the_start_up_line_names_url_database_bus_and_kafka_without_passwords():

@@ -4,9 +4,9 @@
   INFO; a failed command is an ERROR carrying that output: WARNING and up.
 - alembic announces its plugins and each migration at INFO: WARNING and up while
   serving (`chatgql migrate` keeps the migration lines).
-- aiokafka logs an ERROR on every retry while a consumer group's coordinator is
-  being elected (a new broker creating __consumer_offsets, a restarted one): the
-  expected part of that is DEBUG, see CoordinatorElection.
+- aiokafka logs an ERROR (and WARNINGs) on every retry while a consumer group's
+  coordinator is being elected (a new broker creating __consumer_offsets, a
+  restarted one): the expected part of that is DEBUG, see CoordinatorElection.
 - uvicorn's start-up lines give way to chatgql's one start-up line (app.py), and
   the lifespan's shutdown lines to uvicorn's "Shutting down" and "Finished".
 """
@@ -44,29 +44,42 @@ def _drop_uvicorn_startup(record: logging.LogRecord) -> bool:
 
 
 class CoordinatorElection(logging.Filter):
-    """aiokafka's "Group Coordinator Request failed: [Error 15] CoordinatorNotAvailable",
-    logged as ERROR on each retry (every 100 ms) until the group's coordinator is elected,
-    downgraded to DEBUG while that takes less than `patience` seconds. A coordinator
-    still missing after that is logged as the ERROR it then is; other errors are untouched."""
+    """While a consumer group's coordinator is being elected (a new broker creating
+    __consumer_offsets, a restarted one), aiokafka logs "Group Coordinator Request failed:
+    [Error 15] GroupCoordinatorNotAvailableError" as an ERROR on every lookup (every
+    100 ms), then "Marking the coordinator dead" as a WARNING on every join the
+    not-yet-ready coordinator turns down: 30 lines on a first start, measured.
+
+    Both are DEBUG while such an election lasts less than `patience` seconds: the
+    election starts with the first error 15, and a dead-marking counts only within
+    `gap` seconds of an election's last line. An election that outlasts `patience` is
+    logged as aiokafka logs it; every other message is untouched (a coordinator lost
+    with its broker fails the lookup with another error, so its lines stay)."""
+
+    LOOKUP_FAILED = "Group Coordinator Request failed: %s"
+    MARKED_DEAD = "Marking the coordinator dead (node %s)for group %s."
 
     def __init__(self, patience: float = 60.0, gap: float = 10.0) -> None:
         super().__init__()
         self.patience = patience
-        self.gap = gap  # failures further apart than this start a new election
+        self.gap = gap
         self._first = self._last = float("-inf")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != "Group Coordinator Request failed: %s" or record.levelno != logging.ERROR:
-            return True
-        from aiokafka.errors import GroupCoordinatorNotAvailableError
-
-        if not (record.args and isinstance(record.args[0], GroupCoordinatorNotAvailableError)):
-            return True
         now = time.monotonic()
-        if now - self._last > self.gap:
-            self._first = now
+        if record.msg == self.LOOKUP_FAILED and record.levelno == logging.ERROR and self._not_available(record):
+            if now - self._last > self.gap:
+                self._first = now  # a new election
+        elif not (record.msg == self.MARKED_DEAD and now - self._last <= self.gap):
+            return True
         self._last = now
         if now - self._first >= self.patience:
             return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+    @staticmethod
+    def _not_available(record: logging.LogRecord) -> bool:
+        from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+        return bool(record.args) and isinstance(record.args[0], GroupCoordinatorNotAvailableError)
