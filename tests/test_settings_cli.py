@@ -195,6 +195,42 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
     assert "Warning" not in again.stderr and "pg_ctl" not in again.stderr, again.stderr
 
 
+def test_after_the_owner_is_killed_the_next_serve_takes_the_data_dir_and_stops_its_server(tmp_path: Path):
+    """SIGKILL leaves the embedded PostgreSQL running and the lock file behind: the lock
+    went with the process, so the next serve owns the directory, attaches to the server,
+    and stops it when it exits (the killed process's handle is forgotten)."""
+    data_dir = tmp_path / "data"
+    env = _child_env(data_dir=str(data_dir), access_log="false")
+    postmasters = []
+    for signal_number in (signal.SIGKILL, signal.SIGINT):
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            _wait_healthy(process, port)
+            postmasters.append(int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0]))
+        finally:
+            process.send_signal(signal_number)
+            _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert postmasters[0] == postmasters[1]  # the second attached to the server the first left
+    deadline = time.monotonic() + 30
+    while _alive(postmasters[0]):
+        assert time.monotonic() < deadline, "the embedded PostgreSQL still runs after its owner stopped"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Running (an exited process its new parent has not reaped yet is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 # ---------------------------------------------------------------- docker-compose.yml
 
 
