@@ -52,8 +52,18 @@ _create_venv() {  # _create_venv PYTHON DIR
   "$py" -m venv --clear "$dir"
 }
 
-# ensure_venv EXTRAS: sets VENV_PYTHON; EXTRAS like "" or "test,redis".
+# ensure_venv EXTRAS: sets VENV_PYTHON; EXTRAS like "" or "test,redis". One script at a
+# time (serve and test started together on a fresh checkout would both install).
 ensure_venv() {
+  local lock status=0
+  exec {lock}<pyproject.toml
+  if command -v flock >/dev/null 2>&1; then flock "$lock"; fi
+  _ensure_venv "$@" || status=$?  # (errexit is off in there: failures return 1 explicitly)
+  exec {lock}<&-  # not inherited by the server or pytest
+  return $status
+}
+
+_ensure_venv() {
   local extras="$1" dir="${CHATGQL_VENV:-.venv}" stamp py base want have="" reason=""
   case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
   stamp="$dir/.chatgql-installed"
@@ -91,7 +101,7 @@ ensure_venv() {
   local all
   all=$(printf '%s\n' ${extras//,/ } ${have//,/ } | sort -u | paste -sd, -)
   echo "scripts: installing chatgql${all:+[$all]} into $dir ($reason)" >&2
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".${all:+[$all]}"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".${all:+[$all]}" || return 1
   printf 'pyproject=%s\nextras=%s\npython=%s\n' "$want" "$all" "$base" >"$stamp"
   VENV_PYTHON="$dir/bin/python"
 }
