@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
+from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import LimitExceeded
@@ -29,7 +30,7 @@ async def load_node(info: Info, text: str) -> Node | None:
     loaders = info.context.loaders
     viewer = info.context.viewer_id
     if found.type_name == "Viewer":
-        return Viewer(user_id=str(viewer)) if found.keys[0] == viewer else None  # type: ignore[arg-type]
+        return Viewer(user_id=ID(str(viewer))) if found.keys[0] == viewer else None
     conversation_id = found.keys[0]
     if found.type_name == "Conversation":
         row = await loaders.conversation.load(conversation_id)
