@@ -46,7 +46,8 @@ async def test_apollo_client_normalises_the_history_and_live_events_update_it(se
     assert process.returncode == 0
     for check in ("the history holds references, not copies",
                   "the history gained exactly the new message",
-                  "a readUpdated event updates the cached member's lastReadSeq",
+                  "a readUpdated event updates the cached member's lastReadSeq and the inbox's unreadCount",
+                  "the inbox entry's lastSeq and unreadCount follow the event, with no code",
                   "node(id:) round-trips a Conversation", "node(id:) round-trips a Message",
                   "node(id:) round-trips a Member", "node(id:) round-trips a Viewer"):
         assert check in report["checks"], report

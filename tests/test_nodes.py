@@ -193,3 +193,23 @@ async def test_read_updated_carries_the_member_and_message_new_the_message_with_
     # The same member, read by its id, is the one the event named.
     node = await api.data(NODE, {"id": event["readUpdated"]["member"]["id"]}, user=1)
     assert node["node"]["lastReadSeq"] == seq
+
+
+CONVERSATION = "conversation { id lastSeq lastReadSeq unreadCount lastMessage { id } }"
+
+
+async def test_events_carry_the_conversation_as_each_subscriber_sees_it(server, api):
+    cid = await api.create_group(1, [2])
+    async with await ws_connect(server, 1) as owner, await ws_connect(server, 2) as member:
+        new = [await ws.subscribe(f"subscription {{ messageNew {{ seq {CONVERSATION} }} }}") for ws in (owner, member)]
+        reads = await member.subscribe(f"subscription {{ readUpdated {{ userId {CONVERSATION} }} }}")
+        await wait_active_subscriptions(server, 3)
+        seq = await api.send(1, cid, "hello")
+        as_owner, as_member = [(await op.next())["messageNew"]["conversation"] for op in new]
+        await api.mark_read(2, cid, seq)
+        read = (await reads.next())["readUpdated"]
+    last = {"id": ids.message_id(int(cid), seq)}
+    assert as_owner == {"id": cid, "lastSeq": seq, "lastReadSeq": seq, "unreadCount": 0, "lastMessage": last}
+    assert as_member == {"id": cid, "lastSeq": seq, "lastReadSeq": 0, "unreadCount": 1, "lastMessage": last}
+    assert read == {"userId": "2", "conversation": {"id": cid, "lastSeq": seq, "lastReadSeq": seq, "unreadCount": 0,
+                                                      "lastMessage": last}}

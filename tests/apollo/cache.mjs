@@ -65,14 +65,25 @@ const HISTORY = gql`
   }
 `;
 
+const INBOX = gql`
+  query Inbox { inbox(first: 20) { nodes { id lastSeq lastReadSeq unreadCount lastMessage { id body } } } }
+`;
+
 const MESSAGE_NEW = gql`
   subscription Resume($c: ID, $cursors: [SyncCursor!]) {
-    messageNew(conversationId: $c, cursors: $cursors) { conversationId seq message { id seq body senderId } }
+    messageNew(conversationId: $c, cursors: $cursors) {
+      conversationId
+      seq
+      message { id seq body senderId }
+      conversation { id lastSeq unreadCount lastMessage { id body } }
+    }
   }
 `;
 
 const READ_UPDATED = gql`
-  subscription Reads($c: ID) { readUpdated(conversationId: $c) { member { id lastReadSeq } } }
+  subscription Reads($c: ID) {
+    readUpdated(conversationId: $c) { member { id lastReadSeq } conversation { id lastReadSeq unreadCount } }
+  }
 `;
 
 const SEND = gql`
@@ -113,6 +124,10 @@ async function main() {
   for (const m of nodes) check(store[`Message:${m.id}`]?.body === m.body, `message ${m.seq} is normalised`, Object.keys(store));
   for (const m of first.conversation.members) check(store[`Member:${m.id}`], `member ${m.userId} is normalised`, Object.keys(store));
   check(store[`Viewer:${first.viewer.id}`], "the viewer is normalised", Object.keys(store));
+  const inbox = reader.watchQuery({ query: INBOX });
+  const inboxUntil = track(inbox);
+  const entry = (d) => d.inbox.nodes.find((c) => c.id === conversationId);
+  const before = entry(await inboxUntil((d) => entry(d), "the inbox query"));
   const refs = store[`Conversation:${conversationId}`][`messages({"last":50})`].nodes;
   check(refs.every((r) => typeof r.__ref === "string"), "the history holds references, not copies", refs);
 
@@ -148,6 +163,12 @@ async function main() {
   const seqs = updated.conversation.messages.nodes.map((m) => m.seq);
   check(JSON.stringify(seqs) === JSON.stringify([...nodes.map((m) => m.seq), sentMessage.seq]),
     "the history gained exactly the new message", seqs);
+  // The inbox was not touched by any code: the event's conversation updated the cached entry.
+  const after = entry(await inboxUntil(
+    (d) => entry(d).lastMessage?.id === sentMessage.id, "the new message as the inbox's lastMessage",
+  ));
+  check(after.unreadCount === before.unreadCount + 1 && after.lastSeq === sentMessage.seq,
+    "the inbox entry's lastSeq and unreadCount follow the event, with no code", { before, after });
   check(reader.cache.extract()[`Message:${sentMessage.id}`]?.body === body,
     "the subscription's message is stored under the id the sender's mutation returned", sentMessage.id);
 
@@ -165,11 +186,12 @@ async function main() {
     try {
       await historyUntil((d) => d.conversation.members.some(
         (m) => m.userId === readerUserId && m.lastReadSeq === seq), "the member's watermark", 1000);
+      await inboxUntil((d) => entry(d).lastReadSeq === seq && entry(d).unreadCount === 0, "the inbox's unreadCount", 1000);
       seen = true;
     } catch { /* not live yet: again */ }
   }
   reads.unsubscribe();
-  check(seen, "a readUpdated event updates the cached member's lastReadSeq", null);
+  check(seen, "a readUpdated event updates the cached member's lastReadSeq and the inbox's unreadCount", null);
 
   // 4. node(id:) round-trips for every type, and lands on the same cache entity.
   const current = reader.cache.readQuery({ query: HISTORY, variables: { c: conversationId } });

@@ -394,6 +394,14 @@ class RemoveMemberPayload:
     user_id: ID
 
 
+_EVENT_CONVERSATION = (
+    "The conversation as the subscriber sees it when the event is delivered (its lastReadSeq and "
+    "unreadCount are the subscriber's own): a caching client's inbox entry updates with no code. Unlike "
+    "the event's other fields it is read from the database, once per subscriber and event: select it only "
+    "where that is worth it. Null if the subscriber has left the conversation since."
+)
+
+
 @strawberry.type
 class MessageNewEvent:
     conversation_id: ID
@@ -401,6 +409,11 @@ class MessageNewEvent:
     message: Message
     # The dispatched event this was built from, shared by its subscribers (see shared.py).
     source: strawberry.Private[object] = None
+
+    @strawberry.field(description=_EVENT_CONVERSATION)
+    async def conversation(self, info: Info) -> Conversation | None:
+        row = await self.message._loaders(info).conversation.load(int(self.conversation_id))
+        return Conversation.from_row(row) if row is not None else None
 
 
 @strawberry.type
@@ -410,6 +423,12 @@ class ReadUpdatedEvent:
     last_read_seq: Long
     source: strawberry.Private[object] = None
     new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
+    loaders: strawberry.Private[Loaders | None] = None
+
+    def _loaders(self) -> Loaders | None:
+        if self.loaders is None and self.new_loaders is not None:
+            self.loaders = self.new_loaders()
+        return self.loaders
 
     @strawberry.field(
         description="The member whose watermark moved, with its global id: a caching client updates "
@@ -420,5 +439,10 @@ class ReadUpdatedEvent:
             user_id=self.user_id,
             last_read_seq=self.last_read_seq,
             conversation_id=int(self.conversation_id),
-            new_loaders=self.new_loaders,
+            new_loaders=self._loaders if self.new_loaders is not None else None,
         )
+
+    @strawberry.field(description=_EVENT_CONVERSATION)
+    async def conversation(self, info: Info) -> Conversation | None:
+        row = await (self._loaders() or info.context.loaders).conversation.load(int(self.conversation_id))
+        return Conversation.from_row(row) if row is not None else None
