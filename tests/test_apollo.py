@@ -3,9 +3,10 @@
 In Node, with @apollo/client 4, InMemoryCache without typePolicies and
 GraphQLWsLink (graphql-transport-ws): the history query is normalised (every
 Message, Member, Viewer and the Conversation stored once under its id), a
-message arriving through the resumable messageNew joins the cached history,
-a readUpdated event updates the cached member by itself, and node(id:)
-round-trips each type. tests/apollo's packages are pinned by its
+message arriving through the resumable messageNew joins the cached history
+(subscribeToMore) and, through the event's conversation, updates the cached
+inbox entry with no code at all; a readUpdated event updates the cached
+member and the inbox's unreadCount by itself; node(id:) round-trips each type. tests/apollo's packages are pinned by its
 package-lock.json; scripts/test installs them (`npm ci`).
 """
 
