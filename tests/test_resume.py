@@ -245,3 +245,31 @@ async def test_a_client_too_far_behind_gets_the_resync_error_not_an_unbounded_re
     assert error.code == "LIMIT_EXCEEDED"
     assert error.extensions["resync"] is True
     assert error.extensions["reason"] == "REPLAY_TOO_LONG"
+
+
+async def test_a_replay_over_many_conversations_reads_the_database_in_two_statements(server, engine, client, api):
+    from .test_query_count import counting_statements, create_groups, outbox_drained, send_to_each
+
+    conversations = await create_groups(client, 1, [2], 20)
+    await send_to_each(client, 1, conversations, rounds=3)
+    await outbox_drained(engine)
+    variables = {"cursors": [{"conversationId": c, "afterSeq": 0} for c in conversations]}
+    with_seen = RESUME.replace("message { id seq senderId body }", "message { id seq seenByCount }")
+    async with await ws_connect(server, 2) as ws:
+        with counting_statements(server) as statements:
+            op = await ws.subscribe(RESUME, variables)
+            events = await op.collect(60)
+            await asyncio.sleep(0.05)
+        plain = list(statements)
+        with counting_statements(server) as statements:
+            op = await ws.subscribe(with_seen, variables)
+            seen = await op.collect(60)
+            await asyncio.sleep(0.05)
+        loaded = list(statements)
+    assert [(e["messageNew"]["conversationId"], e["messageNew"]["seq"]) for e in events] == [
+        (c, s) for c in conversations for s in (1, 2, 3)
+    ]
+    assert len(plain) == 2, plain  # the conversations (membership, lastSeq), then every page at once
+    assert all(e["messageNew"]["message"]["seenByCount"] == 0 for e in seen)
+    # The replayed messages share one set of loaders: a roster per conversation, not per message.
+    assert len(loaded) <= 2 + len(conversations), loaded
