@@ -80,9 +80,16 @@ async def test_without_a_conversation_id_cursors_resume_several_conversations_an
     a = await api.create_group(1, [2], title="a")
     b = await api.create_group(1, [2], title="b")
     c = await api.create_group(1, [2], title="c")
-    for cid, count in ((a, 3), (b, 2), (c, 2)):
-        for i in range(count):
-            await api.send(1, cid, f"{cid}:{i}")
+    async with await ws_connect(server, 1) as probe_ws:
+        # Once the probe has them all, these sends are dispatched: none can reach the
+        # subscription below live (c has no cursor, so a late one would).
+        probe = await probe_ws.subscribe(RESUME, {})
+        await wait_active_subscriptions(server, 1)
+        for cid, count in ((a, 3), (b, 2), (c, 2)):
+            for i in range(count):
+                await api.send(1, cid, f"{cid}:{i}")
+        await probe.collect(7)
+    await wait_active_subscriptions(server, 0)
     async with await ws_connect(server, 2) as ws:
         op = await ws.subscribe(RESUME, {"cursors": [{"conversationId": a, "afterSeq": 1},
                                                      {"conversationId": b, "afterSeq": 0}]})
@@ -253,6 +260,7 @@ async def test_a_replay_over_many_conversations_reads_the_database_in_two_statem
     conversations = await create_groups(client, 1, [2], 20)
     await send_to_each(client, 1, conversations, rounds=3)
     await outbox_drained(engine)
+    await asyncio.sleep(0.3)  # and dispatched: a late event's membership read would be counted below
     variables = {"cursors": [{"conversationId": c, "afterSeq": 0} for c in conversations]}
     with_seen = RESUME.replace("message { id seq senderId body }", "message { id seq seenByCount }")
     async with await ws_connect(server, 2) as ws:
