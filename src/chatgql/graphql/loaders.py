@@ -36,6 +36,12 @@ class Roster:
         self._watermarks = sorted(row.last_read_seq for row in rows)
         self._by_user = {row.user_id: row.last_read_seq for row in rows}
 
+    def member(self, user_id: int) -> Row | None:
+        for row in self.rows:
+            if row.user_id == user_id:
+                return row
+        return None
+
     def others(self, sender_id: int) -> int:
         return len(self.rows) - (sender_id in self._by_user)
 

@@ -20,14 +20,16 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 SHARABLE: dict[str, frozenset[str]] = {
     "Subscription": frozenset({"messageNew", "readUpdated"}),
     "MessageNewEvent": frozenset({"conversationId", "seq", "message"}),
-    "Message": frozenset({"conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt"}),
-    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq"}),
+    "Message": frozenset({"id", "conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt"}),
+    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq", "member"}),
+    "Member": frozenset({"id", "userId", "lastReadSeq"}),  # role and joinedAt are loaded
 }
 # The type each sharable object field leads to.
 CHILD: dict[tuple[str, str], str] = {
     ("Subscription", "messageNew"): "MessageNewEvent",
     ("Subscription", "readUpdated"): "ReadUpdatedEvent",
     ("MessageNewEvent", "message"): "Message",
+    ("ReadUpdatedEvent", "member"): "Member",
 }
 VARIABLE_ONLY_DIRECTIVES = frozenset({"include", "skip"})  # their value is part of the key
 
