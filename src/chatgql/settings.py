@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     rate_read_per_second: float = 20.0
     rate_read_burst: int = 60
 
+    # Plan-once execution of accepted documents (graphql/plan/): off runs every document
+    # through graphql-core's executor, as before.
+    planner: bool = True
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

@@ -34,7 +34,8 @@ from .context import ChatOperation, Context, Deps
 from .errors import to_contract_errors
 from .limits import OperationLimits, limits_rule
 from .mutations import Mutation
-from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
+from .plan import Planner
+from .prepared import AcceptedDocuments, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
 from .shared import SharedEventExecutor, SharedResults
@@ -118,6 +119,7 @@ class ChatGraphQL(GraphQL):
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024)
+        self.planner = Planner(enabled=settings.planner, maxsize=1024)
         super().__init__(
             build_schema(
                 introspection=settings.introspection_enabled,
@@ -199,7 +201,7 @@ class ChatGraphQL(GraphQL):
             return None
         context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
         result = await self._within_timeout(
-            execute_accepted(self.schema, document, variables, operation_name, context)
+            self.planner.execute(self.schema, document, query, variables, operation_name, context)
         )
         if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
             self.deps.wakeup.wake()

@@ -1,0 +1,273 @@
+"""Compiling an operation into a plan: a tree of closures, one per field.
+
+For one (document, operationName) and one assignment of the variables that
+@skip/@include read, the selection is collected once with graphql-core's own
+collect_fields (compat.py), and every field is decided once:
+
+- which function produces its value: `getattr(source, python_name)` for a
+  field without resolver (most of the schema), else the resolver function
+  Strawberry wraps, called with the arguments Strawberry would pass (the
+  source as `self`, a PlanInfo as `info`, arguments converted to Python);
+- its arguments: literal ones coerced and converted here, once; ones that
+  read variables coerced per execution by graphql-core's get_argument_values;
+- how its value completes: non-null check, list, leaf serialiser, or the
+  object's own compiled fields (execute.py).
+
+What the plan cannot do exactly is refused with Unsupported(reason); the
+planner then runs the document the ordinary way and counts the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graphql import (
+    GraphQLBoolean,
+    GraphQLID,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLString,
+    ListValueNode,
+    ObjectValueNode,
+    VariableNode,
+    get_argument_values,
+    is_leaf_type,
+)
+from strawberry.types.arguments import convert_arguments
+
+from . import compat
+from .execute import (
+    Completer,
+    FieldRunner,
+    attribute_leaf_runner,
+    field_runner,
+    leaf_completer,
+    list_completer,
+    non_null_completer,
+    object_completer,
+    typename_runner,
+)
+from .info import PlanInfo
+
+# Values these serialisers return unchanged: the plan returns them without the call.
+_UNCHANGED: dict[Any, frozenset[type]] = {
+    GraphQLString: frozenset({str}),
+    GraphQLID: frozenset({str}),
+    GraphQLBoolean: frozenset({bool}),
+}
+_STRAWBERRY_RESOLVERS = frozenset({"_resolver", "_async_resolver"})
+
+
+class Unsupported(Exception):
+    """The plan can't promise graphql-core's answer here; reason is the /metrics label."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class FieldPlan:
+    key: str
+    field_name: str
+    python_name: str
+    parent_type: GraphQLObjectType
+    nodes: list[Any]
+    return_type: Any
+    non_null: bool
+    strawberry_field: Any
+    field_def: Any
+
+    @property
+    def parent_name(self) -> str:
+        return self.parent_type.name
+
+
+@dataclass(slots=True)
+class ObjectPlan:
+    fields: tuple[tuple[str, FieldRunner], ...]
+
+
+@dataclass(slots=True)
+class OperationPlan:
+    operation: Any
+    fragment_definitions: dict[str, Any]
+    fields: tuple[tuple[str, FieldRunner], ...]
+    serial: bool
+
+
+def compile_operation(schema: Any, operation: Any, fragment_definitions: dict, fragments: dict, variables: Any) -> OperationPlan:
+    """schema: the Strawberry schema; variables: graphql-core VariableValues of a request (only
+    what @skip/@include read matters here: the plan is reused for requests that agree on those)."""
+    core = schema._schema
+    root_type = core.get_root_type(operation.operation)
+    if root_type is None:
+        raise Unsupported("operation_type")
+    compiler = _Compiler(schema, operation, fragments, variables)
+    collected = compat.collect_fields(core, fragments, variables, root_type, operation, False)
+    if collected.new_defer_usages:
+        raise Unsupported("defer")
+    fields = compiler.fields(root_type, collected.grouped_field_set)
+    return OperationPlan(operation, fragment_definitions, fields, operation.operation.value == "mutation")
+
+
+class _Compiler:
+    def __init__(self, schema: Any, operation: Any, fragments: dict, variables: Any) -> None:
+        self.schema = schema
+        self.core = schema._schema
+        self.operation = operation
+        self.fragments = fragments
+        self.variables = variables
+        self.scalar_registry = schema.schema_converter.scalar_registry
+        self.config = schema.config
+
+    def fields(self, parent_type: GraphQLObjectType, grouped: dict) -> tuple[tuple[str, FieldRunner], ...]:
+        return tuple((key, self.field(parent_type, key, details)) for key, details in grouped.items())
+
+    def field(self, parent_type: GraphQLObjectType, key: str, details: list) -> FieldRunner:
+        if any(d.fragment_variable_values is not None or d.defer_usage is not None for d in details):
+            raise Unsupported("fragment_variables")
+        node = details[0].node
+        name = node.name.value
+        if name == "__typename":
+            return typename_runner(parent_type.name)
+        if name.startswith("__"):
+            raise Unsupported("introspection")
+        field_def = parent_type.fields.get(name)
+        if field_def is None:
+            raise Unsupported("unknown_field")
+        sf = compat.strawberry_field(field_def)
+        if sf is None:
+            raise Unsupported("foreign_resolver")
+        return_type = field_def.type
+        plan = FieldPlan(
+            key=key,
+            field_name=name,
+            python_name=sf.python_name,
+            parent_type=parent_type,
+            nodes=[d.node for d in details],
+            return_type=return_type,
+            non_null=isinstance(return_type, GraphQLNonNull),
+            strawberry_field=sf,
+            field_def=field_def,
+        )
+        complete = self.completer(return_type, plan, details)
+        if compat.is_default_resolver(field_def):
+            python_name = sf.python_name
+
+            def read(run: Any, source: Any, path: Any) -> Any:
+                return getattr(source, python_name)
+
+            slow = field_runner(plan, read, complete)
+            named = return_type.of_type if plan.non_null else return_type
+            if is_leaf_type(named):
+                return attribute_leaf_runner(plan, _UNCHANGED.get(named, frozenset()), named.coerce_output_value, slow)
+            return slow
+        return field_runner(plan, self.resolver(plan, node), complete)
+
+    def completer(self, type_: Any, plan: FieldPlan, details: list) -> Completer:
+        if isinstance(type_, GraphQLNonNull):
+            return non_null_completer(self.completer(type_.of_type, plan, details), plan.parent_name, plan.field_name)
+        if isinstance(type_, GraphQLList):
+            item_type = type_.of_type
+            item = self.completer(item_type, plan, details)
+            return list_completer(item, isinstance(item_type, GraphQLNonNull), plan)
+        if is_leaf_type(type_):
+            return leaf_completer(type_)
+        if isinstance(type_, GraphQLObjectType):
+            if type_.is_type_of is not None:
+                raise Unsupported("is_type_of")
+            collected = compat.collect_subfields(
+                self.core, self.fragments, self.variables, self.operation, type_, details, False
+            )
+            if collected.new_defer_usages:
+                raise Unsupported("defer")
+            return object_completer(ObjectPlan(self.fields(type_, collected.grouped_field_set)))
+        raise Unsupported("abstract_type")
+
+    def resolver(self, plan: FieldPlan, node: Any) -> Any:
+        sf, field_def = plan.strawberry_field, plan.field_def
+        if sf.extensions or compat.has_exception_handlers(self.schema, sf):
+            raise Unsupported("field_extensions")
+        if getattr(field_def.resolve, "__name__", None) not in _STRAWBERRY_RESOLVERS:
+            raise Unsupported("resolver")
+        shape = compat.resolver_call_shape(sf)
+        if shape is None:
+            raise Unsupported("resolver")
+        func, pass_self, source_names, info_name = shape
+        arguments = self.arguments(plan, node)
+
+        if arguments is None and pass_self and not source_names and info_name is not None:
+
+            def resolve(run: Any, source: Any, path: Any) -> Any:  # the common shape: (self, info)
+                return func(source, **{info_name: PlanInfo(run, plan, path)})
+
+            return resolve
+
+        def resolve_any(run: Any, source: Any, path: Any) -> Any:
+            kwargs = {} if arguments is None else arguments(run)
+            for name in source_names:
+                kwargs[name] = source
+            if info_name is not None:
+                kwargs[info_name] = PlanInfo(run, plan, path)
+            return func(source, **kwargs) if pass_self else func(**kwargs)
+
+        return resolve_any
+
+    def arguments(self, plan: FieldPlan, node: Any) -> Any:
+        """None (no arguments), or run -> the resolver's keyword arguments as Strawberry converts them."""
+        field_def, sf = plan.field_def, plan.strawberry_field
+        if not field_def.args and not node.arguments:
+            return None
+        registry, config = self.scalar_registry, self.config
+
+        def convert(coerced: dict) -> dict:
+            return convert_arguments(coerced, sf.arguments, scalar_registry=registry, config=config)
+
+        if not any(_reads_variables(argument.value) for argument in node.arguments):
+            coerced = get_argument_values(field_def, node, self.variables)
+            if all(_is_leaf_input(arg.type) for arg in field_def.args.values()):
+                converted = convert(coerced)
+                return lambda run: dict(converted)
+            return lambda run: convert(coerced)  # input objects: fresh instances per execution
+
+        def from_variables(run: Any) -> dict:
+            return convert(get_argument_values(field_def, node, run.variables))
+
+        return from_variables
+
+
+def _reads_variables(value: Any) -> bool:
+    if isinstance(value, VariableNode):
+        return True
+    if isinstance(value, ListValueNode):
+        return any(_reads_variables(v) for v in value.values)
+    if isinstance(value, ObjectValueNode):
+        return any(_reads_variables(f.value) for f in value.fields)
+    return False
+
+
+def _is_leaf_input(type_: Any) -> bool:
+    return is_leaf_type(type_.of_type if isinstance(type_, GraphQLNonNull) else type_)
+
+
+def condition_variables(operation: Any, fragment_definitions: dict) -> tuple[str, ...]:
+    """Variables read by @skip/@include anywhere in the operation or its fragments: a plan
+    holds for one assignment of these."""
+    names: set[str] = set()
+
+    def walk(selection_set: Any) -> None:
+        for selection in selection_set.selections if selection_set else ():
+            for directive in selection.directives or ():
+                if directive.name.value in ("skip", "include"):
+                    for argument in directive.arguments or ():
+                        if isinstance(argument.value, VariableNode):
+                            names.add(argument.value.name.value)
+            walk(getattr(selection, "selection_set", None))
+
+    walk(operation.selection_set)
+    for fragment in fragment_definitions.values():
+        walk(fragment.selection_set)
+    return tuple(sorted(names))
