@@ -226,7 +226,7 @@ class _Compiler:
         def convert(coerced: dict) -> dict:
             return convert_arguments(coerced, sf.arguments, scalar_registry=registry, config=config)
 
-        if not any(_reads_variables(argument.value) for argument in node.arguments):
+        if not any(_reads_variables(argument.value) for argument in node.arguments or ()):
             coerced = get_argument_values(field_def, node, self.variables)
             if all(_is_leaf_input(arg.type) for arg in field_def.args.values()):
                 converted = convert(coerced)

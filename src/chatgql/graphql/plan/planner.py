@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+import logging
 from typing import Any
 
 from graphql import DocumentNode, FragmentDefinitionNode, GraphQLError, get_operation_ast
@@ -25,6 +26,7 @@ from . import compat
 from .compile import OperationPlan, Unsupported, compile_operation, condition_variables
 from .execute import Run, execute_fields, execute_fields_serially, is_awaitable
 
+log = logging.getLogger("chatgql.graphql.plan")
 _MAX_VARIANTS = 16  # plans per document (one per @skip/@include assignment); more: fallback
 
 
@@ -123,6 +125,9 @@ class Planner:
             plan = refusal.reason
         except (GraphQLError, RecursionError):
             return "compile_error"  # e.g. a null @include(if:): graphql-core says so, not cached
+        except Exception:  # a bug here must not cost the request: graphql-core answers it
+            log.exception("could not plan an accepted document")
+            plan = "planner_bug"
         else:
             self.stats.built += 1
         planned.variants[key] = plan
