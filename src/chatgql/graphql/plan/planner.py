@@ -37,6 +37,7 @@ class PlanStats:
 
     built: int = 0
     executions: int = 0
+    variable_errors: int = 0  # answered with graphql-core's variable errors, before any plan
     fallbacks: Counter = field(default_factory=Counter)
 
 
@@ -79,6 +80,7 @@ class Planner:
         core = schema._schema
         coerced = get_variable_values(core, planned.operation.variable_definitions or (), variables or {}, max_errors=50)
         if isinstance(coerced, list):  # variable errors: what graphql-core answers, no plan needed
+            self.stats.variable_errors += 1
             schema.process_errors(coerced)
             return ExecutionResult(data=None, errors=coerced)
         plan = self._variant(schema, planned, coerced)
