@@ -20,7 +20,7 @@ from ..db import Database
 from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
 from ..settings import Settings
-from .loaders import Loaders
+from .loaders import EventRosters, Loaders
 
 
 @dataclass
@@ -88,9 +88,10 @@ class Context:
         if self._loaders is not None:
             self._loaders.forget_conversation(conversation_id)
 
-    def fresh_loaders(self) -> Loaders:
-        """New loaders (a subscription event must not see another event's cache)."""
-        return Loaders(self.database, self.viewer_id)
+    def fresh_loaders(self, roster: EventRosters | None = None) -> Loaders:
+        """New loaders (a subscription event must not see another event's cache); roster: the
+        event's rosters, shared with its other subscribers."""
+        return Loaders(self.database, self.viewer_id, roster)
 
 
 # Validation depends on the document and the rules only: cached (as Strawberry's ValidationCache

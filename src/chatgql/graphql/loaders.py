@@ -6,6 +6,7 @@ nothing is cached across events.
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
@@ -54,13 +55,44 @@ class Roster:
         return seen
 
 
+class EventRosters:
+    """Rosters for one subscription event, read once for all of its subscribers.
+
+    Every subscriber of a message.new event asks the same roster question
+    (seen, seenByCount, seenBy depend on the conversation's members and the
+    message, not on who asks), so one read per conversation per event answers
+    them all: one statement per event instead of one per subscriber. Each
+    subscriber awaits the read through asyncio.shield, so a subscriber that goes
+    away mid-read does not cancel it for the others. It lives as long as the
+    event (subscriptions.py), so nothing is cached across events.
+    """
+
+    __slots__ = ("_database", "_reads")
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._reads: dict[int, asyncio.Future[Roster]] = {}
+
+    def load(self, conversation_id: int) -> asyncio.Future[Roster]:
+        """The roster (what a DataLoader's load answers: an awaitable)."""
+        read = self._reads.get(conversation_id)
+        if read is None:
+            read = self._reads[conversation_id] = asyncio.ensure_future(self._read(conversation_id))
+        return asyncio.shield(read)
+
+    async def _read(self, conversation_id: int) -> Roster:
+        async with self._database.connection() as conn:
+            return Roster(await conversations.members_of(conn, [conversation_id]))
+
+
 class Loaders:
-    def __init__(self, database: Database, viewer_id: int | None) -> None:
+    def __init__(self, database: Database, viewer_id: int | None, roster: EventRosters | None = None) -> None:
+        """roster: a subscription event's shared rosters (EventRosters), instead of this request's own."""
         self._database = database
         self._viewer_id = viewer_id
         self.conversation = DataLoader(self._load_conversations)
         self.member_count = DataLoader(self._load_member_counts)
-        self.roster = DataLoader(self._load_rosters)
+        self.roster: DataLoader | EventRosters = roster if roster is not None else DataLoader(self._load_rosters)
         self.message = DataLoader(self._load_messages)
         self.message_page = DataLoader(self._load_message_pages)
         self.viewer_totals = DataLoader(self._load_viewer_totals)
@@ -68,8 +100,9 @@ class Loaders:
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
         for loader in (self.conversation, self.member_count, self.roster):
-            with suppress(KeyError):
-                loader.clear(conversation_id)
+            if isinstance(loader, DataLoader):
+                with suppress(KeyError):
+                    loader.clear(conversation_id)
 
     async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
         """Conversations as the viewer sees them (None where not a member)."""
