@@ -233,7 +233,7 @@ class Conversation:
     async def preload_last_messages(info: Info, conversations: list[Conversation]) -> None:
         """Every conversation's last message in one batched read."""
         wanted = [c for c in conversations if c.last_seq > 0]
-        rows = await info.context.loaders.message.load_many([(int(c.id), c.last_seq) for c in wanted])
+        rows = await info.context.loaders.messages_at_once([(int(c.id), c.last_seq) for c in wanted])
         for conversation, row in zip(wanted, rows, strict=True):
             conversation.preloaded_last_message = Message.from_row(row) if row is not None else None
 
