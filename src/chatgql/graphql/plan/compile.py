@@ -38,6 +38,7 @@ from graphql import (
 from strawberry.types.arguments import convert_arguments
 
 from . import compat
+from .codegen import Constant, InlineLeaf, object_executor
 from .execute import (
     Completer,
     FieldRunner,
@@ -85,17 +86,17 @@ class FieldPlan:
         return self.parent_type.name
 
 
-@dataclass(slots=True)
-class ObjectPlan:
-    fields: tuple[tuple[str, FieldRunner], ...]
+# (response key, runner, what codegen may write inline: InlineLeaf, Constant or None)
+Fields = tuple[tuple[str, FieldRunner, Any], ...]
 
 
 @dataclass(slots=True)
 class OperationPlan:
     operation: Any
     fragment_definitions: dict[str, Any]
-    fields: tuple[tuple[str, FieldRunner], ...]
+    fields: Fields
     serial: bool
+    execute: Any = None  # codegen.object_executor(fields), for a query's root fields
 
 
 def compile_operation(schema: Any, operation: Any, fragment_definitions: dict, fragments: dict, variables: Any) -> OperationPlan:
@@ -110,7 +111,8 @@ def compile_operation(schema: Any, operation: Any, fragment_definitions: dict, f
     if collected.new_defer_usages:
         raise Unsupported("defer")
     fields = compiler.fields(root_type, collected.grouped_field_set)
-    return OperationPlan(operation, fragment_definitions, fields, operation.operation.value == "mutation")
+    serial = operation.operation.value == "mutation"
+    return OperationPlan(operation, fragment_definitions, fields, serial, None if serial else object_executor(fields))
 
 
 class _Compiler:
@@ -123,16 +125,17 @@ class _Compiler:
         self.scalar_registry = schema.schema_converter.scalar_registry
         self.config = schema.config
 
-    def fields(self, parent_type: GraphQLObjectType, grouped: dict) -> tuple[tuple[str, FieldRunner], ...]:
-        return tuple((key, self.field(parent_type, key, details)) for key, details in grouped.items())
+    def fields(self, parent_type: GraphQLObjectType, grouped: dict) -> Fields:
+        return tuple((key, *self.field(parent_type, key, details)) for key, details in grouped.items())
 
-    def field(self, parent_type: GraphQLObjectType, key: str, details: list) -> FieldRunner:
+    def field(self, parent_type: GraphQLObjectType, key: str, details: list) -> tuple[FieldRunner, Any]:
+        """The field's runner, and what codegen may write inline instead of calling it."""
         if any(d.fragment_variable_values is not None or d.defer_usage is not None for d in details):
             raise Unsupported("fragment_variables")
         node = details[0].node
         name = node.name.value
         if name == "__typename":
-            return typename_runner(parent_type.name)
+            return typename_runner(parent_type.name), Constant(parent_type.name)
         if name.startswith("__"):
             raise Unsupported("introspection")
         field_def = parent_type.fields.get(name)
@@ -163,9 +166,13 @@ class _Compiler:
             slow = field_runner(plan, read, complete)
             named = return_type.of_type if plan.non_null else return_type
             if is_leaf_type(named):
-                return attribute_leaf_runner(plan, _UNCHANGED.get(named, frozenset()), named.coerce_output_value, slow)
-            return slow
-        return field_runner(plan, self.resolver(plan, node), complete)
+                exact = _UNCHANGED.get(named, frozenset())
+                if _serialises_int_unchanged(named):
+                    exact = frozenset({int})
+                inline = InlineLeaf(plan.python_name, exact, not plan.non_null, named.coerce_output_value)
+                return attribute_leaf_runner(plan, exact, named.coerce_output_value, slow), inline
+            return slow, None
+        return field_runner(plan, self.resolver(plan, node), complete), None
 
     def completer(self, type_: Any, plan: FieldPlan, details: list) -> Completer:
         if isinstance(type_, GraphQLNonNull):
@@ -184,7 +191,7 @@ class _Compiler:
             )
             if collected.new_defer_usages:
                 raise Unsupported("defer")
-            return object_completer(ObjectPlan(self.fields(type_, collected.grouped_field_set)))
+            return object_completer(object_executor(self.fields(type_, collected.grouped_field_set)))
         raise Unsupported("abstract_type")
 
     def resolver(self, plan: FieldPlan, node: Any) -> Any:
@@ -237,6 +244,11 @@ class _Compiler:
             return convert(get_argument_values(field_def, node, run.variables))
 
         return from_variables
+
+
+def _serialises_int_unchanged(scalar: Any) -> bool:
+    """A custom scalar whose serialiser is int itself (Long): int(v) is v for an exact int."""
+    return scalar.coerce_output_value is int
 
 
 def _reads_variables(value: Any) -> bool:

@@ -75,7 +75,7 @@ def execute_fields(run: Run, fields: tuple, source: Any, path: Path | None) -> A
     results: dict[str, Any] = {}
     awaitable_keys: list[str] = []
     try:
-        for key, runner in fields:
+        for key, runner, _ in fields:
             result = runner(run, source, path)
             results[key] = result
             if is_awaitable(result):
@@ -102,7 +102,7 @@ async def _gather_fields(results: dict[str, Any], keys: list[str]) -> dict[str, 
 def execute_fields_serially(run: Run, fields: tuple, source: Any, path: Path | None) -> Any:
     """Executor.execute_fields_serially (mutations): each root field finishes before the next starts."""
     results: dict[str, Any] = {}
-    for index, (key, runner) in enumerate(fields):
+    for index, (key, runner, _) in enumerate(fields):
         result = runner(run, source, path)
         if is_awaitable(result):
             return _serially_from(run, fields, index, result, results, source, path)
@@ -114,7 +114,7 @@ async def _serially_from(
     run: Run, fields: tuple, index: int, pending: Any, results: dict, source: Any, path: Path | None
 ) -> dict[str, Any]:
     results[fields[index][0]] = await pending
-    for key, runner in fields[index + 1 :]:
+    for key, runner, _ in fields[index + 1 :]:
         result = runner(run, source, path)
         if is_awaitable(result):
             result = await result
@@ -161,13 +161,15 @@ def leaf_completer(leaf_type: Any) -> Completer:
     return complete
 
 
-def object_completer(object_plan: Any) -> Completer:
+def object_completer(execute: Callable[[Run, Any, Path], Any]) -> Completer:
+    """execute: the object's fields (codegen.object_executor: execute_fields, unrolled)."""
+
     def complete(run: Run, result: Any, path: Path) -> Any:
         if isinstance(result, Exception):
             raise result
         if result is None or result is Undefined:
             return None
-        return execute_fields(run, object_plan.fields, result, path)
+        return execute(run, result, path)
 
     return complete
 

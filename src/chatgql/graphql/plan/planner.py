@@ -24,7 +24,7 @@ from strawberry.types import ExecutionResult
 from ..prepared import execute_accepted
 from . import compat
 from .compile import OperationPlan, Unsupported, compile_operation, condition_variables
-from .execute import Run, execute_fields, execute_fields_serially, is_awaitable
+from .execute import Run, execute_fields_serially, is_awaitable
 
 log = logging.getLogger("chatgql.graphql.plan")
 _MAX_VARIANTS = 16  # plans per document (one per @skip/@include assignment); more: fallback
@@ -141,7 +141,7 @@ async def run_plan(schema: Any, plan: OperationPlan, context: Any, variables: An
     run = Run(schema._schema, plan, context, variables)
     try:
         try:
-            data = (execute_fields_serially if plan.serial else execute_fields)(run, plan.fields, None, None)
+            data = execute_fields_serially(run, plan.fields, None, None) if plan.serial else plan.execute(run, None, None)
             if is_awaitable(data):
                 data = await data
         except GraphQLError as error:
