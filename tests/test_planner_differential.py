@@ -61,10 +61,14 @@ class Differential:
         self.compared = 0
         self.raced = 0
         self.plan_calls = 0
+        self.tokens: dict[int | None, str | None] = {}
         self.mismatches: list[str] = []
 
     def context(self, user: int | None) -> Context:
-        headers = [] if user is None else [(b"authorization", f"Bearer {self.client.token(user)}".encode())]
+        if user not in self.tokens:
+            self.tokens[user] = None if user is None else self.client.token(user)
+        token = self.tokens[user]
+        headers = [] if token is None else [(b"authorization", f"Bearer {token}".encode())]
         request = Request({"type": "http", "method": "POST", "path": "/graphql", "headers": headers})
         return Context(deps=self.graphql.deps, request=request)
 

@@ -9,16 +9,19 @@ SEND = "mutation($c: ID!, $k: UUID!, $b: String!) { sendMessage(conversationId: 
 READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }"
 CREATE = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
 
-async def measure(label, fn, n):
+async def compare(label, ref, plan, n):
     for _ in range(20):
-        await fn()
-    best = []
-    for rep in range(3):
-        c0 = time.process_time(); 
-        for _ in range(n):
-            await fn()
-        best.append((time.process_time() - c0) / n * 1e6)
-    print(f"MEASURE {label}: {min(best):.0f} us CPU per execution (runs {[round(b) for b in best]})")
+        await ref(); await plan()
+    t = {"graphql-core": [], "plan": []}
+    for rep in range(n):
+        for name, fn in (("graphql-core", ref), ("plan", plan)):
+            c0 = time.process_time()
+            for _ in range(5):
+                await fn()
+            t[name].append((time.process_time() - c0) / 5 * 1e6)
+    for name, xs in t.items():
+        xs.sort()
+        print(f"MEASURE {label} {name}: median {statistics.median(xs):.0f} us, p25 {xs[len(xs)//4]:.0f} us CPU per execution")
 
 async def test_measure(server, client):
     cids = []
@@ -28,24 +31,21 @@ async def test_measure(server, client):
         cids.append(cid)
     d = Differential(server, client)
     schema = d.schema
-    for label, q in [("inbox", INBOX)]:
+    for label, q in [("inbox", INBOX), ("inbox-nodes-only", "query { inbox(first: 50) { nodes { id title unreadCount } pageInfo { hasNextPage } } }"), ("inbox-minimal", "query { inbox(first: 50) { pageInfo { hasNextPage } } }")]:
         doc = parse(q)
         async def ref(): return await execute_accepted(schema, doc, None, None, d.context(1))
         async def plan(): return await d.planner.execute(schema, doc, q, None, None, d.context(1))
         assert d.encode(await ref()) == d.encode(await plan())
-        await measure(f"{label} graphql-core", ref, 100)
-        await measure(f"{label} plan", plan, 100)
+        await compare(label, ref, plan, 40)
     sdoc = parse(SEND)
     async def sref(): return await execute_accepted(schema, sdoc, {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, None, d.context(1))
     async def splan(): return await d.planner.execute(schema, sdoc, SEND, {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, None, d.context(1))
-    await measure("sendMessage graphql-core", sref, 150)
-    await measure("sendMessage plan", splan, 150)
+    await compare("sendMessage", sref, splan, 40)
     rdoc = parse(READ)
     seq = [0]
     async def rref(): seq[0] += 1; return await execute_accepted(schema, rdoc, {"c": cids[1], "s": 1}, None, d.context(2))
     async def rplan(): seq[0] += 1; return await d.planner.execute(schema, rdoc, READ, {"c": cids[1], "s": 1}, None, d.context(2))
-    await measure("markRead graphql-core", rref, 150)
-    await measure("markRead plan", rplan, 150)
+    await compare("markRead", rref, rplan, 40)
 
 async def test_profile(server, client):
     import cProfile, pstats
@@ -53,11 +53,34 @@ async def test_profile(server, client):
         cid = (await client.data(CREATE, {"t": f"g{i}", "m": ["2"]}, user=1))["createGroup"]["id"]
         await client.data(SEND, {"c": cid, "k": str(uuid.uuid4()), "b": f"hello {i}"}, user=2)
     d = Differential(server, client)
-    doc = parse(INBOX)
-    async def plan(): return await d.planner.execute(d.schema, doc, INBOX, None, None, d.context(1))
+    Q = "query { inbox(first: 50) { pageInfo { hasNextPage } } }"
+    doc = parse(Q)
+    async def plan(): return await d.planner.execute(d.schema, doc, Q, None, None, d.context(1))
     for _ in range(20): await plan()
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(100): await plan()
     pr.disable()
-    st = pstats.Stats(pr); st.sort_stats("cumtime").print_stats(45)
+    st = pstats.Stats(pr); st.sort_stats("cumtime").print_stats(30)
+
+async def test_split(server, client, monkeypatch):
+    from chatgql.graphql import types as T
+    for i in range(60):
+        cid = (await client.data(CREATE, {"t": f"g{i}", "m": ["2"]}, user=1))["createGroup"]["id"]
+        await client.data(SEND, {"c": cid, "k": str(uuid.uuid4()), "b": f"hello {i}"}, user=2)
+    spent = {"preload": 0.0, "inbox_resolver": 0.0}
+    orig = T.Conversation.preload_last_messages
+    async def timed(info, nodes):
+        c0 = time.process_time(); await orig(info, nodes); spent["preload"] += time.process_time() - c0
+    monkeypatch.setattr(T.Conversation, "preload_last_messages", staticmethod(timed))
+    d = Differential(server, client)
+    doc = parse(INBOX)
+    async def plan(): return await d.planner.execute(d.schema, doc, INBOX, None, None, d.context(1))
+    async def ref(): return await execute_accepted(d.schema, doc, None, None, d.context(1))
+    for name, fn in (("plan", plan), ("graphql-core", ref), ("plan", plan), ("graphql-core", ref)):
+        for _ in range(10): await fn()
+        spent["preload"] = 0
+        c0 = time.process_time()
+        for _ in range(100): await fn()
+        total = (time.process_time() - c0) / 100 * 1e6
+        print(f"MEASURE split {name}: total {total:.0f} us, preload {spent['preload']/100*1e6:.0f} us")

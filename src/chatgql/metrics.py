@@ -77,7 +77,7 @@ class _PlannerCollector:
         stats = self.stats
         yield CounterMetricFamily("chatgql_plans_built", "Execution plans compiled", value=stats.built)
         yield CounterMetricFamily(
-            "chatgql_plan_executions", "Requests answered by running a plan", value=stats.executions
+            "chatgql_plan_executions", "Operations (HTTP requests, subscription events) run by plan", value=stats.executions
         )
         fallbacks = CounterMetricFamily(
             "chatgql_plan_fallbacks",

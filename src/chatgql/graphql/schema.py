@@ -46,6 +46,7 @@ class ChatSchema(strawberry.Schema):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, execution_context_class=SharedEventExecutor, **kwargs)
         self.shared_results = SharedResults()
+        self.planner: Planner | None = None  # set by ChatGraphQL: runs subscription events by plan too
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
@@ -133,6 +134,7 @@ class ChatGraphQL(GraphQL):
             **kwargs,
         )
         self.deps = deps
+        self.schema.planner = self.planner
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
         return Context(deps=self.deps, request=request, response=response)

@@ -6,6 +6,8 @@ depends on who is asking: see SHARABLE), the first subscriber's result is
 reused by the others holding the same document and variables. Any other
 selection (seenBy, seen, seenByCount, a directive other than @include/@skip)
 is executed per subscriber as before, as is any result that carries errors.
+Either way an event is executed by plan when the planner has one for the
+operation (graphql/plan/, Planner.execute_event), else by graphql-core.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from graphql import ExecutionResult, FieldNode, FragmentSpreadNode, InlineFragmentNode, SelectionSetNode
+from graphql import (
+    ExecutionResult,
+    FieldNode,
+    FragmentSpreadNode,
+    InlineFragmentNode,
+    OperationType,
+    SelectionSetNode,
+)
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 # Fields, by parent type, whose value comes from the event alone.
@@ -117,6 +126,16 @@ class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
         executor._shared = shared
         return executor
 
+    def _execute(self, serially: bool | None) -> Any:
+        """A subscription event by plan when the planner has one (graphql/plan/), else graphql-core."""
+        if self.operation.operation is OperationType.SUBSCRIPTION and self.abort_signal is None:
+            planner = getattr(getattr(self.schema, "_strawberry_schema", None), "planner", None)
+            if planner is not None:
+                result = planner.execute_event(self)
+                if result is not None:
+                    return result
+        return super().execute_operation(serially)
+
     def _key(self, payload: Any) -> tuple | None:
         source = getattr(payload, "source", None)
         if source is None:
@@ -140,12 +159,12 @@ class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
         shared = self._shared
         key = self._key(self.root_value) if shared is not None else None
         if key is None:
-            return super().execute_operation(serially)
+            return self._execute(serially)
         source = self.root_value.source
         found = shared.get(key)
         if found is not None:
             return found
-        result = super().execute_operation(serially)
+        result = self._execute(serially)
         if self.is_awaitable(result):
 
             async def store() -> Any:

@@ -115,6 +115,12 @@ def compile_operation(schema: Any, operation: Any, fragment_definitions: dict, f
     return OperationPlan(operation, fragment_definitions, fields, serial, None if serial else object_executor(fields))
 
 
+def event_plan_key(operation: Any) -> int:
+    """Subscriptions of one text share the parsed document (Strawberry's parser cache): plans for
+    their events are found by the operation node itself."""
+    return id(operation)
+
+
 class _Compiler:
     def __init__(self, schema: Any, operation: Any, fragments: dict, variables: Any) -> None:
         self.schema = schema
@@ -172,7 +178,24 @@ class _Compiler:
                 inline = InlineLeaf(plan.python_name, exact, not plan.non_null, named.coerce_output_value)
                 return attribute_leaf_runner(plan, exact, named.coerce_output_value, slow), inline
             return slow, None
+        if sf.is_subscription:
+            return field_runner(plan, self.event_root(plan, node), complete), None
         return field_runner(plan, self.resolver(plan, node), complete), None
+
+    def event_root(self, plan: FieldPlan, node: Any) -> Any:
+        """A subscription's root field, run per event: its value is the event (Strawberry's resolver
+        there is `lambda event, *_, **__: event`); its arguments are coerced as graphql-core does."""
+        field_def = plan.field_def
+        if getattr(field_def.resolve, "__name__", None) != "<lambda>":
+            raise Unsupported("resolver")
+        if not field_def.args and not node.arguments:
+            return lambda run, source, path: source
+
+        def resolve(run: Any, source: Any, path: Any) -> Any:
+            get_argument_values(field_def, node, run.variables)
+            return source
+
+        return resolve
 
     def completer(self, type_: Any, plan: FieldPlan, details: list) -> Completer:
         if isinstance(type_, GraphQLNonNull):

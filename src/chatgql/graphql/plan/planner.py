@@ -18,12 +18,13 @@ import logging
 from typing import Any
 
 from graphql import DocumentNode, FragmentDefinitionNode, GraphQLError, get_operation_ast
+from graphql import ExecutionResult as CoreExecutionResult
 from graphql.execution import get_variable_values
 from strawberry.types import ExecutionResult
 
 from ..prepared import execute_accepted
 from . import compat
-from .compile import OperationPlan, Unsupported, compile_operation, condition_variables
+from .compile import OperationPlan, Unsupported, compile_operation, condition_variables, event_plan_key
 from .execute import Run, execute_fields_serially, is_awaitable
 
 log = logging.getLogger("chatgql.graphql.plan")
@@ -44,11 +45,9 @@ class PlanStats:
 class _PlannedDocument:
     __slots__ = ("operation", "fragment_definitions", "fragments", "conditions", "variants")
 
-    def __init__(self, document: DocumentNode, operation: Any) -> None:
+    def __init__(self, operation: Any, fragment_definitions: dict[str, FragmentDefinitionNode]) -> None:
         self.operation = operation
-        self.fragment_definitions = {
-            d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
-        }
+        self.fragment_definitions = fragment_definitions
         self.fragments = {name: compat.FragmentDetails(d, None) for name, d in self.fragment_definitions.items()}
         self.conditions = condition_variables(operation, self.fragment_definitions)
         self.variants: dict[tuple, OperationPlan | str] = {}
@@ -60,6 +59,28 @@ class Planner:
         self.stats = PlanStats()
         self._maxsize = maxsize
         self._documents: OrderedDict[tuple[str, str | None], _PlannedDocument | str] = OrderedDict()
+        self._events: OrderedDict[int, _PlannedDocument] = OrderedDict()  # by subscription operation
+
+    def execute_event(self, executor: Any) -> Any:
+        """One subscription event by plan: what graphql-core's executor.execute_operation() would
+        return for this per-event executor (root value: the event), or None to let it run."""
+        if not self.enabled:
+            return None
+        operation = executor.operation
+        key = event_plan_key(operation)
+        planned = self._events.get(key)
+        if planned is None or planned.operation is not operation:
+            planned = self._events[key] = _PlannedDocument(operation, executor.fragment_definitions)
+            if len(self._events) > self._maxsize:
+                self._events.popitem(last=False)
+        else:
+            self._events.move_to_end(key)
+        plan = self._variant(executor.schema._strawberry_schema, planned, executor.variable_values)
+        if isinstance(plan, str):
+            self.stats.fallbacks[plan] += 1
+            return None
+        self.stats.executions += 1
+        return run_event(plan, executor)
 
     async def execute(
         self,
@@ -105,7 +126,8 @@ class Planner:
         elif operation.operation.value not in ("query", "mutation"):
             planned = "operation_type"
         else:
-            planned = _PlannedDocument(document, operation)
+            fragments = {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+            planned = _PlannedDocument(operation, fragments)
         self._documents[key] = planned
         if len(self._documents) > self._maxsize:
             self._documents.popitem(last=False)
@@ -134,6 +156,29 @@ class Planner:
             self.stats.built += 1
         planned.variants[key] = plan
         return plan
+
+
+def run_event(plan: OperationPlan, executor: Any) -> Any:
+    """Executor.execute_operation(False) for a subscription event, by plan: the ExecutionResult
+    (or an awaitable of it) with errors as graphql-core collects them; Strawberry processes them."""
+    run = Run(executor.schema, plan, executor.context_value, executor.variable_values)
+    try:
+        data = plan.execute(run, executor.root_value, None)
+    except GraphQLError as error:
+        run.add_error(error, None)
+        return CoreExecutionResult(None, run.errors or None)
+    if is_awaitable(data):
+
+        async def await_data() -> CoreExecutionResult:
+            try:
+                done = await data
+            except GraphQLError as error:
+                run.add_error(error, None)
+                return CoreExecutionResult(None, run.errors or None)
+            return CoreExecutionResult(done, run.errors or None)
+
+        return await_data()
+    return CoreExecutionResult(data, run.errors or None)
 
 
 async def run_plan(schema: Any, plan: OperationPlan, context: Any, variables: Any) -> ExecutionResult:
