@@ -17,7 +17,6 @@ import time
 import uuid
 from graphql import parse
 from chatgql.graphql.prepared import execute_accepted
-from chatgql.graphql.plan import Planner
 from tests.test_planner_differential import Differential
 
 INBOX = "query { inbox(first: 50) { nodes { id title unreadCount lastMessage { seq body senderId createdAt } } pageInfo { hasNextPage endCursor } } }"

@@ -13,11 +13,17 @@ test_planner_pins_the_versions_it_was_written_for fails on any upgrade.
   grouping and order are graphql-core's by construction.
 - graphql.execution.collect_fields.FragmentDetails: what collect_fields takes
   for each fragment.
-- StrawberryResolver's self/root/parent/info parameters and wrapped_func, and
-  the schema converter's exception handlers: to call a resolver the way
-  Strawberry's generated `_resolver` does (get_arguments in
-  strawberry/schema/schema_converter.py), without building a Strawberry Info
-  and a GraphQLResolveInfo per call (~40 % of a resolver call's cost).
+- StrawberryResolver's self/root/parent/info parameters and wrapped_func, the
+  schema converter's exception handlers, and strawberry.types.arguments'
+  convert_arguments: to call a resolver the way Strawberry's generated
+  `_resolver` does (get_arguments in strawberry/schema/schema_converter.py),
+  without building a Strawberry Info and a GraphQLResolveInfo per call.
+- The names of a field's resolver functions as Strawberry builds them
+  (`_get_basic_result` marked `_is_default`, `_resolver`, `_async_resolver`,
+  and `lambda event, *_, **__: event` for a subscription's root field): only
+  those shapes are planned, anything else falls back.
+- strawberry.types.Info's `_raw_info` and `_field`: info.PlanInfo is an Info
+  whose `_raw_info` is built on demand (see info.py).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import graphql
 import strawberry
 from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
+from strawberry.types.arguments import convert_arguments
 
 GRAPHQL_CORE_VERSION = "3.3.2"
 STRAWBERRY_VERSION = "0.341.2"
@@ -35,6 +42,7 @@ __all__ = [
     "FragmentDetails",
     "collect_fields",
     "collect_subfields",
+    "convert_arguments",
     "strawberry_field",
     "resolver_call_shape",
     "has_exception_handlers",

@@ -35,7 +35,6 @@ from graphql import (
     get_argument_values,
     is_leaf_type,
 )
-from strawberry.types.arguments import convert_arguments
 
 from . import compat
 from .codegen import Constant, InlineLeaf, object_executor
@@ -254,7 +253,7 @@ class _Compiler:
         registry, config = self.scalar_registry, self.config
 
         def convert(coerced: dict) -> dict:
-            return convert_arguments(coerced, sf.arguments, scalar_registry=registry, config=config)
+            return compat.convert_arguments(coerced, sf.arguments, scalar_registry=registry, config=config)
 
         if not any(_reads_variables(argument.value) for argument in node.arguments or ()):
             coerced = get_argument_values(field_def, node, self.variables)
