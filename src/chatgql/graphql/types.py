@@ -14,6 +14,7 @@ from strawberry import ID
 from strawberry.types import Info
 from strawberry.types.nodes import FragmentSpread, InlineFragment
 
+from ..db import Row
 from ..errors import BadUserInput
 from ..services.checks import MAX_ID, PageRequest, check_message_page
 from .loaders import Loaders, PageKey
@@ -92,7 +93,17 @@ class Message:
 
     @classmethod
     def from_row(cls, row: Any) -> Message:
-        return cls(
+        if isinstance(row, Row):
+            # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each, measured)
+            return cls(
+                conversation_id=ID(str(row["conversation_id"])),
+                seq=row["seq"],
+                sender_id=ID(str(row["sender_id"])),
+                client_msg_id=row["client_msg_id"],
+                body=row["body"],
+                created_at=row["created_at"],
+            )
+        return cls(  # a service's result (StoredMessage)
             conversation_id=ID(str(row.conversation_id)),
             seq=row.seq,
             sender_id=ID(str(row.sender_id)),
@@ -195,15 +206,18 @@ class Conversation:
     @classmethod
     def from_row(cls, row: Any) -> Conversation:
         """row: a conversation joined with the viewer's membership (store.conversations.for_viewer)."""
+        # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each; an inbox page
+        # read ~900 of them, measured).
+        last_seq, last_read_seq = row["last_seq"], row["last_read_seq"]
         return cls(
-            id=ID(str(row.id)),
-            type=ConversationType(row.type),
-            title=row.title,
-            last_seq=row.last_seq,
-            last_message_at=row.last_message_at,
-            created_at=row.created_at,
-            last_read_seq=row.last_read_seq,
-            unread_count=Long(row.last_seq - row.last_read_seq),
+            id=ID(str(row["id"])),
+            type=ConversationType(row["type"]),
+            title=row["title"],
+            last_seq=last_seq,
+            last_message_at=row["last_message_at"],
+            created_at=row["created_at"],
+            last_read_seq=last_read_seq,
+            unread_count=Long(last_seq - last_read_seq),
         )
 
     @strawberry.field
