@@ -33,8 +33,8 @@ class Roster:
 
     def __init__(self, rows: list[Row]) -> None:
         self.rows = rows  # ascending user_id
-        self._watermarks = sorted(row.last_read_seq for row in rows)
-        self._by_user = {row.user_id: row.last_read_seq for row in rows}
+        self._watermarks = sorted(row["last_read_seq"] for row in rows)  # by key: see types.Message.from_row
+        self._by_user = {row["user_id"]: row["last_read_seq"] for row in rows}
 
     def others(self, sender_id: int) -> int:
         return len(self.rows) - (sender_id in self._by_user)
@@ -115,7 +115,7 @@ class Loaders:
         """Conversations as the viewer sees them (None where not a member)."""
         async with self._database.connection() as conn:
             rows = await conversations.for_viewer(conn, ids, self._viewer_id)
-        by_id = {row.id: row for row in rows}
+        by_id = {row["id"]: row for row in rows}
         return [by_id.get(cid) for cid in ids]
 
     async def _load_member_counts(self, ids: Sequence[int]) -> list[int]:
@@ -128,13 +128,13 @@ class Loaders:
             rows = await conversations.members_of(conn, ids)
         grouped: dict[int, list[Row]] = defaultdict(list)
         for row in rows:
-            grouped[row.conversation_id].append(row)
+            grouped[row["conversation_id"]].append(row)
         return [Roster(grouped[cid]) for cid in ids]
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         async with self._database.connection() as conn:
             rows = await messages.by_keys(conn, keys)
-        by_key = {(row.conversation_id, row.seq): row for row in rows}
+        by_key = {(row["conversation_id"], row["seq"]): row for row in rows}
         return [by_key.get(key) for key in keys]
 
     async def _load_message_pages(self, keys: Sequence[PageKey]) -> list[list[Row]]:
