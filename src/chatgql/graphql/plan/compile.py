@@ -19,7 +19,7 @@ planner then runs the document the ordinary way and counts the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphql import (
@@ -32,8 +32,10 @@ from graphql import (
     ListValueNode,
     ObjectValueNode,
     VariableNode,
+    Visitor,
     get_argument_values,
     is_leaf_type,
+    visit,
 )
 
 from . import compat
@@ -79,10 +81,28 @@ class FieldPlan:
     non_null: bool
     strawberry_field: Any
     field_def: Any
+    # Variables whose values info.selected_fields depends on (arguments and directives below the field)
+    selection_variables: tuple[str, ...] = ()
+    _selections: dict[tuple, list[Any]] = field(default_factory=dict)
 
     @property
     def parent_name(self) -> str:
         return self.parent_type.name
+
+    def selected_fields(self, variables: dict[str, Any], convert: Any) -> list[Any]:
+        """What Strawberry's info.selected_fields answers (convert() builds it), kept per
+        assignment of the variables it reads: a document asks the same question every time.
+        The inbox asks on every request (to preload last messages when they are selected)."""
+        key = tuple(variables.get(name) for name in self.selection_variables)
+        try:
+            found = self._selections.get(key)
+        except TypeError:  # an unhashable variable value (a list): no caching
+            return convert()
+        if found is None:
+            if len(self._selections) >= 16:
+                self._selections.clear()
+            found = self._selections[key] = convert()
+        return found
 
 
 # (response key, runner, what codegen may write inline: InlineLeaf, Constant or None)
@@ -127,6 +147,7 @@ class _Compiler:
         self.operation = operation
         self.fragments = fragments
         self.variables = variables
+        self.fragment_definitions = {name: details.definition for name, details in fragments.items()}
         self.scalar_registry = schema.schema_converter.scalar_registry
         self.config = schema.config
 
@@ -161,6 +182,9 @@ class _Compiler:
             strawberry_field=sf,
             field_def=field_def,
         )
+        shape = compat.resolver_call_shape(sf)
+        if shape is not None and shape[3] is not None:  # a resolver that takes info
+            plan.selection_variables = _variables_below(plan.nodes, self.fragment_definitions)
         complete = self.completer(return_type, plan, details)
         if compat.is_default_resolver(field_def):
             python_name = sf.python_name
@@ -271,6 +295,27 @@ class _Compiler:
 def _serialises_int_unchanged(scalar: Any) -> bool:
     """A custom scalar whose serialiser is int itself (Long): int(v) is v for an exact int."""
     return scalar.coerce_output_value is int
+
+
+def _variables_below(nodes: list[Any], fragment_definitions: dict[str, Any]) -> tuple[str, ...]:
+    """Names of the variables read anywhere in these field nodes (their arguments, directives and
+    selections, through fragments)."""
+    names: set[str] = set()
+    seen_fragments: set[str] = set()
+
+    class Collect(Visitor):
+        def enter_variable(self, node: VariableNode, *_: Any) -> None:
+            names.add(node.name.value)
+
+        def enter_fragment_spread(self, node: Any, *_: Any) -> None:
+            name = node.name.value
+            if name not in seen_fragments and name in fragment_definitions:
+                seen_fragments.add(name)
+                visit(fragment_definitions[name], self)
+
+    for node in nodes:
+        visit(node, Collect())
+    return tuple(sorted(names))
 
 
 def _reads_variables(value: Any) -> bool:

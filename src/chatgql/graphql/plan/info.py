@@ -5,7 +5,9 @@ Strawberry Info around it. chatgql's resolvers mostly read `info.context`;
 a few read `info.selected_fields` (the inbox, to preload last messages) or
 `info.path`. PlanInfo is a Strawberry Info (isinstance holds) whose context is
 a plain attribute, and whose GraphQLResolveInfo is built only when something
-else is asked for, from the same pieces graphql-core would have used.
+else is asked for, from the same pieces graphql-core would have used;
+selected_fields is computed once per plan and assignment of the variables it
+reads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from graphql import GraphQLResolveInfo
 from graphql.pyutils import Path
 from strawberry.execution import optimized_is_awaitable
 from strawberry.types import Info
+from strawberry.types.nodes import convert_selections
 
 
 class PlanInfo(Info):
@@ -33,6 +36,14 @@ class PlanInfo(Info):
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def selected_fields(self) -> list[Any]:  # type: ignore[override]
+        """Strawberry's answer, kept by the plan per assignment of the variables it reads
+        (compile.FieldPlan.selected_fields): the same list each time, not to be modified."""
+        return self._plan_field.selected_fields(
+            self._run.variables.coerced, lambda: convert_selections(self._raw_info, self._plan_field.nodes)
+        )
 
     @property
     def _raw_info(self) -> GraphQLResolveInfo:  # type: ignore[override]
