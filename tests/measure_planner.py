@@ -62,3 +62,32 @@ async def test_measure(server, client):  # noqa: C901 - a script
     async def rplan(): seq[0] += 1; return await d.planner.execute(schema, rdoc, READ, {"c": cids[1], "s": 1}, None, d.context(2))
     await compare("markRead", rref, rplan, 40)
 
+
+
+async def test_measure_http(server, client):
+    """The same over HTTP to the in-process server, planner on and off (server.app.graphql.planner):
+    this process's CPU per request, httpx client included (the same on both sides)."""
+    cids = []
+    for i in range(200):
+        cid = (await client.data(CREATE, {"t": f"g{i}", "m": ["2"]}, user=1))["createGroup"]["id"]
+        await client.data(SEND, {"c": cid, "k": str(uuid.uuid4()), "b": f"hello {i}"}, user=2)
+        cids.append(cid)
+    planner = server.app.graphql.planner
+    requests = {
+        "inbox": (INBOX, lambda: None, 1),
+        "sendMessage": (SEND, lambda: {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, 1),
+        "markRead": (READ, lambda: {"c": cids[1], "s": 1}, 2),
+    }
+    for label, (query, variables, user) in requests.items():
+        async def on():
+            planner.enabled = True
+            await client.data(query, variables(), user=user)
+
+        async def off():
+            planner.enabled = False
+            await client.data(query, variables(), user=user)
+
+        try:
+            await compare(f"HTTP {label}", off, on, 30)
+        finally:
+            planner.enabled = True
