@@ -61,3 +61,22 @@ async def test_one_event_to_many_subscribers_selecting_seen_reads_the_roster_onc
     assert all(m["seen"] is False for m in seen)
     assert {m.get("seenByCount") for m in seen if "seenByCount" in m} == {0}
     assert {tuple(m["seenBy"]) for m in seen if "seenBy" in m} == {()}
+
+
+async def test_a_shared_selection_that_fails_fails_for_every_subscriber_alike(server, http, engine):
+    from .events.helpers import SubscriptionError
+
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, range(2, 7))
+    clients = await asyncio.gather(*(ws_connect(server, user) for user in range(2, 7)))
+    try:
+        operations = [await c.subscribe("subscription { messageNew { message { seenBy(first: -1) } } }")
+                      for c in clients]
+        await wait_active_subscriptions(server, len(operations))
+        await api.send(1, cid, "hello")
+        errors = await asyncio.gather(*(op.error(timeout=30) for op in operations))
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+    assert all(isinstance(e, SubscriptionError) for e in errors)
+    assert {e.code for e in errors} == {"BAD_USER_INPUT"}
+    assert len({str(e.errors) for e in errors}) == 1  # the same error for each
