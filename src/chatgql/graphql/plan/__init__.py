@@ -8,9 +8,11 @@ is the same every time. The planner decides it once per (document,
 operationName) and runs closures afterwards:
 
 - compile.py  the operation -> a tree of per-field closures (collect_fields is graphql-core's)
+- codegen.py  each selection set's fields as one generated function (plain fields inline)
 - execute.py  running the closures: graphql-core's algorithm, same order, same errors
 - info.py     the `info` resolvers get (a Strawberry Info, built lazily)
-- planner.py  the cache of plans, fallback to graphql-core's executor, counters for /metrics
+- planner.py  the cache of plans, fallback to graphql-core's executor, counters for /metrics;
+              HTTP queries and mutations (execute) and subscription events (execute_event)
 - compat.py   the non-public API this relies on, in one place
 
 The API's meaning stays in types.py, queries.py and mutations.py: the plan
