@@ -175,7 +175,7 @@ class ChatGraphQL(GraphQL):
         await response(scope, receive, send)
 
     async def _run_accepted(self, scope: Scope, body: bytes) -> Response | None:
-        """A POST of a document accepted before: execute it directly (prepared.py).
+        """A POST of a document accepted before: execute it directly (prepared.py), by plan (plan/).
         None: not that case; the request goes the ordinary way."""
         headers = Headers(scope=scope)
         if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
