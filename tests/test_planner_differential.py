@@ -77,10 +77,9 @@ class Differential:
         return json.dumps(body, sort_keys=True, ensure_ascii=False)
 
     async def outcome(self, execution: Any) -> str:
-        """The encoded answer; or, when execution raises instead of answering, the exception's type.
-        (graphql-core 3.3.2 can end with CancelledError: when a non-null error cancels sibling
-        fields, a cancelled resolver cancels the DataLoader future it shares with fields elsewhere
-        in the document. The plan must do the same, not something else.)"""
+        """The encoded answer; or, when execution raises instead of answering, the exception's type
+        (it did, with CancelledError, before loaders._Loader shielded shared loads: the plan must
+        fail as graphql-core fails, not otherwise)."""
         try:
             async with asyncio.timeout(5):
                 return self.encode(await execution)

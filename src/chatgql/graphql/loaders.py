@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any
 
 from strawberry.dataloader import DataLoader
 
@@ -85,17 +86,34 @@ class EventRosters:
             return Roster(await conversations.members_of(conn, [conversation_id]))
 
 
+class _Loader(DataLoader):
+    """A DataLoader whose pending loads are awaited through asyncio.shield.
+
+    When a non-null field fails, graphql-core cancels its sibling fields'
+    tasks. A cancelled task cancels the future it is waiting on, and a
+    DataLoader hands the same future to every field that loads the same key:
+    fields elsewhere in the request then failed with CancelledError and the
+    request answered HTTP 500 (found by tests/test_planner_differential.py,
+    with graphql-core's executor and with plans alike). Shielded, a cancelled
+    field leaves the shared load alone.
+    """
+
+    def load(self, key: Any) -> Awaitable[Any]:
+        future = super().load(key)
+        return future if future.done() else asyncio.shield(future)
+
+
 class Loaders:
     def __init__(self, database: Database, viewer_id: int | None, roster: EventRosters | None = None) -> None:
         """roster: a subscription event's shared rosters (EventRosters), instead of this request's own."""
         self._database = database
         self._viewer_id = viewer_id
-        self.conversation = DataLoader(self._load_conversations)
-        self.member_count = DataLoader(self._load_member_counts)
-        self.roster: DataLoader | EventRosters = roster if roster is not None else DataLoader(self._load_rosters)
-        self.message = DataLoader(self._load_messages)
-        self.message_page = DataLoader(self._load_message_pages)
-        self.viewer_totals = DataLoader(self._load_viewer_totals)
+        self.conversation = _Loader(self._load_conversations)
+        self.member_count = _Loader(self._load_member_counts)
+        self.roster: DataLoader | EventRosters = roster if roster is not None else _Loader(self._load_rosters)
+        self.message = _Loader(self._load_messages)
+        self.message_page = _Loader(self._load_message_pages)
+        self.viewer_totals = _Loader(self._load_viewer_totals)
 
     async def messages_at_once(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         """Messages by (conversation_id, seq) in one read, for a caller that holds every key
