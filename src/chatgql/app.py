@@ -215,6 +215,7 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with running(settings, deps) as runtime:
+            runtime.metrics.watch_planner(graphql.planner.stats)
             state["runtime"] = runtime
             app.state.runtime = runtime
             yield

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     # answers 503 (keep it below the process's open-file limit, ulimit -n).
     max_connections: int = Field(default=15_000, ge=1)
 
+    # Plan-once execution of accepted documents (graphql/plan/): off runs every document
+    # through graphql-core's executor, as before.
+    planner: bool = True
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

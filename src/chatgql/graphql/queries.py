@@ -63,7 +63,7 @@ class Query:
             await Conversation.preload_last_messages(info, nodes)
         return ConversationConnection(
             nodes=nodes,
-            activity=[row.activity_at for row in page],
+            activity=[row["activity_at"] for row in page],
             page_info=PageInfo(
                 has_next_page=more,
                 has_previous_page=after is not None,

@@ -35,7 +35,8 @@ from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .http import GraphQLOverHTTP, refusal_body, response_media_type
 from .limits import OperationLimits
 from .mutations import Mutation
-from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
+from .plan import Planner
+from .prepared import AcceptedDocuments, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
 from .shared import SharedEventExecutor, SharedResults
@@ -46,6 +47,7 @@ class ChatSchema(strawberry.Schema):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, execution_context_class=SharedEventExecutor, **kwargs)
         self.shared_results = SharedResults()
+        self.planner: Planner | None = None  # set by ChatGraphQL: runs subscription events by plan too
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
@@ -110,6 +112,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
+        self.planner = Planner(enabled=settings.planner, maxsize=1024)
         super().__init__(
             build_schema(
                 introspection=settings.introspection_enabled,
@@ -126,6 +129,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
             **kwargs,
         )
         self.deps = deps
+        self.schema.planner = self.planner
         self.graphiql = GraphiQLFiles() if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
 
@@ -174,7 +178,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
         await response(scope, receive, send)
 
     async def _run_accepted(self, scope: Scope, body: bytes) -> Response | None:
-        """A POST of a document accepted before: execute it directly (prepared.py).
+        """A POST of a document accepted before: execute it directly (prepared.py), by plan (plan/).
         None: not that case; the request goes the ordinary way."""
         headers = Headers(scope=scope)
         if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
@@ -202,7 +206,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
             return None
         context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
         result = await self._within_timeout(
-            execute_accepted(self.schema, document, variables, operation_name, context)
+            self.planner.execute(self.schema, document, query, variables, operation_name, context)
         )
         if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
             self.deps.wakeup.wake()

@@ -2,8 +2,10 @@
 
 Over websockets the context lives as long as the connection, so every event
 gets its own loaders (nothing is cached across events), made when a field of
-that event first needs one. Each event keeps the dispatched dict it came from
-(`source`): subscribers of one event may share its result (see shared.py).
+that event first needs one; the roster (seen, seenByCount, seenBy) is read
+once per event for all its subscribers (loaders.EventRosters). Each event
+keeps the dispatched dict it came from (`source`): subscribers of one event
+may share its result (see shared.py).
 
 Resumable messageNew (`cursors`, the SyncCursor shape sync takes): first
 every message after the cursors from the database, then live, with no gap
@@ -31,8 +33,10 @@ as always; a client too slow to take them is cut off with resync too.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -44,6 +48,7 @@ from ..errors import BadUserInput, conversation_not_found
 from ..events import types as events
 from ..services.checks import check_id
 from ..services.history import read_replay
+from .loaders import EventRosters
 from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
@@ -60,13 +65,18 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> An
     return ctx.deps.dispatcher.subscribe(viewer, cid, event_type)
 
 
-_last: list = [None, None]  # [event, its Message fields]: an event's subscribers come one after another
+# Recent message.new events -> (event, its Message fields, its rosters): what every subscriber of an
+# event shares, made once per event. Keyed by id(event); holding the event keeps its id from being reused.
+# An event's subscribers mostly come one after another; a few events may interleave.
+_recent: OrderedDict[int, tuple[dict, dict, EventRosters]] = OrderedDict()
+_RECENT = 64
 
 
-def _message_fields(event: dict) -> dict:
-    """A message.new event's fields as Message takes them (parsed once per event, not per subscriber)."""
-    if _last[0] is not event:
-        _last[1] = {
+def _for_event(event: dict, database: Any) -> tuple[dict, EventRosters]:
+    """A message.new event's fields as Message takes them, and its shared rosters (once per event)."""
+    found = _recent.get(id(event))
+    if found is None or found[0] is not event:
+        fields = {
             "conversation_id": ID(str(event["conversationId"])),
             "seq": event["seq"],
             "sender_id": ID(str(event["senderId"])),
@@ -74,8 +84,10 @@ def _message_fields(event: dict) -> dict:
             "body": event["body"],
             "created_at": datetime.fromisoformat(event["createdAt"]),
         }
-        _last[0] = event
-    return _last[1]
+        found = _recent[id(event)] = (event, fields, EventRosters(database))
+        if len(_recent) > _RECENT:
+            _recent.popitem(last=False)
+    return found[1], found[2]
 
 
 @strawberry.type
@@ -100,7 +112,8 @@ class Subscription:
         if cursors is strawberry.UNSET or cursors is None:
             async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
                 async for event in subscription:
-                    message = Message(**_message_fields(event), new_loaders=info.context.fresh_loaders)
+                    fields, rosters = _for_event(event, info.context.database)
+                    message = Message(**fields, new_loaders=partial(info.context.fresh_loaders, rosters))
                     yield MessageNewEvent(
                         conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
                     )
@@ -131,7 +144,8 @@ class Subscription:
                 if seq <= held.get(cid, 0):
                     continue
                 held[cid] = seq
-                message = Message(**_message_fields(event), new_loaders=ctx.fresh_loaders)
+                fields, rosters = _for_event(event, ctx.database)
+                message = Message(**fields, new_loaders=partial(ctx.fresh_loaders, rosters))
                 yield MessageNewEvent(
                     conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
                 )
