@@ -119,3 +119,11 @@ async def test_a_failing_field_does_not_fail_its_siblings_shared_loads(server, s
         body = response.json()
         assert body["data"] is None
         assert [e["extensions"]["code"] for e in body["errors"]] == ["BAD_USER_INPUT"]
+
+
+async def test_types_implementing_node_carry_strawberrys_own_type_check():
+    # The plan calls it without an info (compat.is_strawberry_type_check): it must stay Strawberry's.
+    from chatgql.graphql.schema import schema as exported
+
+    for name in ("Conversation", "Message", "Member", "Viewer"):
+        assert compat.is_strawberry_type_check(exported._schema.type_map[name].is_type_of), name

@@ -22,6 +22,9 @@ test_planner_pins_the_versions_it_was_written_for fails on any upgrade.
   (`_get_basic_result` marked `_is_default`, `_resolver`, `_async_resolver`,
   and `lambda event, *_, **__: event` for a subscription's root field): only
   those shapes are planned, anything else falls back.
+- The qualified name of the is_type_of Strawberry gives a type that implements
+  an interface (`GraphQLCoreConverter.from_object.<locals>...`): an isinstance
+  check that never reads its info, so a plan can call it with none.
 - strawberry.types.Info's `_raw_info` and `_field`: info.PlanInfo is an Info
   whose `_raw_info` is built on demand (see info.py).
 """
@@ -61,6 +64,12 @@ def versions() -> tuple[str, str]:
 def strawberry_field(field_def: graphql.GraphQLField) -> Any:
     """The StrawberryField a graphql-core field was built from, or None."""
     return (field_def.extensions or {}).get("strawberry-definition")
+
+
+def is_strawberry_type_check(is_type_of: Any) -> bool:
+    """Whether an object type's is_type_of is the one Strawberry builds (isinstance; info unused)."""
+    qualname = getattr(is_type_of, "__qualname__", "")
+    return qualname.split(".<locals>")[0] == "GraphQLCoreConverter.from_object"
 
 
 def is_default_resolver(field_def: graphql.GraphQLField) -> bool:

@@ -230,14 +230,17 @@ class _Compiler:
         if is_leaf_type(type_):
             return leaf_completer(type_)
         if isinstance(type_, GraphQLObjectType):
-            if type_.is_type_of is not None:
+            if type_.is_type_of is not None and not compat.is_strawberry_type_check(type_.is_type_of):
                 raise Unsupported("is_type_of")
             collected = compat.collect_subfields(
                 self.core, self.fragments, self.variables, self.operation, type_, details, False
             )
             if collected.new_defer_usages:
                 raise Unsupported("defer")
-            return object_completer(object_executor(self.fields(type_, collected.grouped_field_set)))
+            return object_completer(
+                object_executor(self.fields(type_, collected.grouped_field_set)),
+                type_ if type_.is_type_of is not None else None,
+            )
         raise Unsupported("abstract_type")
 
     def resolver(self, plan: FieldPlan, node: Any) -> Any:

@@ -161,8 +161,11 @@ def leaf_completer(leaf_type: Any) -> Completer:
     return complete
 
 
-def object_completer(execute: Callable[[Run, Any, Path], Any]) -> Completer:
-    """execute: the object's fields (codegen.object_executor: execute_fields, unrolled)."""
+def object_completer(execute: Callable[[Run, Any, Path], Any], object_type: Any = None) -> Completer:
+    """execute: the object's fields (codegen.object_executor: execute_fields, unrolled).
+    object_type: given when it has an is_type_of (Strawberry gives one to every type that
+    implements an interface, e.g. Node): asked first, as complete_object_value does."""
+    is_type_of = None if object_type is None else object_type.is_type_of
 
     def complete(run: Run, result: Any, path: Path) -> Any:
         if isinstance(result, Exception):
@@ -171,7 +174,20 @@ def object_completer(execute: Callable[[Run, Any, Path], Any]) -> Completer:
             return None
         return execute(run, result, path)
 
-    return complete
+    if is_type_of is None:
+        return complete
+
+    def complete_checked(run: Run, result: Any, path: Path) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        if result is None or result is Undefined:
+            return None
+        # Strawberry's is_type_of is an isinstance check that never reads info (compile.py refuses others).
+        if not is_type_of(result, None):
+            raise GraphQLError(f"Expected value of type '{object_type.name}' but got: {inspect(result)}.")
+        return execute(run, result, path)
+
+    return complete_checked
 
 
 def list_completer(item: Completer, item_non_null: bool, field: Any) -> Completer:
