@@ -1,0 +1,56 @@
+"""The urql recipe of README.md ("Client recipes"), run as a frontend would run it (tests/urql/recipe.mjs).
+
+In Node, with @urql/core 6 (the client under urql 5): fetchExchange over
+HTTP with the bearer token, subscriptionExchange over graphql-ws
+(graphql-transport-ws, the token in connection_init's payload), and
+Graphcache for the reader. The script creates a group, sends a message, reads
+the history, subscribes to messageNew (resuming after the history's lastSeq)
+and receives a message sent after the subscription started, then marks it
+read. tests/urql's packages are pinned by its package-lock.json; scripts/test
+installs them (`npm ci`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+from .conftest import REPO
+from .events.helpers import ChatApi
+
+URQL = REPO / "tests" / "urql"
+
+
+async def test_urql_recipe_creates_sends_reads_history_subscribes_and_marks_read(server, http):
+    node = shutil.which("node")
+    assert node is not None, "Node.js is needed (20 or later)"
+    assert (URQL / "node_modules" / "@urql" / "core").is_dir(), "run `npm ci` in tests/urql (scripts/test does)"
+    api = ChatApi.of(server, http)
+    process = await asyncio.create_subprocess_exec(
+        node, "recipe.mjs", server.url, server.ws_url, api.token(1), api.token(2),
+        cwd=URQL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    lines = stdout.decode().strip().splitlines()
+    assert lines, stderr.decode()
+    report = json.loads(lines[-1])
+    assert report["ok"], (report, stderr.decode())
+    assert process.returncode == 0
+    assert report["history"] == ["hello from urql"]
+    assert report["live"] == {"seq": 2, "body": "live from urql", "senderId": "1"}, report
+    assert report["markRead"] == {"lastReadSeq": 2, "unreadCount": 0, "advanced": True}, report
+    assert report["historyAfter"] == ["hello from urql", "live from urql"]
+    for check in ("the subscription receives the message sent after it started", "exactly once",
+                  "Graphcache: the event updated the cached conversation, with no refetch",
+                  "nothing is unread after markRead"):
+        assert check in report["checks"], report
+    # What the script did is what the server holds.
+    history = await api.data("query($c: ID!) { messages(conversationId: $c, first: 10) { nodes { seq body } } }",
+                             {"c": report["conversationId"]}, user=2)
+    assert [m["body"] for m in history["messages"]["nodes"]] == ["hello from urql", "live from urql"]
