@@ -16,14 +16,18 @@ import asyncio
 import uuid
 
 import pytest
+
+from chatgql.auth import issue_token
+
+from .conftest import REPO
+from .recipes import README, recipe
+
+# --- the recipe (README.md, "Client recipes"; test_the_readme_holds_the_recipe_this_test_runs checks README holds it verbatim)
 from gql import Client, GraphQLRequest
 from gql.transport.httpx import HTTPXAsyncTransport
 from gql.transport.websockets import WebsocketsTransport
 
-from chatgql.auth import issue_token
 
-
-# --- the recipe (README.md, "Client recipes") ------------------------------------------------
 def http_client(url: str, token: str) -> Client:
     return Client(transport=HTTPXAsyncTransport(url=url, headers={"Authorization": f"Bearer {token}"}))
 
@@ -34,7 +38,7 @@ def ws_client(ws_url: str, token: str, subprotocol: str = "graphql-transport-ws"
         init_payload={"Authorization": f"Bearer {token}"},  # connection_init's payload
         subprotocols=[subprotocol],
     ))
-# ----------------------------------------------------------------------------------------------
+# --- end of the recipe
 
 
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
@@ -88,3 +92,7 @@ async def test_gql_recipe_creates_sends_reads_history_subscribes_and_marks_read(
         after = (await reader.execute(GraphQLRequest(HISTORY, variable_values={"c": c})))["conversation"]
         assert after["unreadCount"] == 0
         assert [m["body"] for m in after["messages"]["nodes"]] == ["hello from gql", "live from gql"]
+
+
+def test_the_readme_holds_the_recipe_this_test_runs():
+    assert recipe(REPO / "tests" / "test_gql_client.py", "#") in README.read_text()

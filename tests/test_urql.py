@@ -18,6 +18,7 @@ import shutil
 
 from .conftest import REPO
 from .events.helpers import ChatApi
+from .recipes import README, recipe
 
 URQL = REPO / "tests" / "urql"
 
@@ -54,3 +55,7 @@ async def test_urql_recipe_creates_sends_reads_history_subscribes_and_marks_read
     history = await api.data("query($c: ID!) { messages(conversationId: $c, first: 10) { nodes { seq body } } }",
                              {"c": report["conversationId"]}, user=2)
     assert [m["body"] for m in history["messages"]["nodes"]] == ["hello from urql", "live from urql"]
+
+
+def test_the_readme_holds_the_recipe_the_script_runs():
+    assert recipe(URQL / "recipe.mjs", "//") in README.read_text()

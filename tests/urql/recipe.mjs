@@ -9,12 +9,14 @@
 // and marks it read. Prints one JSON line {"ok": true, "checks": [...], ...} and exits 0, or prints
 // the failure and exits 1. Driven by tests/test_urql.py.
 
-import { Client, cacheExchange, fetchExchange, gql, subscriptionExchange } from "@urql/core";
+import { gql } from "@urql/core";
+
+// --- the recipe (README.md, "Client recipes"; tests/test_urql.py checks README holds it verbatim)
+import { Client, cacheExchange, fetchExchange, subscriptionExchange } from "@urql/core";
 import { cacheExchange as graphcache } from "@urql/exchange-graphcache";
 import { createClient as createWsClient } from "graphql-ws";
-import WebSocket from "ws"; // Node only: browsers have a global WebSocket
+import WebSocket from "ws"; // Node only: browsers have a global WebSocket (drop webSocketImpl)
 
-// --- the recipe (README.md, "Client recipes") -------------------------------------------------
 function chatClient(httpUrl, wsUrl, token, cache = cacheExchange) {
   const ws = createWsClient({
     url: wsUrl,
@@ -44,7 +46,7 @@ const normalised = graphcache({
       .map((type) => [type, () => null]),
   ),
 });
-// ----------------------------------------------------------------------------------------------
+// --- end of the recipe
 
 const CREATE_GROUP = gql`
   mutation CreateGroup($title: String!, $members: [ID!]!) { createGroup(title: $title, memberIds: $members) { id } }
