@@ -18,8 +18,8 @@ import orjson
 from . import layout
 from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get, use_uvloop
 from .live import stats_ms
-from .rawhttp import Pool
 from .queries import SUB_CONVERSATION, send_body, token
+from .rawhttp import Pool
 
 
 def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> None:

@@ -15,7 +15,9 @@ either alone.
 import statistics
 import time
 import uuid
+
 from graphql import parse
+
 from chatgql.graphql.prepared import execute_accepted
 from tests.test_planner_differential import Differential
 

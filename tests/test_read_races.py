@@ -264,15 +264,14 @@ async def monitor_member_count(engine: AsyncEngine, cid: str, stop: asyncio.Even
 
 async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[int, int], list[tuple[int, int]]]:
     """(last_seq, {member: last_read_seq}, [(seq, sender)]) of cid, in one snapshot."""
-    async with engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
-            last_seq = (await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :c"),
-                                           {"c": int(cid)})).scalar_one()
-            members = {row.user_id: row.last_read_seq for row in await conn.execute(text(
-                "SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)})}
-            messages = [(row.seq, row.sender_id) for row in await conn.execute(text(
-                "SELECT seq, sender_id FROM message WHERE conversation_id = :c ORDER BY seq"), {"c": int(cid)})]
+    async with engine.connect() as conn, conn.begin():
+        await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        last_seq = (await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :c"),
+                                       {"c": int(cid)})).scalar_one()
+        members = {row.user_id: row.last_read_seq for row in await conn.execute(text(
+            "SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)})}
+        messages = [(row.seq, row.sender_id) for row in await conn.execute(text(
+            "SELECT seq, sender_id FROM message WHERE conversation_id = :c ORDER BY seq"), {"c": int(cid)})]
     return last_seq, members, messages
 
 

@@ -92,7 +92,7 @@ class Database:
         self._min_size = min(min_size, max_size)
         self._pool: asyncpg.Pool | None = None
 
-    async def open(self) -> "Database":
+    async def open(self) -> Database:
         self._pool = await asyncpg.create_pool(
             self._dsn,
             min_size=self._min_size,
@@ -226,8 +226,9 @@ def _pid_exists(pid: int) -> bool:
 
 
 def _upgrade_sync(url: str, revision: str = "head") -> None:
-    from alembic import command
     from alembic.config import Config
+
+    from alembic import command
 
     cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphql import GraphQLError, OperationDefinitionNode
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
-from graphql import GraphQLError, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+
 from graphql import GraphQLError
 
 from ..errors import ChatError

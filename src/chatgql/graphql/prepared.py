@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from graphql import DocumentNode, GraphQLError, OperationType as CoreOperationType, execute, get_operation_ast
+from graphql import DocumentNode, GraphQLError, execute, get_operation_ast
+from graphql import OperationType as CoreOperationType
 from graphql.language import Node
 from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult

@@ -10,9 +10,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import orjson
-from cross_web import HTTPException
-
 import strawberry
+from cross_web import HTTPException
 from graphql import GraphQLError
 from graphql import OperationType as CoreOperationType
 from graphql.validation import MaxIntrospectionDepthRule, NoSchemaIntrospectionCustomRule

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import enum
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -20,7 +20,6 @@ from ..services.checks import MAX_ID, PageRequest, check_message_page
 from . import ids
 from .loaders import Loaders, PageKey
 from .scalars import Long
-
 
 _NOT_LOADED: Any = object()
 
@@ -341,7 +340,7 @@ def parse_inbox_cursor(cursor: str) -> tuple[datetime, int]:
         parsed = datetime.fromisoformat(at)
         if parsed.tzinfo is None:
             raise ValueError
-        parsed = parsed.astimezone(timezone.utc)  # OverflowError when outside years 1..9999 in UTC
+        parsed = parsed.astimezone(UTC)  # OverflowError when outside years 1..9999 in UTC
         conversation_id = int(cid)
         if not 0 < conversation_id <= MAX_ID:
             raise ValueError

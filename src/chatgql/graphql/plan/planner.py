@@ -12,9 +12,9 @@ executor, and is counted by reason; so is everything while the planner is off
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-import logging
 from typing import Any
 
 from graphql import DocumentNode, FragmentDefinitionNode, GraphQLError, get_operation_ast
