@@ -103,8 +103,8 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
                 try:
                     kind, got_seq, times = await asyncio.to_thread(
                         queue_get, out, procs, max(0.1, deadline - time.monotonic()), "fanout round")
-                except RuntimeError:
-                    raise RuntimeError(f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}")
+                except RuntimeError as error:
+                    raise RuntimeError(f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}") from error
                 if kind == "error":
                     raise RuntimeError(f"fanout client failed: {got_seq}")
                 if kind == "round" and got_seq == seq:

@@ -338,12 +338,12 @@ class Server:
 
     def spawn(self) -> None:
         """Start the process (call from the main thread: it dies with its parent thread)."""
-        logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "chatgql.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--log-level", "warning"],
-            env=self.env, cwd=str(REPO), stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-        )
+        with open(self.log_path, "ab") as logf:  # the child writes its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "chatgql.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--log-level", "warning"],
+                env=self.env, cwd=str(REPO), stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+            )
 
     def wait_ready(self, timeout: float = 90) -> None:
         """/readyz answers 200; with workers, every one of the N workers has answered 200."""

@@ -167,9 +167,12 @@ class ChatOperation(SchemaExtension):
             )
             if not errors and self.accepted is not None and execution_context.query:
                 self.accepted.add(execution_context.query, document)
-        if not errors and execution_context._provided_operation_name is None:
-            if sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1:
-                errors = [GraphQLError("operationName is required when the document has several operations")]
+        if (
+            not errors
+            and execution_context._provided_operation_name is None
+            and sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
+        ):
+            errors = [GraphQLError("operationName is required when the document has several operations")]
         # Strawberry validates only while this is None.
         execution_context.pre_execution_errors = errors
         yield

@@ -143,7 +143,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
     async def on_ws_connect(self, context: Context) -> Any:
         """Refuse the connection unless connection_init carries a valid token."""
         try:
-            context.viewer_id
+            _ = context.viewer_id
         except Unauthenticated as error:
             raise ConnectionRejectionError({"message": error.message, "code": error.code}) from None
         return await super().on_ws_connect(context)
