@@ -255,7 +255,7 @@ def _script_head() -> str | None:
     not plain (a merge, a branch, an unusual file): then Alembic decides."""
     revisions: dict[str, str | None] = {}
     for path in (ALEMBIC_DIR / "versions").glob("*.py"):
-        found = dict(match.groups() for match in _REVISION.finditer(path.read_text()))
+        found = {match[1]: match[2] for match in _REVISION.finditer(path.read_text())}
         if set(found) != {"revision", "down_revision"} or found["revision"] == "None":
             return None
         down = None if found["down_revision"] == "None" else found["down_revision"][1:-1]

@@ -159,6 +159,7 @@ class ChatOperation(SchemaExtension):
     async def on_validate(self) -> AsyncIterator[None]:
         execution_context = self.execution_context
         document = execution_context.graphql_document
+        assert document is not None  # Strawberry validates parsed documents only
         if self.known:
             errors: list[GraphQLError] = []
         else:

@@ -11,6 +11,7 @@ from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync
 from ..store import conversations
 from .nodes import load_node, load_nodes
+from .scalars import Long
 from .types import (
     Conversation,
     ConversationConnection,
@@ -118,8 +119,8 @@ class Query:
                 conversation_id=ID(str(r.conversation_id)),
                 messages=[Message.from_row(row) for row in r.messages],
                 has_more=r.has_more,
-                last_seq=r.last_seq,
-                last_read_seq=r.last_read_seq,
+                last_seq=Long(r.last_seq),
+                last_read_seq=Long(r.last_read_seq),
             )
             for r in results
         ]

@@ -6,7 +6,7 @@ import base64
 import enum
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import strawberry
@@ -217,6 +217,14 @@ class MessageConnection:
         )
 
 
+T = TypeVar("T")
+
+
+def _given(value: T) -> T | None:
+    """None for an argument the query left out (strawberry.UNSET)."""
+    return None if value is strawberry.UNSET else value
+
+
 async def load_message_page(
     info: Info,
     conversation_id: int,
@@ -226,7 +234,7 @@ async def load_message_page(
     last: int | None,
     before: str | None,
 ) -> MessageConnection:
-    page = check_message_page(*(None if arg is strawberry.UNSET else arg for arg in (first, after, last, before)))
+    page = check_message_page(_given(first), _given(after), _given(last), _given(before))
     rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
     return MessageConnection.from_page(list(rows), page, last_seq)
 
@@ -452,7 +460,8 @@ class ReadUpdatedEvent:
             user_id=self.user_id,
             last_read_seq=self.last_read_seq,
             conversation_id=int(self.conversation_id),
-            new_loaders=self._loaders if self.new_loaders is not None else None,
+            # not None when new_loaders is not None
+            new_loaders=cast("Callable[[], Loaders]", self._loaders) if self.new_loaders is not None else None,
         )
 
     @strawberry.field(description=_EVENT_CONVERSATION)
