@@ -226,9 +226,8 @@ def _pid_exists(pid: int) -> bool:
 
 
 def _upgrade_sync(url: str, revision: str = "head") -> None:
-    from alembic.config import Config
-
     from alembic import command
+    from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))
