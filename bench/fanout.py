@@ -18,8 +18,8 @@ import orjson
 from . import layout
 from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get, use_uvloop
 from .live import stats_ms
-from .rawhttp import Pool
 from .queries import SUB_CONVERSATION, send_body, token
+from .rawhttp import Pool
 
 
 def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> None:
@@ -103,8 +103,8 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
                 try:
                     kind, got_seq, times = await asyncio.to_thread(
                         queue_get, out, procs, max(0.1, deadline - time.monotonic()), "fanout round")
-                except RuntimeError:
-                    raise RuntimeError(f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}")
+                except RuntimeError as error:
+                    raise RuntimeError(f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}") from error
                 if kind == "error":
                     raise RuntimeError(f"fanout client failed: {got_seq}")
                 if kind == "round" and got_seq == seq:

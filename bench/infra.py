@@ -18,9 +18,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
@@ -112,7 +112,7 @@ class Postgres:
     postmaster_pid: int
 
     @classmethod
-    def start(cls, scratch: Path) -> "Postgres":
+    def start(cls, scratch: Path) -> Postgres:
         from chatgql import db
 
         server, url = db.start_embedded_postgres(scratch)
@@ -158,7 +158,7 @@ class Kafka:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, scratch: Path, attempts: int = 3) -> "Kafka":
+    def start(cls, scratch: Path, attempts: int = 3) -> Kafka:
         """A broker on free ports; tried again on new ports when another process took one
         between choosing it and the broker binding it (Kafka then fails to start)."""
         env = dict(os.environ, KAFKA_HEAP=os.environ.get("KAFKA_HEAP", "512m"))
@@ -223,7 +223,7 @@ class Redis:
         return shutil.which("redis-server") or "/usr/bin/redis-server"
 
     @classmethod
-    def start(cls, scratch: Path, timeout: float = 30) -> "Redis":
+    def start(cls, scratch: Path, timeout: float = 30) -> Redis:
         work = scratch / "redis"
         work.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -338,12 +338,12 @@ class Server:
 
     def spawn(self) -> None:
         """Start the process (call from the main thread: it dies with its parent thread)."""
-        logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "chatgql.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--log-level", "warning"],
-            env=self.env, cwd=str(REPO), stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-        )
+        with open(self.log_path, "ab") as logf:  # the child writes its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "chatgql.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                 "--log-level", "warning"],
+                env=self.env, cwd=str(REPO), stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+            )
 
     def wait_ready(self, timeout: float = 90) -> None:
         """/readyz answers 200; with workers, every one of the N workers has answered 200."""
@@ -554,7 +554,7 @@ class CpuMeter:
     _t0: float = 0.0
     _sys0: object = None
 
-    def start(self) -> "CpuMeter":
+    def start(self) -> CpuMeter:
         self._start = {name: read() for name, read in self.sources.items()}
         self._start["_self"] = _self_cpu()
         self._sys0 = psutil.cpu_times()

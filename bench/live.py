@@ -23,8 +23,8 @@ import orjson
 
 from . import layout
 from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get, use_uvloop
-from .rawhttp import Pool
 from .queries import SUB_ALL, send_body, token
+from .rawhttp import Pool
 
 
 def stats_ms(latencies_ns: list[int]) -> dict:

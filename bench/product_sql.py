@@ -74,7 +74,7 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
         if len(values) != len(names):
             raise RuntimeError(f"{coro_fn.__name__} binds {len(values)} parameters; names for {len(names)} given")
         named = re.sub(r"\$(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], sql)
-        params = {name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values)}
+        params = {name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values, strict=True)}
         statements.append(Statement(named, params))
     return statements
 

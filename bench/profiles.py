@@ -31,7 +31,7 @@ import subprocess
 import sysconfig
 import time
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from .infra import die_with_parent
@@ -104,7 +104,7 @@ class Recorder:
         self.log = out.with_suffix(".pyspy.log")
         self.t0 = 0.0
 
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         if not self.exe:
             raise RuntimeError("py-spy is not installed (pip install py-spy, or the `bench` extra)")
         self.out.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,7 @@ def split_frame(frame: str) -> tuple[str, str]:
     return m.group("func"), m.group("path")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _stdlib(path: str) -> bool:
     if not path or path.startswith("<"):
         return False
@@ -195,7 +195,7 @@ def _stdlib(path: str) -> bool:
     return os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], path))
 
 
-@lru_cache(maxsize=None)
+@cache
 def bucket(path: str) -> str:
     if not path:
         return "no Python frame"  # an empty stack: the thread ran C code outside any Python call

@@ -18,7 +18,7 @@ class Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def open(self) -> "Connection":
+    async def open(self) -> Connection:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         return self
 
@@ -85,7 +85,7 @@ class Pool:
         for _ in range(size):
             self._free.put_nowait(Connection(host, port))
 
-    async def open(self) -> "Pool":
+    async def open(self) -> Pool:
         conns = [self._free.get_nowait() for _ in range(self._free.qsize())]
         await asyncio.gather(*(c.open() for c in conns))
         for c in conns:

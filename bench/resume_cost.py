@@ -22,7 +22,6 @@ load the event loop rarely sleeps).
 
 from __future__ import annotations
 
-import asyncio
 import resource
 import shutil
 import tempfile

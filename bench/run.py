@@ -21,7 +21,7 @@ import asyncio
 import shutil
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -30,10 +30,21 @@ import orjson
 from chatgql import db
 
 from . import connections, fanout, httpload, layout, live, pgbench, profiles, report
-from .infra import (CpuMeter, Kafka, Postgres, Redis, Server, dump_json, log, log_summary, machine_info,
-                    raise_fd_limit, versions)
-from .rawhttp import Pool
+from .infra import (
+    CpuMeter,
+    Kafka,
+    Postgres,
+    Redis,
+    Server,
+    dump_json,
+    log,
+    log_summary,
+    machine_info,
+    raise_fd_limit,
+    versions,
+)
 from .queries import Scenario, inbox_body, read_body, send_body, token
+from .rawhttp import Pool
 
 SCENARIOS = ("send_spread", "send_hot", "read", "inbox")
 PHASES = ("live", "fanout", "connections")
@@ -468,7 +479,7 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
     workdir.mkdir()
     results: dict = {
         "mode": sizes.mode,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "sizes": sizes.as_dict(),
         "load_generator": "wrk " + "(Lua: bench/wrk/gql.lua)" if httpload.wrk_path() else

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import uvicorn
-import orjson
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 

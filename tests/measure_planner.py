@@ -15,7 +15,9 @@ either alone.
 import statistics
 import time
 import uuid
+
 from graphql import parse
+
 from chatgql.graphql.prepared import execute_accepted
 from tests.test_planner_differential import Differential
 
@@ -26,9 +28,10 @@ CREATE = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: 
 
 async def compare(label, ref, plan, n):
     for _ in range(20):
-        await ref(); await plan()
+        await ref()
+        await plan()
     t = {"graphql-core": [], "plan": []}
-    for rep in range(n):
+    for _rep in range(n):
         for name, fn in (("graphql-core", ref), ("plan", plan)):
             c0 = time.process_time()
             for _ in range(5):
@@ -48,8 +51,8 @@ async def test_measure(server, client):  # noqa: C901 - a script
     schema = d.schema
     for label, q in [("inbox", INBOX), ("inbox-nodes-only", "query { inbox(first: 50) { nodes { id title unreadCount } pageInfo { hasNextPage } } }"), ("inbox-minimal", "query { inbox(first: 50) { pageInfo { hasNextPage } } }")]:
         doc = parse(q)
-        async def ref(): return await execute_accepted(schema, doc, None, None, d.context(1))
-        async def plan(): return await d.planner.execute(schema, doc, q, None, None, d.context(1))
+        async def ref(doc=doc): return await execute_accepted(schema, doc, None, None, d.context(1))
+        async def plan(doc=doc, q=q): return await d.planner.execute(schema, doc, q, None, None, d.context(1))
         assert d.encode(await ref()) == d.encode(await plan())
         await compare(label, ref, plan, 40)
     sdoc = parse(SEND)
@@ -58,8 +61,12 @@ async def test_measure(server, client):  # noqa: C901 - a script
     await compare("sendMessage", sref, splan, 40)
     rdoc = parse(READ)
     seq = [0]
-    async def rref(): seq[0] += 1; return await execute_accepted(schema, rdoc, {"c": cids[1], "s": 1}, None, d.context(2))
-    async def rplan(): seq[0] += 1; return await d.planner.execute(schema, rdoc, READ, {"c": cids[1], "s": 1}, None, d.context(2))
+    async def rref():
+        seq[0] += 1
+        return await execute_accepted(schema, rdoc, {"c": cids[1], "s": 1}, None, d.context(2))
+    async def rplan():
+        seq[0] += 1
+        return await d.planner.execute(schema, rdoc, READ, {"c": cids[1], "s": 1}, None, d.context(2))
     await compare("markRead", rref, rplan, 40)
 
 
@@ -79,11 +86,11 @@ async def test_measure_http(server, client):
         "markRead": (READ, lambda: {"c": cids[1], "s": 1}, 2),
     }
     for label, (query, variables, user) in requests.items():
-        async def on():
+        async def on(query=query, variables=variables, user=user):
             planner.enabled = True
             await client.data(query, variables(), user=user)
 
-        async def off():
+        async def off(query=query, variables=variables, user=user):
             planner.enabled = False
             await client.data(query, variables(), user=user)
 

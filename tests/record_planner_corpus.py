@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 OUT = os.environ.get("PLANNER_RECORD", "/tmp/recorded.jsonl")
 
@@ -44,7 +45,7 @@ def build(path: str) -> list[dict]:
 
     kept: dict[tuple, list[dict]] = {}
     long_documents = 0
-    for line in open(path):
+    for line in Path(path).read_text().splitlines(keepends=True):
         entry = json.loads(line)
         # test_prepared makes documents new with a `# <uuid>` comment line: one of each is enough
         entry["query"] = re.sub(r"^# [0-9a-f-]{36}\n", "", entry["query"])

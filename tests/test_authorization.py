@@ -40,9 +40,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from websockets.exceptions import ConnectionClosed
 
-
 from .conftest import TABLES, RunningServer, make_settings
-from .writepath import open_quiet_server
 from .events.helpers import (
     MESSAGE_NEW,
     PROTOCOLS,
@@ -55,6 +53,7 @@ from .events.helpers import (
     wait_active_subscriptions,
     wait_until,
 )
+from .writepath import open_quiet_server
 
 OWNER, MEMBER, REMOVED, OTHER, NEWCOMER, NON_MEMBER, FRIEND = 1, 2, 3, 4, 7, 9, 8
 SECRET_TITLE = "secret-title-of-the-group"

@@ -11,21 +11,24 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-
 from datetime import datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import text
-
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-
-
-from tests.writepath import (  # noqa: F401  (fixtures)
-    TIMEOUT, Quiet, burst_server, gated, open_quiet_server, quiet, server_settings, wave,
-)
 from tests.conftest import GraphQLClient, error_code
+from tests.writepath import (  # noqa: F401  (fixtures)
+    TIMEOUT,
+    Quiet,
+    burst_server,
+    gated,
+    open_quiet_server,
+    quiet,
+    server_settings,
+    wave,
+)
 
 SEND = """
 mutation Send($cid: ID!, $cmid: UUID!, $body: String!) {
@@ -223,17 +226,16 @@ async def test_concurrent_sends_to_different_conversations_are_each_gap_free(cli
 async def test_send_to_one_conversation_does_not_wait_for_another_conversations_lock(client, engine):
     locked = await make_group(client, 1, 2)
     free = await make_group(client, 1, 2)
-    async with engine.connect() as conn:
-        async with conn.begin():
-            # Hold the locked conversation's row lock, as a long send to it would.
-            await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :cid FOR UPDATE"),
-                               {"cid": int(locked)})
-            queued = asyncio.create_task(send(client, 1, locked, "waits"))
-            other = await asyncio.wait_for(send(client, 1, free, "passes"), 10)
-            assert (other["message"]["conversationId"], other["message"]["seq"]) == (free, 1)
-            await asyncio.sleep(0.3)
-            assert not queued.done()  # sends to one conversation queue up on its row
-            assert await message_seqs(engine, locked) == []
+    async with engine.connect() as conn, conn.begin():
+        # Hold the locked conversation's row lock, as a long send to it would.
+        await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :cid FOR UPDATE"),
+                           {"cid": int(locked)})
+        queued = asyncio.create_task(send(client, 1, locked, "waits"))
+        other = await asyncio.wait_for(send(client, 1, free, "passes"), 10)
+        assert (other["message"]["conversationId"], other["message"]["seq"]) == (free, 1)
+        await asyncio.sleep(0.3)
+        assert not queued.done()  # sends to one conversation queue up on its row
+        assert await message_seqs(engine, locked) == []
     answer = await asyncio.wait_for(queued, 10)
     assert (answer["message"]["seq"], answer["duplicate"]) == (1, False)
     assert await message_seqs(engine, locked) == [1]

@@ -64,7 +64,7 @@ async def test_with_the_planner_off_every_document_runs_through_graphql_core(mig
             await client.data("{ viewer { userId } }", user=1)
         stats = server.app.graphql.planner.stats
         assert (stats.built, stats.executions, stats.fallbacks["disabled"]) == (0, 0, 2)
-        samples = planner_samples((await metrics_text(http, server)))
+        samples = planner_samples(await metrics_text(http, server))
         assert samples['chatgql_plan_fallbacks_total{reason="disabled"}'] == 2
 
 

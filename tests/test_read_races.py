@@ -22,6 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -143,7 +144,7 @@ async def test_mark_read_storm_5_devices_x_40_ends_at_min_of_max_seq_and_last_se
     assert len(advanced) == len(set(advanced)), f"two calls claim the same advance: {sorted(advanced)}"
     # read.updated: strictly increasing in outbox order, exactly one per advanced answer, same values.
     events = await read_events(races.engine, cid, reader, before)
-    assert all(a < b for a, b in zip(events, events[1:])), events
+    assert all(a < b for a, b in pairwise(events)), events
     assert len(events) == len(advanced)
     assert events == sorted(advanced)
     assert events[-1] == final
@@ -178,7 +179,7 @@ async def test_mark_read_storm_while_messages_arrive_never_passes_last_seq_and_e
         assert answer["lastReadSeq"] >= min(seq, 20), (seq, answer)  # lastSeq was at least 20 throughout
     advanced = [a["lastReadSeq"] for a in answers if a["advanced"]]
     events = await read_events(races.engine, cid, reader, before)
-    assert all(a < b for a, b in zip(events, events[1:])), events
+    assert all(a < b for a, b in pairwise(events)), events
     assert events == sorted(advanced) and len(events) == len(advanced)
     assert events[-1] == watermark
 
@@ -264,15 +265,14 @@ async def monitor_member_count(engine: AsyncEngine, cid: str, stop: asyncio.Even
 
 async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[int, int], list[tuple[int, int]]]:
     """(last_seq, {member: last_read_seq}, [(seq, sender)]) of cid, in one snapshot."""
-    async with engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
-            last_seq = (await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :c"),
-                                           {"c": int(cid)})).scalar_one()
-            members = {row.user_id: row.last_read_seq for row in await conn.execute(text(
-                "SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)})}
-            messages = [(row.seq, row.sender_id) for row in await conn.execute(text(
-                "SELECT seq, sender_id FROM message WHERE conversation_id = :c ORDER BY seq"), {"c": int(cid)})]
+    async with engine.connect() as conn, conn.begin():
+        await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        last_seq = (await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :c"),
+                                       {"c": int(cid)})).scalar_one()
+        members = {row.user_id: row.last_read_seq for row in await conn.execute(text(
+            "SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)})}
+        messages = [(row.seq, row.sender_id) for row in await conn.execute(text(
+            "SELECT seq, sender_id FROM message WHERE conversation_id = :c ORDER BY seq"), {"c": int(cid)})]
     return last_seq, members, messages
 
 

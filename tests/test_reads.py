@@ -10,21 +10,24 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import AsyncIterator
-
 from typing import Any
 
 import pytest
 from sqlalchemy import text
-
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-
-
 from chatgql.auth import issue_token
-from tests.writepath import (  # noqa: F401  (fixtures)
-    TIMEOUT, Quiet, burst_server, gated, open_quiet_server, quiet, server_settings, wave,
-)
 from tests.conftest import GraphQLClient, RunningServer, error_code
+from tests.writepath import (  # noqa: F401  (fixtures)
+    TIMEOUT,
+    Quiet,
+    burst_server,
+    gated,
+    open_quiet_server,
+    quiet,
+    server_settings,
+    wave,
+)
 
 MARK_READ = """
 mutation Read($cid: ID!, $seq: Long!) {

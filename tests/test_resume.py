@@ -115,7 +115,6 @@ async def test_resume_while_20_users_send_concurrently_has_no_gap_and_no_duplica
     reader = 100
     await api.add_members(1, cid, [reader])
     sent: list[int] = []
-    subscribers = []
 
     async def sender(user: int) -> None:
         for i in range(per_sender):

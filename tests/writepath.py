@@ -18,8 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql import db
 from chatgql.settings import Settings
-from tests.conftest import (TABLES, GraphQLClient, RunningServer, create_engine, drop_database, make_settings,
-                            scratch_database)
+from tests.conftest import (
+    TABLES,
+    GraphQLClient,
+    RunningServer,
+    create_engine,
+    drop_database,
+    make_settings,
+    scratch_database,
+)
 
 TIMEOUT = 120
 DB_POOL = 25  # database connections of each server made here
@@ -50,22 +57,21 @@ async def gated(engine: AsyncEngine, table: str, calls: list[Awaitable[Any]]) ->
     held at the gate, they all race for the same rows when it opens.
     """
     waiters = min(len(calls), DB_POOL)
-    async with engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
-            task = asyncio.ensure_future(asyncio.gather(*calls))
-            waiting = 0
-            for _ in range(1500):
-                if task.done():
-                    break  # a call failed before reaching the gate: its error is raised below
-                async with engine.connect() as probe:
-                    waiting = (await probe.execute(text(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                    ))).scalar_one()
-                if waiting >= waiters:
-                    break
-                await asyncio.sleep(0.02)
+    async with engine.connect() as conn, conn.begin():
+        await conn.execute(text(f"LOCK TABLE {table} IN SHARE MODE"))
+        task = asyncio.ensure_future(asyncio.gather(*calls))
+        waiting = 0
+        for _ in range(1500):
+            if task.done():
+                break  # a call failed before reaching the gate: its error is raised below
+            async with engine.connect() as probe:
+                waiting = (await probe.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ))).scalar_one()
+            if waiting >= waiters:
+                break
+            await asyncio.sleep(0.02)
     results = await task
     assert waiting >= waiters, f"only {waiting} of {waiters} calls reached the gate"
     return results

@@ -30,7 +30,7 @@ from .db import Database
 from .events.bus import Bus, feed_dispatcher
 from .events.consumer import FanoutConsumer
 from .events.dispatch import Dispatcher, MembershipCache
-from .events.publish import BusPublisher, KafkaPublisher, ensure_topic
+from .events.publish import BusPublisher, KafkaPublisher, Publisher, ensure_topic
 from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
 from .graphql.context import Deps
@@ -117,6 +117,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
 
         kafka = settings.kafka_bootstrap_servers
         if settings.run_relay:
+            publisher: Publisher
             if kafka:
                 if settings.kafka_create_topic:
                     await ensure_topic(
@@ -133,11 +134,11 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             await _task(stack, runtime.relay.run(), "outbox-relay")
 
         if kafka and settings.run_consumer:
-            runtime.consumer = FanoutConsumer(
+            consumer = runtime.consumer = FanoutConsumer(
                 kafka, settings.kafka_topic, settings.kafka_group, bus, offset_reset=settings.kafka_offset_reset
             )
-            metrics.track(metrics.consumer_lag, lambda: runtime.consumer.lag)
-            await _task(stack, runtime.consumer.run(), "kafka-consumer")
+            metrics.track(metrics.consumer_lag, lambda: consumer.lag)
+            await _task(stack, consumer.run(), "kafka-consumer")
 
         log.info("%s", startup_line(settings, api=api))
         yield runtime

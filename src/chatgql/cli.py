@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -44,7 +45,7 @@ def serve(args: argparse.Namespace) -> None:
     if args.port:
         overrides["port"] = args.port
     settings = _settings(**overrides)
-    server_options: dict[str, object] = dict(
+    server_options: dict[str, Any] = dict(
         host=args.host or settings.host,
         port=args.port or settings.port,
         loop="uvloop",
@@ -75,7 +76,7 @@ def _owning_data_dir(settings: Settings) -> Iterator[None]:
         datadir.release(settings.data_dir)
 
 
-def _serve_workers(settings: Settings, overrides: dict[str, object], server_options: dict[str, object]) -> None:
+def _serve_workers(settings: Settings, overrides: dict[str, object], server_options: dict[str, Any]) -> None:
     """uvicorn's worker processes, each building the app from the environment. The database
     (embedded or not) is ready and migrated here, once, before any of them starts."""
     import os

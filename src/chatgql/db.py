@@ -92,7 +92,7 @@ class Database:
         self._min_size = min(min_size, max_size)
         self._pool: asyncpg.Pool | None = None
 
-    async def open(self) -> "Database":
+    async def open(self) -> Database:
         self._pool = await asyncpg.create_pool(
             self._dsn,
             min_size=self._min_size,
@@ -254,7 +254,7 @@ def _script_head() -> str | None:
     not plain (a merge, a branch, an unusual file): then Alembic decides."""
     revisions: dict[str, str | None] = {}
     for path in (ALEMBIC_DIR / "versions").glob("*.py"):
-        found = dict(match.groups() for match in _REVISION.finditer(path.read_text()))
+        found = {match[1]: match[2] for match in _REVISION.finditer(path.read_text())}
         if set(found) != {"revision", "down_revision"} or found["revision"] == "None":
             return None
         down = None if found["down_revision"] == "None" else found["down_revision"][1:-1]

@@ -85,4 +85,5 @@ class CoordinatorElection(logging.Filter):
     def _not_available(record: logging.LogRecord) -> bool:
         from aiokafka.errors import GroupCoordinatorNotAvailableError
 
-        return bool(record.args) and isinstance(record.args[0], GroupCoordinatorNotAvailableError)
+        args = record.args
+        return isinstance(args, tuple) and bool(args) and isinstance(args[0], GroupCoordinatorNotAvailableError)

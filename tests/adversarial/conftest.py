@@ -150,7 +150,7 @@ class RawHttp:
     async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.server.port)
-        lines = [f"POST /graphql HTTP/1.1", "host: 127.0.0.1", f"content-length: {len(body)}"]
+        lines = ["POST /graphql HTTP/1.1", "host: 127.0.0.1", f"content-length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         assert self.reader is not None

@@ -19,8 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import (REPO, RunningServer, _docker_available, create_engine, free_port_pair, make_settings,
-                        scratch_database)
+from ..conftest import (
+    REPO,
+    RunningServer,
+    _docker_available,
+    create_engine,
+    free_port_pair,
+    make_settings,
+    scratch_database,
+)
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 

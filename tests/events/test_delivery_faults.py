@@ -13,8 +13,8 @@ from .conftest import kafka_settings
 from .helpers import (
     ChatApi,
     collect_messages,
-    hold_ports,
     dedupe,
+    hold_ports,
     metrics,
     random_body,
     read_topic,

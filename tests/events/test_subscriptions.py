@@ -7,6 +7,7 @@ Every test runs on its own topic (the `topic` fixture behind `kafka_server`).
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 
 import pytest
 from pydantic import SecretStr
@@ -78,7 +79,7 @@ async def test_per_conversation_order_from_20_concurrent_senders_is_kept_at_the_
             events = dedupe(e["messageNew"] for e in received)
             seqs = [e["seq"] for e in events]
             assert all(e["conversationId"] == cid for e in events)
-            assert all(a < b for a, b in zip(seqs, seqs[1:])), f"out of order: {seqs}"
+            assert all(a < b for a, b in pairwise(seqs)), f"out of order: {seqs}"
             assert seqs == list(range(1, total + 1))
             # Each sender's messages keep the order that sender sent them in.
             for user in senders:

@@ -209,7 +209,7 @@ class FaultRedis:
         self.port = stable_port()
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_path = log
-        self._log = open(log, "ab")
+        self._log = open(log, "ab")  # noqa: SIM115 - kept for the restarts of the process; closed in close()
         self.start()
 
     def start(self) -> None:

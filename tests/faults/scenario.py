@@ -24,6 +24,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -531,7 +532,7 @@ def check(result: Result, load: Load, subscriber: Subscriber, monitor: Watermark
     for cid, seq in live:  # dict order = first arrival
         order[cid].append(seq)
     for cid, seqs in order.items():
-        back = sum(1 for a, b in zip(seqs, seqs[1:]) if b < a)
+        back = sum(1 for a, b in pairwise(seqs) if b < a)
         result.reorders += back
         if back:
             fail(f"conversation {cid}: live events out of seq order ({back} times): {seqs[:40]}")

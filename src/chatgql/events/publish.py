@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from .bus import Bus
 
+
 class Publisher(Protocol):
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None: ...
 

@@ -14,8 +14,8 @@ import asyncio
 import logging
 
 from ..db import Database
-from .relay import OutboxRelay
 from ..store import outbox
+from .relay import OutboxRelay
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphql import GraphQLError, OperationDefinitionNode
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
-from graphql import GraphQLError, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
@@ -159,6 +159,7 @@ class ChatOperation(SchemaExtension):
     async def on_validate(self) -> AsyncIterator[None]:
         execution_context = self.execution_context
         document = execution_context.graphql_document
+        assert document is not None  # Strawberry validates parsed documents only
         if self.known:
             errors: list[GraphQLError] = []
         else:
@@ -167,9 +168,12 @@ class ChatOperation(SchemaExtension):
             )
             if not errors and self.accepted is not None and execution_context.query:
                 self.accepted.add(execution_context.query, document)
-        if not errors and execution_context._provided_operation_name is None:
-            if sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1:
-                errors = [GraphQLError("operationName is required when the document has several operations")]
+        if (
+            not errors
+            and execution_context._provided_operation_name is None
+            and sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
+        ):
+            errors = [GraphQLError("operationName is required when the document has several operations")]
         # Strawberry validates only while this is None.
         execution_context.pre_execution_errors = errors
         yield

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+
 from graphql import GraphQLError
 
 from ..errors import ChatError
@@ -68,7 +69,7 @@ def client_error(error: GraphQLError, *, hide_suggestions: bool = False) -> Grap
         # The parser's token limit (MaxTokensLimiter) is a limit, not a typo.
         limit = "tokens. Parsing aborted" in error.message
         extensions.setdefault("code", "LIMIT_EXCEEDED" if limit else "BAD_USER_INPUT")
-    elif isinstance(original, GraphQLError) and original.extensions.get("code"):
+    elif isinstance(original, GraphQLError) and original.extensions and original.extensions.get("code"):
         message, extensions = original.message, original.extensions
     else:
         message, extensions = "Internal server error", {"code": INTERNAL}

@@ -18,6 +18,8 @@ from starlette.websockets import WebSocket
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
+from .context import Context
+
 INIT_TIMEOUT_CODE = 4408
 INIT_TIMEOUT_REASON = "Connection initialisation timeout"
 TOO_MANY_CODE = 4429
@@ -77,7 +79,7 @@ class _Pending:
             self._pending_address = None
 
 
-class TransportWSHandler(_Pending, BaseGraphQLTransportWSHandler):
+class TransportWSHandler(_Pending, BaseGraphQLTransportWSHandler[Context, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -99,7 +101,7 @@ class TransportWSHandler(_Pending, BaseGraphQLTransportWSHandler):
             self.connection_init_timeout_task = None
 
 
-class LegacyWSHandler(_Pending, BaseGraphQLWSHandler):
+class LegacyWSHandler(_Pending, BaseGraphQLWSHandler[Context, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None

@@ -13,11 +13,12 @@ accepted-documents one (schema.py) through its `graphql_response`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
-from strawberry.http import process_result
+from starlette.websockets import WebSocket
+from strawberry.http import GraphQLHTTPResponse, process_result
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 
@@ -64,7 +65,7 @@ def is_request_error(result: ExecutionResult) -> bool:
 def response_body(result: ExecutionResult, media_type: str) -> dict[str, Any]:
     """The JSON answer to one operation; without `data` for a request error under
     application/graphql-response+json."""
-    body = process_result(result)
+    body = cast("dict[str, Any]", process_result(result))  # a TypedDict: the dict it is
     if media_type == GRAPHQL_RESPONSE_JSON and is_request_error(result):
         body.pop("data", None)
     return body
@@ -97,13 +98,13 @@ class GraphQLOverHTTP:
         body = response_body(result, media_type)
         return Response(self.encode_json(body), status_code=status_code(body), media_type=media_type)  # type: ignore[attr-defined]
 
-    async def get_sub_response(self, request: Request) -> Response:
+    async def get_sub_response(self, request: Request | WebSocket) -> Response:
         sub_response = await super().get_sub_response(request)  # type: ignore[misc]
         sub_response.media_type = response_media_type(request.headers.get("accept"))
         return sub_response
 
-    async def process_result(self, request: Request, result: ExecutionResult) -> dict[str, Any]:
-        return response_body(result, response_media_type(request.headers.get("accept")))
+    async def process_result(self, request: Request, result: ExecutionResult) -> GraphQLHTTPResponse:
+        return cast("GraphQLHTTPResponse", response_body(result, response_media_type(request.headers.get("accept"))))
 
     def create_response(self, response_data: Any, sub_response: Response) -> Response:
         response = super().create_response(response_data, sub_response)  # type: ignore[misc]

@@ -142,7 +142,7 @@ def _spread_names(selection_set: SelectionSetNode | None) -> list[str]:
         for selection in pending.pop().selections:
             if isinstance(selection, FragmentSpreadNode):
                 names[selection.name.value] = None
-            elif selection.selection_set is not None:
+            elif isinstance(selection, (FieldNode, InlineFragmentNode)) and selection.selection_set is not None:
                 pending.append(selection.selection_set)
     return list(names)
 

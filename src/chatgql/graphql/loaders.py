@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from strawberry.dataloader import DataLoader
 
@@ -53,7 +53,7 @@ class Roster:
         return count
 
     def seen_by(self, seq: int, sender_id: int, first: int) -> list[int]:
-        seen = []
+        seen: list[int] = []
         for row in self.rows:
             if len(seen) >= first:
                 break
@@ -105,12 +105,12 @@ class _Loader(DataLoader):
     """
 
     def load(self, key: Any) -> Awaitable[Any]:
-        future = super().load(key)
+        future = cast("asyncio.Future[Any]", super().load(key))  # typed Awaitable; a Future
         return future if future.done() else asyncio.shield(future)
 
 
 class Loaders:
-    def __init__(self, database: Database, viewer_id: int | None, roster: EventRosters | None = None) -> None:
+    def __init__(self, database: Database, viewer_id: int, roster: EventRosters | None = None) -> None:
         """roster: a subscription event's shared rosters (EventRosters), instead of this request's own."""
         self._database = database
         self._viewer_id = viewer_id

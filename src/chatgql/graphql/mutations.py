@@ -111,7 +111,7 @@ class Mutation:
         ctx.forget_conversation(cid)
         return MarkReadPayload(
             conversation_id=ID(str(cid)),
-            last_read_seq=result.last_read_seq,
+            last_read_seq=Long(result.last_read_seq),
             advanced=result.advanced,
-            unread_count=result.last_seq - result.last_read_seq,
+            unread_count=Long(result.last_seq - result.last_read_seq),
         )

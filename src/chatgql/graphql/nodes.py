@@ -12,6 +12,7 @@ loaders, so nodes(ids:) costs one batched statement per kind of read
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from strawberry import ID
 from strawberry.types import Info
@@ -47,7 +48,7 @@ async def load_node(info: Info, text: str) -> Node | None:
     return Member.from_row(member) if member is not None else None
 
 
-async def load_nodes(info: Info, texts: list[str]) -> list[Node | None]:
+async def load_nodes(info: Info, texts: Sequence[str]) -> list[Node | None]:
     if len(texts) > MAX_NODES:
         raise LimitExceeded(f"at most {MAX_NODES} ids in one nodes call")
     return list(await asyncio.gather(*(load_node(info, text) for text in texts)))

@@ -25,12 +25,18 @@ source. tests/test_prepared.py checks that both ways answer alike.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeGuard, cast
 
-from graphql import DocumentNode, GraphQLError, OperationType as CoreOperationType, execute, get_operation_ast
+from graphql import DocumentNode, GraphQLError, execute, get_operation_ast
+from graphql import ExecutionResult as CoreExecutionResult
+from graphql import OperationType as CoreOperationType
 from graphql.language import Node
 from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult
+
+# Strawberry annotates optimized_is_awaitable as returning bool: it is the TypeGuard graphql-core asks for.
+is_awaitable = cast("Callable[[Any], TypeGuard[Awaitable[Any]]]", optimized_is_awaitable)
 
 _EXECUTABLE = (CoreOperationType.QUERY, CoreOperationType.MUTATION)
 
@@ -107,7 +113,7 @@ async def execute_accepted(
 ) -> ExecutionResult:
     """What Schema.execute does after validation, for a document that passed it."""
     try:
-        result = execute(
+        outcome = execute(
             schema._schema,
             document,
             root_value=None,
@@ -115,12 +121,12 @@ async def execute_accepted(
             variable_values=variables,
             operation_name=operation_name,
             context_value=context,
-            is_awaitable=optimized_is_awaitable,
+            is_awaitable=is_awaitable,
             executor_class=schema.execution_context_class,
             **schema._get_custom_context_kwargs(None),
         )
-        if optimized_is_awaitable(result):
-            result = await result
+        # (a TypeGuard narrows only where it holds)
+        result = await outcome if is_awaitable(outcome) else cast("CoreExecutionResult", outcome)
     except Exception as error:  # noqa: BLE001 - Strawberry's own answer to a failing execute()
         errors = [error if isinstance(error, GraphQLError) else GraphQLError(str(error), original_error=error)]
         schema.process_errors(errors)

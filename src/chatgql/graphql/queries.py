@@ -11,6 +11,7 @@ from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync
 from ..store import conversations
 from .nodes import load_node, load_nodes
+from .scalars import Long
 from .types import (
     Conversation,
     ConversationConnection,
@@ -44,7 +45,7 @@ class Query:
 
     @strawberry.field
     async def conversation(self, info: Info, id: ID) -> Conversation:
-        info.context.viewer_id  # authenticate before validating input
+        _ = info.context.viewer_id  # authenticate before validating input
         return await load_conversation(info, check_id(id, "id"))
 
     @strawberry.field
@@ -82,7 +83,7 @@ class Query:
         last: int | None = strawberry.UNSET,
         before: str | None = strawberry.UNSET,
     ) -> MessageConnection:
-        info.context.viewer_id
+        _ = info.context.viewer_id
         conversation = await load_conversation(info, check_id(conversation_id, "conversationId"))
         return await load_message_page(
             info, int(conversation.id), conversation.last_seq, first, after, last, before
@@ -92,19 +93,19 @@ class Query:
         description="The object with this global id (Node.id), or null when there is none the viewer may see."
     )
     async def node(self, info: Info, id: ID) -> Node | None:
-        info.context.viewer_id
+        _ = info.context.viewer_id
         return await load_node(info, id)
 
     @strawberry.field(description="node(id:) for each id, in order (at most 200).")
     async def nodes(self, info: Info, ids: list[ID]) -> list[Node | None]:
-        info.context.viewer_id
+        _ = info.context.viewer_id
         return await load_nodes(info, ids)
 
     @strawberry.field(
         description="Catch-up after being offline: per conversation, what came after the seq the client holds."
     )
     async def sync(self, info: Info, cursors: list[SyncCursor], limit: int | None = 100) -> list[ConversationSync]:
-        info.context.viewer_id
+        _ = info.context.viewer_id
         parsed = [(check_id(c.conversation_id, "conversationId"), c.after_seq) for c in cursors]
         results = await read_sync(
             info.context.database,
@@ -118,8 +119,8 @@ class Query:
                 conversation_id=ID(str(r.conversation_id)),
                 messages=[Message.from_row(row) for row in r.messages],
                 has_more=r.has_more,
-                last_seq=r.last_seq,
-                last_read_seq=r.last_read_seq,
+                last_seq=Long(r.last_seq),
+                last_read_seq=Long(r.last_read_seq),
             )
             for r in results
         ]

@@ -15,6 +15,7 @@ from typing import Any, NewType
 import dateutil.parser
 import strawberry
 from graphql import GraphQLError, IntValueNode, StringValueNode, ValueNode
+from strawberry.types.scalar import ScalarDefinition
 
 Long = NewType("Long", int)
 
@@ -64,7 +65,7 @@ def _text_parser(parse: Callable[[str], Any], message: str) -> Callable[[object]
     return parse_value
 
 
-SCALARS = {
+SCALARS: dict[object, ScalarDefinition] = {
     Long: strawberry.scalar(
         name="Long",
         description="Signed 64-bit integer, serialized as a JSON number.",

@@ -10,9 +10,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import orjson
-from cross_web import HTTPException
-
 import strawberry
+from cross_web import HTTPException
 from graphql import GraphQLError
 from graphql import OperationType as CoreOperationType
 from graphql.validation import MaxIntrospectionDepthRule, NoSchemaIntrospectionCustomRule
@@ -44,8 +43,8 @@ from .subscriptions import Subscription
 
 
 class ChatSchema(strawberry.Schema):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, execution_context_class=SharedEventExecutor, **kwargs)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(execution_context_class=SharedEventExecutor, **kwargs)
         self.shared_results = SharedResults()
         self.planner: Planner | None = None  # set by ChatGraphQL: runs subscription events by plan too
 
@@ -54,15 +53,28 @@ class ChatSchema(strawberry.Schema):
         # only internal ones are logged. Suggestions go where introspection goes.
         to_contract_errors(errors, hide_suggestions=self.config.disable_field_suggestions)
 
-    async def execute(
-        self, *args: Any, allowed_operation_types: Iterable[OperationType] | None = None, **kwargs: Any
+    async def execute(  # Strawberry's signature
+        self,
+        query: str | None,
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+        operation_extensions: dict[str, Any] | None = None,
     ) -> ExecutionResult:
         # Only HTTP executes here (websockets subscribe): a subscription has no single answer to give,
         # so it is refused (BAD_USER_INPUT) instead of being run as a plain field (an internal error).
         if allowed_operation_types is None:
             allowed_operation_types = (OperationType.QUERY, OperationType.MUTATION)
         return await super().execute(
-            *args, allowed_operation_types=set(allowed_operation_types) - {OperationType.SUBSCRIPTION}, **kwargs
+            query,
+            variable_values,
+            context_value,
+            root_value,
+            operation_name,
+            set(allowed_operation_types) - {OperationType.SUBSCRIPTION},
+            operation_extensions,
         )
 
 
@@ -103,7 +115,7 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
-class ChatGraphQL(GraphQLOverHTTP, GraphQL):
+class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
     graphql_transport_ws_handler_class = TransportWSHandler
@@ -113,23 +125,24 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
         self.planner = Planner(enabled=settings.planner, maxsize=1024)
-        super().__init__(
-            build_schema(
-                introspection=settings.introspection_enabled,
-                limits=OperationLimits(
-                    settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
-                ),
-                max_tokens=settings.max_tokens,
-                max_batch_operations=settings.max_batch_operations,
-                accepted=self.accepted,
+        schema = build_schema(
+            introspection=settings.introspection_enabled,
+            limits=OperationLimits(
+                settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
             ),
+            max_tokens=settings.max_tokens,
+            max_batch_operations=settings.max_batch_operations,
+            accepted=self.accepted,
+        )
+        super().__init__(
+            schema,
             graphql_ide="graphiql" if settings.graphiql_enabled else None,
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
             connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_seconds),
             **kwargs,
         )
         self.deps = deps
-        self.schema.planner = self.planner
+        schema.planner = self.planner
         self.graphiql = GraphiQLFiles() if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
 
@@ -144,7 +157,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL):
     async def on_ws_connect(self, context: Context) -> Any:
         """Refuse the connection unless connection_init carries a valid token."""
         try:
-            context.viewer_id
+            _ = context.viewer_id
         except Unauthenticated as error:
             raise ConnectionRejectionError({"message": error.message, "code": error.code}) from None
         return await super().on_ws_connect(context)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 from graphql import (
     ExecutionResult,
@@ -93,7 +93,7 @@ class SharedResults:
 
     def __init__(self, max_entries: int = 256) -> None:
         self._max = max_entries
-        self._entries: OrderedDict[tuple, tuple[object, object, ExecutionResult]] = OrderedDict()
+        self._entries: OrderedDict[tuple, tuple[object, object, ExecutionResult | asyncio.Future]] = OrderedDict()
 
     def get(self, key: tuple) -> ExecutionResult | asyncio.Future | None:
         """The result, or the future of one a subscriber is computing (in flight)."""
@@ -155,10 +155,10 @@ class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
             found = shared.get(key) if key is not None else None
             if isinstance(found, ExecutionResult):
                 return _Done(found)  # no executor to copy: execute_subscription_event only calls this
-            executor = super().build_per_event_executor(payload)
+            executor = cast("SharedEventExecutor", super().build_per_event_executor(payload))  # a copy of self
             executor._shared = shared
             return executor if found is None else _InFlight(found, executor)
-        executor = super().build_per_event_executor(payload)
+        executor = cast("SharedEventExecutor", super().build_per_event_executor(payload))
         executor._shared = shared
         return executor
 
@@ -194,7 +194,7 @@ class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
     def execute_operation(self, serially: bool | None = None) -> Any:
         shared = self._shared
         key = self._key(self.root_value) if shared is not None else None
-        if key is None:
+        if shared is None or key is None:
             return self._execute(serially)
         source = self.root_value.source
         found = shared.get(key)

@@ -119,7 +119,7 @@ class Subscription:
                     )
             return
         ctx = info.context
-        ctx.viewer_id
+        _ = ctx.viewer_id
         parsed = [(check_id(c.conversation_id, "conversationId"), c.after_seq) for c in cursors]
         only = None if conversation_id is None or conversation_id is strawberry.UNSET else conversation_id
         if only is not None and any(cid != check_id(only, "conversationId") for cid, _ in parsed):

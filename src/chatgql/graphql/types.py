@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import enum
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import strawberry
@@ -20,7 +20,6 @@ from ..services.checks import MAX_ID, PageRequest, check_message_page
 from . import ids
 from .loaders import Loaders, PageKey
 from .scalars import Long
-
 
 _NOT_LOADED: Any = object()
 
@@ -218,6 +217,14 @@ class MessageConnection:
         )
 
 
+T = TypeVar("T")
+
+
+def _given(value: T) -> T | None:
+    """None for an argument the query left out (strawberry.UNSET)."""
+    return None if value is strawberry.UNSET else value
+
+
 async def load_message_page(
     info: Info,
     conversation_id: int,
@@ -227,7 +234,7 @@ async def load_message_page(
     last: int | None,
     before: str | None,
 ) -> MessageConnection:
-    page = check_message_page(*(None if arg is strawberry.UNSET else arg for arg in (first, after, last, before)))
+    page = check_message_page(_given(first), _given(after), _given(last), _given(before))
     rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
     return MessageConnection.from_page(list(rows), page, last_seq)
 
@@ -341,7 +348,7 @@ def parse_inbox_cursor(cursor: str) -> tuple[datetime, int]:
         parsed = datetime.fromisoformat(at)
         if parsed.tzinfo is None:
             raise ValueError
-        parsed = parsed.astimezone(timezone.utc)  # OverflowError when outside years 1..9999 in UTC
+        parsed = parsed.astimezone(UTC)  # OverflowError when outside years 1..9999 in UTC
         conversation_id = int(cid)
         if not 0 < conversation_id <= MAX_ID:
             raise ValueError
@@ -453,7 +460,8 @@ class ReadUpdatedEvent:
             user_id=self.user_id,
             last_read_seq=self.last_read_seq,
             conversation_id=int(self.conversation_id),
-            new_loaders=self._loaders if self.new_loaders is not None else None,
+            # not None when new_loaders is not None
+            new_loaders=cast("Callable[[], Loaders]", self._loaders) if self.new_loaders is not None else None,
         )
 
     @strawberry.field(description=_EVENT_CONVERSATION)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Final
 
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
@@ -11,7 +12,8 @@ from ..store import conversations, outbox
 from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
 
 OWNER, MEMBER = "OWNER", "MEMBER"
-DIRECT, GROUP = "DIRECT", "GROUP"
+DIRECT: Final = "DIRECT"
+GROUP: Final = "GROUP"
 DAY_SECONDS = 24 * 3600
 
 
@@ -45,7 +47,9 @@ async def do_create_direct_conversation(
             return created.id
     except _LostRace:
         async with database.connection() as conn:
-            return await conversations.find_direct(conn, low, high)
+            winner = await conversations.find_direct(conn, low, high)
+        assert winner is not None  # the pair our claim lost to is committed
+        return winner
 
 
 async def do_create_group(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..db import Database, Row
@@ -23,7 +24,7 @@ class SyncResult:
 async def read_sync(
     database: Database,
     viewer_id: int,
-    cursors: list[tuple[int, int]],
+    cursors: Sequence[tuple[int, int]],
     limit: int | None,
     *,
     max_cursors: int,
@@ -76,7 +77,7 @@ class Replay:
 
 
 async def read_replay(
-    database: Database, viewer_id: int, cursors: list[tuple[int, int]], *, bound: int, max_cursors: int
+    database: Database, viewer_id: int, cursors: Sequence[tuple[int, int]], *, bound: int, max_cursors: int
 ) -> Replay:
     """What a resumable subscription delivers before going live: per (conversation_id,
     after_seq), every message with after_seq < seq <= the conversation's last_seq.

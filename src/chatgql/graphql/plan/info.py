@@ -16,9 +16,10 @@ from typing import Any
 
 from graphql import GraphQLResolveInfo
 from graphql.pyutils import Path
-from strawberry.execution import optimized_is_awaitable
 from strawberry.types import Info
 from strawberry.types.nodes import convert_selections
+
+from ..prepared import is_awaitable
 
 
 class PlanInfo(Info):
@@ -38,7 +39,7 @@ class PlanInfo(Info):
         return self._path
 
     @property
-    def selected_fields(self) -> list[Any]:  # type: ignore[override]
+    def selected_fields(self) -> list[Any]:
         """Strawberry's answer, kept by the plan per assignment of the variables it reads
         (compile.FieldPlan.selected_fields): the same list each time, not to be modified."""
         return self._plan_field.selected_fields(
@@ -62,8 +63,8 @@ class PlanInfo(Info):
                 run.plan.operation,
                 run.variables.coerced,  # what Strawberry's resolve info carries
                 run.context,
-                optimized_is_awaitable,
+                is_awaitable,
                 None,
-                None,
+                None,  # type: ignore[arg-type]  # graphql-core's async helpers: plans run no graphql-core executor
             )
         return raw

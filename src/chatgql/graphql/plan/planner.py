@@ -12,9 +12,9 @@ executor, and is counted by reason; so is everything while the planner is off
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-import logging
 from typing import Any
 
 from graphql import DocumentNode, FragmentDefinitionNode, GraphQLError, get_operation_ast
@@ -193,9 +193,9 @@ async def run_plan(schema: Any, plan: OperationPlan, context: Any, variables: An
             run.add_error(error, None)
             data = None
     except Exception as error:  # noqa: BLE001 - as execute_accepted answers a failing execute()
-        errors = [GraphQLError(str(error), original_error=error)]
-        schema.process_errors(errors)
-        return ExecutionResult(data=None, errors=errors)
+        failure = [GraphQLError(str(error), original_error=error)]
+        schema.process_errors(failure)
+        return ExecutionResult(data=None, errors=failure)
     errors = run.errors or None
     if errors:
         schema.process_errors(errors)
