@@ -127,3 +127,10 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
             self.request.headers.clear()
             self.request = None  # type: ignore[assignment]
             self.response = None  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        # websockets' frame parser is a generator whose frame holds its protocol, which holds
+        # the generator: a cycle that only the garbage collector would free. Nothing is parsed
+        # after the connection is lost; closing the generator frees the connection by refcount.
+        self.conn.parser.close()

@@ -14,7 +14,8 @@ from collections import OrderedDict
 from typing import Any
 
 from graphql import ExecutionResult, FieldNode, FragmentSpreadNode, InlineFragmentNode, SelectionSetNode
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+from .acyclic import AcyclicExecutionContext
 
 # Fields, by parent type, whose value comes from the event alone.
 SHARABLE: dict[str, frozenset[str]] = {
@@ -101,7 +102,7 @@ class _Done:
         return self.result
 
 
-class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
+class SharedEventExecutor(AcyclicExecutionContext):
     """Strawberry's executor; per subscription event, reuses a result when the selection allows it."""
 
     _shared: SharedResults | None = None  # set on per-event executors of sharable operations

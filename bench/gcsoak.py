@@ -1,0 +1,313 @@
+"""gc_soak: the garbage collector's pauses under a modest, steady live load.
+
+`chatgql serve` (in-process bus, or Kafka with --kafka) holds 1,000 websockets,
+each with two subscriptions (messageNew and readUpdated over all of its user's
+conversations: 2,000 in all), while a sender posts `sendMessage` at 35/s to
+groups of 10 of those users and, after each acknowledgement, another member of
+that group marks the message read (`markRead`, 35/s): every message and every
+watermark move is delivered to 10 websockets. After the soak the server's
+/metrics give the longest collector pause since it started
+(chatgql_gc_pause_longest_seconds) and the pause histogram per generation;
+HTTP and delivery latency (send start -> the last member has the message) are
+measured alongside, since a collector pause is latency for both.
+
+    python -m bench.gcsoak [--seconds 60] [--kafka] [--keep]
+
+Runs alone (its own scratch PostgreSQL, seeded with SQL), about a minute and a half
+in all; results in bench/out/gc_soak.json. A sitecustomize on PYTHONPATH may add
+diagnostics to the server process (it inherits the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import orjson
+
+from .infra import (CpuMeter, Kafka, Postgres, Server, die_with_parent, dump_json, log, process_cpu, queue_get,
+                    raise_fd_limit, use_uvloop)
+from .live import stats_ms
+from .queries import token
+from .rawhttp import Pool
+
+USER0, CID0 = 9_000_000, 900_000  # users USER0 + 1 .. USER0 + users; groups CID0 + 1 .. CID0 + groups
+GROUP_SIZE = 10
+SUB_MESSAGES = "subscription { messageNew { conversationId seq message { senderId body createdAt } } }"
+SUB_READS = "subscription { readUpdated { conversationId userId lastReadSeq } }"
+SEND = ("mutation Send($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b)"
+        " { duplicate message { seq createdAt } } }")
+READ = "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
+
+
+async def seed(conn, users: int) -> None:
+    groups = users // GROUP_SIZE
+    await conn.execute(
+        """INSERT INTO conversation (id, type, title, created_at)
+           SELECT $1 + g, 'GROUP', 'soak ' || g, now() - interval '1 day' FROM generate_series(1, $2::int) g""",
+        CID0, groups,
+    )
+    await conn.execute(
+        """INSERT INTO conversation_member (conversation_id, user_id, role)
+           SELECT $1 + 1 + (u - 1) / $4, $2 + u, 'MEMBER' FROM generate_series(1, $3::int) u""",
+        CID0, USER0, users, GROUP_SIZE,
+    )
+    await conn.execute("SELECT setval(pg_get_serial_sequence('conversation', 'id'), (SELECT max(id) FROM conversation))")
+    await conn.execute("VACUUM ANALYZE")
+
+
+# --------------------------------------------------------------------- subscribers (child processes)
+
+
+def _client(url: str, user_ids: list[int], stop, out) -> None:
+    die_with_parent()
+    use_uvloop()
+    import websockets
+
+    async def open_one(uid: int):
+        for attempt in range(3):
+            try:
+                ws = await websockets.connect(url, subprotocols=["graphql-transport-ws"], compression=None,
+                                              ping_interval=None, max_size=None, open_timeout=60, proxy=None)
+                await ws.send(orjson.dumps({"type": "connection_init",
+                                            "payload": {"Authorization": f"Bearer {token(uid)}"}}).decode())
+                frame = orjson.loads(await asyncio.wait_for(ws.recv(), 60))
+                if frame["type"] != "connection_ack":
+                    raise RuntimeError(f"refused: {frame}")
+                for op, query in (("m", SUB_MESSAGES), ("r", SUB_READS)):
+                    await ws.send(orjson.dumps({"id": op, "type": "subscribe", "payload": {"query": query}}).decode())
+                return ws
+            except Exception:  # noqa: BLE001 - retried, then reported
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.2 * (attempt + 1))
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(64)
+
+        async def gated(uid: int):
+            async with gate:
+                return await open_one(uid)
+
+        sockets = await asyncio.gather(*(gated(u) for u in user_ids))
+        out.put(("ready", len(sockets)))
+        delays: list[int] = []  # message delivery, per receiving socket: receive - send start (ns)
+        counts = {"next": 0, "reads": 0, "errors": 0}
+
+        async def read(ws) -> None:
+            try:
+                async for raw in ws:
+                    now = time.monotonic_ns()
+                    frame = orjson.loads(raw)
+                    if frame.get("type") == "next":
+                        data = frame["payload"].get("data") or {}
+                        counts["next"] += 1
+                        if "messageNew" in data:
+                            delays.append(now - int(data["messageNew"]["message"]["body"]))
+                        else:
+                            counts["reads"] += 1
+                    elif frame.get("type") == "ping":
+                        await ws.send('{"type":"pong"}')
+                    elif frame.get("type") in ("error", "complete"):
+                        counts["errors"] += 1
+            except websockets.ConnectionClosed:
+                pass
+
+        tasks = [asyncio.create_task(read(ws)) for ws in sockets]
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the last deliveries
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+        out.put(("done", (delays, counts)))
+
+    try:
+        asyncio.run(main())
+    except Exception as error:  # noqa: BLE001 - reported to the parent
+        out.put(("error", repr(error)))
+
+
+# --------------------------------------------------------------------- the soak
+
+
+def gc_figures(metrics: dict[str, float]) -> dict:
+    """Collector pauses from a /metrics reading: the longest, and per generation count, sum and histogram."""
+    out: dict = {"longest_ms": round(1000 * metrics.get("chatgql_gc_pause_longest_seconds", 0.0), 1)}
+    for gen in ("0", "1", "2"):
+        buckets = {}
+        for name, value in metrics.items():
+            prefix = f'chatgql_gc_pause_seconds_bucket{{generation="{gen}",le="'
+            if name.startswith(prefix):
+                buckets[name[len(prefix):-2]] = int(value)
+        out[f"gen{gen}"] = {
+            "count": int(metrics.get(f'chatgql_gc_pause_seconds_count{{generation="{gen}"}}', 0.0)),
+            "seconds": round(metrics.get(f'chatgql_gc_pause_seconds_sum{{generation="{gen}"}}', 0.0), 4),
+            "le": buckets,
+        }
+    return out
+
+
+async def _load(server: Server, users: int, rate: float, seconds: float) -> dict:
+    """sendMessage at `rate`/s, each followed by another member's markRead of it; latencies in ms."""
+    pool = await Pool("127.0.0.1", server.port, 32).open()
+    rng = random.Random(7)
+    groups = users // GROUP_SIZE
+    send_ns: list[int] = []
+    read_ns: list[int] = []
+    failures: list[str] = []
+    tasks = []
+
+    async def one() -> None:
+        g = rng.randint(1, groups)
+        members = [USER0 + (g - 1) * GROUP_SIZE + j for j in range(1, GROUP_SIZE + 1)]
+        sender, reader = rng.sample(members, 2)
+        try:
+            start = time.monotonic_ns()
+            body = orjson.dumps({"query": SEND, "variables": {"c": str(CID0 + g), "m": str(uuid.uuid4()),
+                                                               "b": str(start)}})
+            status, payload = await pool.post(body, f"Bearer {token(sender)}")
+            send_ns.append(time.monotonic_ns() - start)
+            answer = orjson.loads(payload)
+            if status != 200 or answer.get("errors"):
+                raise RuntimeError(f"send: HTTP {status} {payload[:200]!r}")
+            seq = answer["data"]["sendMessage"]["message"]["seq"]
+            start = time.monotonic_ns()
+            body = orjson.dumps({"query": READ, "variables": {"c": str(CID0 + g), "s": seq}})
+            status, payload = await pool.post(body, f"Bearer {token(reader)}")
+            read_ns.append(time.monotonic_ns() - start)
+            if status != 200 or b'"errors"' in payload:
+                raise RuntimeError(f"read: HTTP {status} {payload[:200]!r}")
+        except Exception as error:  # noqa: BLE001 - counted and reported
+            failures.append(repr(error))
+
+    t0 = time.monotonic_ns()
+    for i in range(int(rate * seconds)):
+        delay = (t0 + int(i * 1e9 / rate) - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    pool.close()
+    return {"sends": len(send_ns), "send_ms": stats_ms(send_ns), "mark_read_ms": stats_ms(read_ns),
+            "failures": len(failures), "first_failure": failures[0] if failures else None}
+
+
+async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: float = 60.0,
+               procs_n: int = 2) -> dict:
+    ctx = mp.get_context("spawn")
+    stop, out = ctx.Event(), ctx.Queue()
+    ids = [USER0 + u for u in range(1, users + 1)]
+    procs = [ctx.Process(target=_client, args=(server.ws_url, ids[i::procs_n], stop, out), daemon=True)
+             for i in range(procs_n)]
+    t_open = time.monotonic()
+    for p in procs:
+        p.start()
+    try:
+        opened = 0
+        for _ in procs:
+            kind, n = await asyncio.to_thread(queue_get, out, procs, 300, "soak clients")
+            if kind != "ready":
+                raise RuntimeError(f"soak client failed: {n}")
+            opened += n
+        for _ in range(600):
+            active = await asyncio.to_thread(server.active_subscriptions)
+            if active >= 2 * opened:
+                break
+            await asyncio.sleep(0.1)
+        log(f"gc_soak: {opened} websockets, {active} subscriptions in {time.monotonic() - t_open:.1f} s")
+        before = gc_figures(await asyncio.to_thread(server.metrics))
+        meter = CpuMeter({"server": server.cpu_seconds,
+                          **{f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(procs)}}).start()
+        load = await _load(server, users, rate, seconds)
+        cpu = meter.stop()
+        after = gc_figures(await asyncio.to_thread(server.metrics))
+        rss_mb = round(server.rss() / 2**20, 1)
+    finally:
+        stop.set()
+    delays: list[int] = []
+    counts = {"next": 0, "reads": 0, "errors": 0}
+    for _ in procs:
+        kind, data = await asyncio.to_thread(queue_get, out, procs, 60, "soak clients")
+        if kind != "done":
+            raise RuntimeError(f"soak client failed: {data}")
+        delays += data[0]
+        for k in counts:
+            counts[k] += data[1][k]
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    during = {g: {"collections": after[g]["count"] - before[g]["count"],
+                  "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1)}
+              for g in ("gen0", "gen1", "gen2")}
+    return {
+        "websockets": opened, "subscriptions": active, "rate_per_s": rate, "seconds": seconds,
+        "gc_pause_longest_ms": after["longest_ms"], "gc_during_soak": during, "gc_at_end": after,
+        "http": load, "delivery_ms": stats_ms(delays), "deliveries": counts, "server_rss_mb": rss_mb,
+        "cpu_pct_of_one_core": cpu["pct_of_one_core"],
+    }
+
+
+async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, users: int, rate: float) -> dict:
+    raise_fd_limit()
+    scratch = Path(tempfile.mkdtemp(prefix="chatgql-gcsoak-"))
+    pg = kafka = server = None
+    try:
+        pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
+        from chatgql import db
+
+        await db.upgrade(pg.url)
+        conn = await asyncpg.connect(host=pg.socket_dir, user="postgres", database="postgres")
+        await seed(conn, users)
+        await conn.close()
+        if use_kafka:
+            kafka = await asyncio.to_thread(Kafka.start, scratch / "kafka")
+        server = Server(pg.url, scratch, kafka)
+        server.spawn()
+        await asyncio.to_thread(server.wait_ready)
+        result = await soak(server, users, rate, seconds)
+        result["bus"] = "kafka" if use_kafka else "memory"
+        g = result["gc_during_soak"]
+        log(f"gc_soak: longest pause {result['gc_pause_longest_ms']} ms; during the soak gen0 {g['gen0']}, "
+            f"gen1 {g['gen1']}, gen2 {g['gen2']}; HTTP send p99 {result['http']['send_ms'].get('p99')} ms, "
+            f"delivery p99 {result['delivery_ms'].get('p99')} ms max {result['delivery_ms'].get('max')} ms")
+        dump_json(out_path, result)
+        return result
+    finally:
+        if server is not None:
+            server.stop()
+            if keep:
+                log(f"server log: {server.log_path}")
+        if kafka is not None:
+            kafka.stop()
+        if pg is not None:
+            pg.stop()
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.gcsoak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--users", type=int, default=1000, help="websockets (two subscriptions each)")
+    parser.add_argument("--rate", type=float, default=35.0, help="sends per second (and as many markRead)")
+    parser.add_argument("--kafka", action="store_true")
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "gc_soak.json")
+    args = parser.parse_args()
+    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+    use_uvloop()
+    result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate))
+    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    sys.exit(0)
