@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -23,7 +22,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from . import db
+from . import collector, db
 from .db import Database
 from .events.bus import Bus, feed_dispatcher
 from .events.consumer import FanoutConsumer
@@ -84,6 +83,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(metrics.watch_gc())
+        stack.callback(collector.freeze_survivors(settings.gc_freeze_every_young))
         url = runtime.database_url = await _database_url(settings, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)
@@ -239,12 +239,8 @@ def create_app_from_environment() -> Starlette:
 
 
 def keep_startup_objects_out_of_gc() -> None:
-    """What exists once the app is built (modules, the schema, ...) lives as long as the
-    process: keep it out of the collector's full passes, which otherwise walk it all
-    (measured: pauses of 100-300 ms in a 1,000-subscriber fanout)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)  # was (700, 10, 10): a young collection per 10,000 allocations
+    """What exists once the app is built lives as long as the process: see collector.py."""
+    collector.keep_startup_objects_out_of_gc()
     # The event loop's thread gets the GIL back from the validation thread (graphql/validation.py,
     # the process's only busy thread) within 1 ms instead of 5: a request waits less behind it.
     sys.setswitchinterval(0.001)

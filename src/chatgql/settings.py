@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     rate_read_per_second: float = 20.0
     rate_read_burst: int = 60
 
+    # Garbage collector
+    # `chatgql serve` freezes what survived after every this many young collections (0: only what
+    # is alive at start): later collections never walk it again (collector.py).
+    gc_freeze_every_young: int = Field(default=3, ge=0)
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
