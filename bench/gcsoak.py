@@ -11,10 +11,16 @@ watermark move is delivered to 10 websockets. After the soak the server's
 HTTP and delivery latency (send start -> the last member has the message) are
 measured alongside, since a collector pause is latency for both.
 
-    python -m bench.gcsoak [--seconds 60] [--kafka] [--keep]
+    python -m bench.gcsoak [--seconds 60] [--sides baseline,product] [--kafka] [--keep]
 
-Runs alone (its own scratch PostgreSQL, seeded with SQL), about a minute and a half
-in all; results in bench/out/gc_soak.json. A sitecustomize on PYTHONPATH may add
+Two soaks on fresh servers, same database, one after the other: `baseline`
+runs the collector policy chatgql had before (BASELINE_ENV: start-up objects
+frozen, young threshold 10,000, nothing frozen later), `product` the
+settings' defaults (collector.py). After each soak every client leaves and
+the server's frozen objects and RSS are read again: frozen objects are freed
+by reference counting only, so they must come back down. Runs alone (its own
+scratch PostgreSQL, seeded with SQL), about three minutes for both sides;
+results in bench/out/gc_soak.json. A sitecustomize on PYTHONPATH may add
 diagnostics to the server process (it inherits the environment).
 """
 
@@ -208,6 +214,8 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
     ids = [USER0 + u for u in range(1, users + 1)]
+    idle = await asyncio.to_thread(server.metrics)
+    idle_rss = server.rss()
     procs = [ctx.Process(target=_client, args=(server.ws_url, ids[i::procs_n], stop, out), daemon=True)
              for i in range(procs_n)]
     t_open = time.monotonic()
@@ -231,7 +239,8 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
                           **{f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(procs)}}).start()
         load = await _load(server, users, rate, seconds)
         cpu = meter.stop()
-        after = gc_figures(await asyncio.to_thread(server.metrics))
+        loaded = await asyncio.to_thread(server.metrics)
+        after = gc_figures(loaded)
         rss_mb = round(server.rss() / 2**20, 1)
     finally:
         stop.set()
@@ -248,21 +257,45 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
         p.join(10)
         if p.is_alive():
             p.kill()
+    for _ in range(100):  # every websocket gone from the server
+        if await asyncio.to_thread(server.active_subscriptions) == 0:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2.0)
+    left = await asyncio.to_thread(server.metrics)
+    frozen = "chatgql_gc_frozen_objects"
     during = {g: {"collections": after[g]["count"] - before[g]["count"],
                   "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1)}
               for g in ("gen0", "gen1", "gen2")}
     return {
         "websockets": opened, "subscriptions": active, "rate_per_s": rate, "seconds": seconds,
         "gc_pause_longest_ms": after["longest_ms"], "gc_during_soak": during, "gc_at_end": after,
-        "http": load, "delivery_ms": stats_ms(delays), "deliveries": counts, "server_rss_mb": rss_mb,
-        "cpu_pct_of_one_core": cpu["pct_of_one_core"],
+        "http": load, "delivery_ms": stats_ms(delays), "deliveries": counts,
+        "cpu": cpu,
+        # memory after every client left: frozen objects are freed by reference counting only
+        "frozen_objects": {"before_connections": int(idle.get(frozen, 0)), "end_of_soak": int(loaded.get(frozen, 0)),
+                           "after_all_disconnected": int(left.get(frozen, 0))},
+        "rss_mb": {"before_connections": round(idle_rss / 2**20, 1), "end_of_soak": rss_mb,
+                   "after_all_disconnected": round(server.rss() / 2**20, 1)},
+        "gc_pause_longest_ms_after_disconnect": gc_figures(left)["longest_ms"],
+        "gc_after_disconnect": gc_figures(left),
     }
 
 
-async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, users: int, rate: float) -> dict:
+# The collector policy chatgql ran before bench/gcsoak.py existed (start-up objects frozen,
+# young threshold 10,000, nothing frozen later); the other side runs the settings' defaults.
+BASELINE_ENV = {"CHATGQL_GC_FREEZE_EVERY_YOUNG": "0", "CHATGQL_GC_YOUNG_THRESHOLD": "10000"}
+
+
+async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, users: int, rate: float,
+               sides: list[str]) -> dict:
+    """One soak per side ("baseline": BASELINE_ENV, "product": defaults), each on a fresh server,
+    same database, same machine, one after the other."""
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-gcsoak-"))
-    pg = kafka = server = None
+    pg = kafka = None
+    results: dict = {"users": users, "rate_per_s": rate, "seconds": seconds, "bus": "kafka" if use_kafka else "memory",
+                     "baseline_env": BASELINE_ENV, "sides": {}}
     try:
         pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
         from chatgql import db
@@ -273,22 +306,27 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
         await conn.close()
         if use_kafka:
             kafka = await asyncio.to_thread(Kafka.start, scratch / "kafka")
-        server = Server(pg.url, scratch, kafka)
-        server.spawn()
-        await asyncio.to_thread(server.wait_ready)
-        result = await soak(server, users, rate, seconds)
-        result["bus"] = "kafka" if use_kafka else "memory"
-        g = result["gc_during_soak"]
-        log(f"gc_soak: longest pause {result['gc_pause_longest_ms']} ms; during the soak gen0 {g['gen0']}, "
-            f"gen1 {g['gen1']}, gen2 {g['gen2']}; HTTP send p99 {result['http']['send_ms'].get('p99')} ms, "
-            f"delivery p99 {result['delivery_ms'].get('p99')} ms max {result['delivery_ms'].get('max')} ms")
-        dump_json(out_path, result)
-        return result
+        for side in sides:
+            server = Server(pg.url, scratch, kafka)
+            if side == "baseline":
+                server.env.update(BASELINE_ENV)
+            server.spawn()
+            try:
+                await asyncio.to_thread(server.wait_ready)
+                result = results["sides"][side] = await soak(server, users, rate, seconds)
+            finally:
+                server.stop()
+            g = result["gc_during_soak"]
+            log(f"gc_soak [{side}]: longest pause {result['gc_pause_longest_ms']} ms (after the disconnects: "
+                f"{result['gc_pause_longest_ms_after_disconnect']} ms); during the soak gen0 {g['gen0']}, "
+                f"gen1 {g['gen1']}, gen2 {g['gen2']}; HTTP send p99 {result['http']['send_ms'].get('p99')} ms, "
+                f"delivery p99 {result['delivery_ms'].get('p99')} ms max {result['delivery_ms'].get('max')} ms; "
+                f"frozen {result['frozen_objects']}; machine busy {result['cpu']['machine_busy_pct']}%")
+        dump_json(out_path, results)
+        return results
     finally:
-        if server is not None:
-            server.stop()
-            if keep:
-                log(f"server log: {server.log_path}")
+        if keep:
+            log(f"scratch (server log chatgql.log): {scratch}")
         if kafka is not None:
             kafka.stop()
         if pg is not None:
@@ -304,10 +342,13 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=35.0, help="sends per second (and as many markRead)")
     parser.add_argument("--kafka", action="store_true")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--sides", default="baseline,product",
+                        help="which soaks to run, in order: baseline (the earlier collector policy), product")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "gc_soak.json")
     args = parser.parse_args()
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
-    result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate))
+    result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate,
+                              [x.strip() for x in args.sides.split(",") if x.strip()]))
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     sys.exit(0)

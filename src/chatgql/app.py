@@ -83,7 +83,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(metrics.watch_gc())
-        stack.callback(collector.freeze_survivors(settings.gc_freeze_every_young))
+        stack.callback(collector.freeze_survivors(settings.gc_young_threshold, settings.gc_freeze_every_young))
         url = runtime.database_url = await _database_url(settings, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)

@@ -26,7 +26,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .app import create_app, keep_startup_objects_out_of_gc
-    from .websocket import LeanWebSocketProtocol
+    from .websocket import LeanWebSocketProtocol, UpgradingHttpProtocol
 
     overrides: dict[str, object] = {}
     if args.no_relay:
@@ -40,7 +40,7 @@ def serve(args: argparse.Namespace) -> None:
         host=args.host or settings.host,
         port=args.port or settings.port,
         loop="uvloop",
-        http="httptools",
+        http=UpgradingHttpProtocol,  # httptools
         ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
         ws_max_size=1 << 20,

@@ -12,13 +12,15 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
   collection (which has just freed the young garbage): the websockets,
   subscriptions and whatever else lives long drop out of every later pass,
   so the middle and full passes walk only what survived since the last
-  freeze, never the whole heap. A frozen object that is released is still
+  freeze, never the whole heap. Work known to make short-lived cycles
+  (validating a new document) holds freezing off while it runs
+  (cyclic_work()). A frozen object that is released is still
   freed by reference counting at once; only a frozen *reference cycle* would
   stay. So connection teardown and every execution leave no cycles
   (graphql/acyclic.py, websocket.py; tests/test_gc.py checks), and
   chatgql_gc_frozen_objects shows whether frozen memory comes back after
   clients leave.
-- Young collections every 2,000 net allocations instead of 700 or 10,000:
+- Young collections every `gc_young_threshold` (2,000) net allocations instead of 700 or 10,000:
   every event handed to an idle subscription replaces its waiting state (an
   await chain of a dozen objects), the replaced state is freed from the old
   generations, and so the young generation holds about three times its
@@ -29,27 +31,35 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
-THRESHOLDS = (2_000, 10, 10)  # young; middle per young passes; full per middle passes (and CPython's 25% rule)
 _process_opted_in = False
+_guard = threading.Lock()
+_in_flight = 0  # cyclic_work() blocks open now
+_since_freeze = False  # one was open since the last freeze
 
 
 def keep_startup_objects_out_of_gc() -> None:
-    """Freeze what exists once the app is built and set the thresholds (`chatgql serve` only:
-    test processes that run an app in-process keep an ordinary collector)."""
+    """Freeze what exists once the app is built (`chatgql serve` only: test processes that run
+    an app in-process keep an ordinary collector)."""
     global _process_opted_in
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*THRESHOLDS)
+    gc.set_threshold(10_000, 10, 10)  # until the lifespan sets the configured one
     _process_opted_in = True
 
 
-def freeze_survivors(every_young: int) -> Callable[[], None]:
-    """After every `every_young`-th young collection, freeze what survived it (soon after, on the
-    running loop: a collection may run in any thread). Returns the function that stops it."""
-    if not _process_opted_in or every_young <= 0:
+def freeze_survivors(young_threshold: int, every_young: int) -> Callable[[], None]:
+    """Young collections every `young_threshold` net allocations; after every `every_young`-th
+    one, freeze what survived it (soon after, on the running loop: a collection may run in any
+    thread). Returns the function that stops it. Only in a process that froze its start-up objects."""
+    if not _process_opted_in:
+        return lambda: None
+    gc.set_threshold(young_threshold, 10, 10)
+    if every_young <= 0:
         return lambda: None
     loop = asyncio.get_running_loop()
     young = 0
@@ -61,7 +71,35 @@ def freeze_survivors(every_young: int) -> Callable[[], None]:
         young += 1
         if young >= every_young:
             young = 0
-            loop.call_soon_threadsafe(gc.freeze)
+            loop.call_soon_threadsafe(_freeze)
 
     gc.callbacks.append(on_gc)
     return lambda: gc.callbacks.remove(on_gc)
+
+
+def _freeze() -> None:
+    global _since_freeze
+    with _guard:  # no cyclic_work() starts meanwhile
+        if _in_flight:
+            return  # its cycles are alive now and garbage soon: the next young collection tries again
+        if _since_freeze:
+            gc.collect(1)  # its garbage may have outlived a young collection: free it before freezing
+            _since_freeze = False
+        gc.freeze()
+
+
+@contextlib.contextmanager
+def cyclic_work() -> Iterator[None]:
+    """Around work known to make reference cycles that die with it (graphql-core's validation of
+    a new document: its visitors hold their own bound methods), in any thread. Nothing is frozen
+    while one runs, and the next freeze first collects the middle generation: a cycle frozen
+    while alive would never be freed."""
+    global _in_flight, _since_freeze
+    with _guard:
+        _in_flight += 1
+        _since_freeze = True
+    try:
+        yield
+    finally:
+        with _guard:
+            _in_flight -= 1

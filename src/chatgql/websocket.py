@@ -17,6 +17,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 
@@ -134,3 +135,13 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
         # the generator: a cycle that only the garbage collector would free. Nothing is parsed
         # after the connection is lost; closing the generator frees the connection by refcount.
         self.conn.parser.close()
+
+
+class UpgradingHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, letting go of its parser once the connection becomes a
+    websocket: the parser holds the protocol (its callbacks), the protocol holds the parser, and
+    this cycle, nothing else, kept every upgraded connection's HTTP side for the collector."""
+
+    def handle_websocket_upgrade(self) -> None:
+        super().handle_websocket_upgrade()
+        self.parser = None  # type: ignore[assignment]

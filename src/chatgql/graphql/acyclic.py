@@ -1,6 +1,10 @@
-"""graphql-core's executor without the reference cycle each one carries.
+"""graphql-core's executor and parsed documents without reference cycles.
 
-Every executor keeps `async_helpers`, a tuple of two of its own bound methods:
+`chatgql serve` freezes long-lived objects out of the collector's passes
+(collector.py); a frozen object is freed by reference counting only, so what
+the server allocates per operation must not be a cycle.
+
+Executors. Every executor keeps `async_helpers`, a tuple of two of its own bound methods:
 executor -> tuple -> method -> executor, a cycle. Reference counting alone
 never frees a cycle, so every HTTP operation, every subscription and every
 subscription event left its executor (and the ~25 containers hanging off it:
@@ -35,3 +39,15 @@ class AcyclicExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self.async_helpers = GraphQLResolveInfoHelpers(
             gather=_weakly(self.gather_async_work), track=_weakly(self.track_async_work)
         )
+
+
+def unlink_tokens(document: Any) -> None:
+    """Parsed documents: the parser's tokens form a doubly linked list (prev <-> next), one cycle
+    per document. Nothing reads `prev` once parsing is done; without it the list is a chain that
+    reference counting frees with the document. (A one-off or refused document would otherwise
+    be freed by the collector only, or never if it was frozen while its request ran.)"""
+    loc = getattr(document, "loc", None)
+    token = loc.start_token if loc is not None else None
+    while token is not None:
+        token.prev = None
+        token = token.next

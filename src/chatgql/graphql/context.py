@@ -19,6 +19,7 @@ from ..db import Database
 from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
 from ..settings import Settings
+from .acyclic import unlink_tokens
 from .limits import OperationLimits
 from .loaders import Loaders
 from .validation import validate
@@ -153,6 +154,7 @@ class ChatOperation(SchemaExtension):
             errors = await validate(
                 execution_context.schema._schema, document, self.limits, execution_context.validation_rules
             )
+            unlink_tokens(document)
             if not errors and self.accepted is not None and execution_context.query:
                 self.accepted.add(execution_context.query, document)
         if not errors and execution_context._provided_operation_name is None:

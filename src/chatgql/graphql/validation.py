@@ -21,6 +21,7 @@ from typing import Any
 from graphql import DocumentNode, GraphQLError
 from strawberry.schema.schema import validate_document
 
+from ..collector import cyclic_work
 from .limits import OperationLimits, check_document
 
 # Its thread starts on first use and lives as long as the process.
@@ -34,4 +35,9 @@ async def validate(
     exceeded = check_document(document, limits)
     if exceeded is not None:
         return [exceeded]
-    return await asyncio.get_running_loop().run_in_executor(_worker, validate_document, schema, document, rules)
+    return await asyncio.get_running_loop().run_in_executor(_worker, _validate, schema, document, rules)
+
+
+def _validate(schema: Any, document: DocumentNode, rules: tuple[type, ...]) -> list[GraphQLError]:
+    with cyclic_work():  # graphql-core's visitors are cycles: none may be frozen while alive
+        return validate_document(schema, document, rules)
