@@ -83,7 +83,9 @@ def _freeze() -> None:
         if _in_flight:
             return  # its cycles are alive now and garbage soon: the next young collection tries again
         if _since_freeze:
-            gc.collect(1)  # its garbage may have outlived a young collection: free it before freezing
+            # Its garbage may have outlived young and middle collections: free it before freezing.
+            # A full pass walks only what is not frozen yet, i.e. what came since the last freeze.
+            gc.collect()
             _since_freeze = False
         gc.freeze()
 
@@ -92,7 +94,7 @@ def _freeze() -> None:
 def cyclic_work() -> Iterator[None]:
     """Around work known to make reference cycles that die with it (graphql-core's validation of
     a new document: its visitors hold their own bound methods), in any thread. Nothing is frozen
-    while one runs, and the next freeze first collects the middle generation: a cycle frozen
+    while one runs, and the next freeze first collects what is not frozen yet: a cycle frozen
     while alive would never be freed."""
     global _in_flight, _since_freeze
     with _guard:
