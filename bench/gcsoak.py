@@ -209,6 +209,72 @@ async def _load(server: Server, users: int, rate: float, seconds: float) -> dict
             "failures": len(failures), "first_failure": failures[0] if failures else None}
 
 
+CONVERSATION_FIELDS = ("id", "type", "title", "lastSeq", "lastMessageAt", "createdAt", "lastReadSeq", "unreadCount",
+                       "memberCount", "members { userId role }", "lastMessage { seq body createdAt }")
+
+
+def distinct_document(i: int, rng: random.Random) -> str:
+    """A document no client sent before (a fuzzer, many client versions): aliased selections of
+    the inbox and the viewer, about a kilobyte; every fourth one asks for a field that does not exist."""
+    parts = []
+    for k in range(rng.randint(3, 6)):
+        fields = " ".join(rng.sample(CONVERSATION_FIELDS, rng.randint(3, 8)))
+        parts.append(f"i{i}_{k}: inbox(first: {rng.randint(1, 5)}) {{ nodes {{ {fields} }} pageInfo {{ hasNextPage }} }}")
+    parts.append(f"v{i}: viewer {{ userId totalUnread unreadConversations }}")
+    if i % 4 == 0:
+        parts.append(f"nope{i}: viewer {{ missing{i} }}")
+    return "query Fuzz%d { %s }" % (i, " ".join(parts))
+
+
+async def documents(server: Server, users: int, clients: int, seconds: float) -> dict:
+    """`clients` fuzzers, each POSTing a new document as soon as the last one is answered, for
+    `seconds`; the collector's pauses during it (from the histogram)."""
+    pool = await Pool("127.0.0.1", server.port, clients).open()
+    rng = random.Random(11)
+    before = gc_figures(await asyncio.to_thread(server.metrics))
+    latencies: list[int] = []
+    outcomes = {"answered": 0, "refused": 0, "failed": 0}
+    counter = iter(range(10**9))
+    deadline = time.monotonic() + seconds
+
+    async def fuzzer() -> None:
+        while time.monotonic() < deadline:
+            i = next(counter)
+            body = orjson.dumps({"query": distinct_document(i, rng)})
+            start = time.monotonic_ns()
+            try:
+                status, payload = await pool.post(body, f"Bearer {token(USER0 + 1 + i % users)}")
+                latencies.append(time.monotonic_ns() - start)
+                outcomes["refused" if b'"errors"' in payload else "answered"] += 1
+            except Exception:  # noqa: BLE001 - counted
+                outcomes["failed"] += 1
+
+    await asyncio.gather(*(fuzzer() for _ in range(clients)))
+    pool.close()
+    after = gc_figures(await asyncio.to_thread(server.metrics))
+    return {"clients": clients, "seconds": seconds, **outcomes, "http_ms": stats_ms(latencies),
+            "gc_during": _pauses_between(before, after),
+            "frozen_objects_at_end": int((await asyncio.to_thread(server.metrics)).get("chatgql_gc_frozen_objects", 0))}
+
+
+def _pauses_between(before: dict, after: dict) -> dict:
+    """Collections per generation between two readings, their total, and the histogram bucket
+    the longest of them fell in (the gauge keeps the longest since the process started)."""
+    out = {}
+    for g in ("gen0", "gen1", "gen2"):
+        b, a = before[g], after[g]
+        longest_le = None
+        previous = 0
+        for le, count in sorted(a["le"].items(), key=lambda kv: float(kv[0])):
+            new = count - b["le"].get(le, 0)
+            if new > previous:
+                longest_le = le
+            previous = new
+        out[g] = {"collections": a["count"] - b["count"], "pause_ms": round(1000 * (a["seconds"] - b["seconds"]), 1),
+                  "longest_at_most_s": longest_le}
+    return out
+
+
 async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: float = 60.0,
                procs_n: int = 2) -> dict:
     ctx = mp.get_context("spawn")
@@ -288,7 +354,7 @@ BASELINE_ENV = {"CHATGQL_GC_FREEZE_EVERY_YOUNG": "0", "CHATGQL_GC_YOUNG_THRESHOL
 
 
 async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, users: int, rate: float,
-               sides: list[str]) -> dict:
+               sides: list[str], doc_seconds: float = 30.0, doc_clients: int = 4) -> dict:
     """One soak per side ("baseline": BASELINE_ENV, "product": defaults), each on a fresh server,
     same database, same machine, one after the other."""
     raise_fd_limit()
@@ -314,6 +380,13 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
             try:
                 await asyncio.to_thread(server.wait_ready)
                 result = results["sides"][side] = await soak(server, users, rate, seconds)
+                if doc_seconds > 0:
+                    result["distinct_documents"] = await documents(server, users, doc_clients, doc_seconds)
+                    result["gc_pause_longest_ms_at_end"] = gc_figures(await asyncio.to_thread(server.metrics))["longest_ms"]
+                    d = result["distinct_documents"]
+                    log(f"gc_soak [{side}] distinct documents: {d['answered']} answered, {d['refused']} refused, "
+                        f"HTTP p99 {d['http_ms'].get('p99')} ms; collector during it {d['gc_during']}; frozen at end "
+                        f"{d['frozen_objects_at_end']}")
             finally:
                 server.stop()
             g = result["gc_during_soak"]
@@ -342,6 +415,9 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=35.0, help="sends per second (and as many markRead)")
     parser.add_argument("--kafka", action="store_true")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--doc-seconds", type=float, default=30.0,
+                        help="then, with no websocket open, a new document per request for this long (0: skip)")
+    parser.add_argument("--doc-clients", type=int, default=4, help="clients sending new documents back to back")
     parser.add_argument("--sides", default="baseline,product",
                         help="which soaks to run, in order: baseline (the earlier collector policy), product")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "gc_soak.json")
@@ -349,6 +425,6 @@ if __name__ == "__main__":
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
     result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate,
-                              [x.strip() for x in args.sides.split(",") if x.strip()]))
+                              [x.strip() for x in args.sides.split(",") if x.strip()], args.doc_seconds, args.doc_clients))
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     sys.exit(0)

@@ -32,6 +32,7 @@ from .events.helpers import MESSAGE_NEW, READ_UPDATED, WsClient, wait_active_sub
 SERVER_SIDE = ("chatgql.", "strawberry.", "graphql.", "starlette.", "uvicorn.", "websockets.server")
 SEND = "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"x\") { message { seq } } }"
 READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { advanced } }"
+INBOX = "{ inbox(first: 5) { nodes { id title memberCount unreadCount lastMessage { seq body } } } }"
 
 
 class LeanServer(RunningServer):
@@ -111,6 +112,7 @@ async def test_delivered_events_leave_no_cycles_on_the_server(migrated_url, http
         async def send_and_read(i: int) -> None:
             sent = await client.data(SEND, {"c": cid, "m": str(uuid.uuid4())}, user=users[i % n])
             await client.data(READ, {"c": cid, "s": sent["sendMessage"]["message"]["seq"]}, user=users[(i + 1) % n])
+            await client.data(INBOX, user=users[(i + 2) % n])  # its fields go through the request's loaders
 
         await send_and_read(0)  # the documents are accepted (validated once) before counting
         await asyncio.gather(*(op.collect(1) for op in operations))
@@ -120,7 +122,7 @@ async def test_delivered_events_leave_no_cycles_on_the_server(migrated_url, http
             await asyncio.gather(*(op.collect(rounds) for op in operations))
             found = server_side_cyclic_garbage()
         await asyncio.gather(*(ws.close() for ws in sockets))
-    # 40 HTTP operations, 400 event deliveries. Before: every execution's executor and what hangs
+    # 60 HTTP operations, 400 event deliveries. Before: every execution's executor and what hangs
     # off it (~25 objects each) was a cycle.
     assert sum(found.values()) < rounds, found.most_common(20)
 
@@ -138,17 +140,42 @@ def test_a_parsed_document_with_unlinked_tokens_is_freed_without_the_collector()
     assert not found, found.most_common(10)
 
 
-def test_nothing_is_frozen_while_cyclic_work_runs(monkeypatch):
+def test_a_freeze_after_a_validation_collects_first(monkeypatch):
     calls = []
     monkeypatch.setattr(collector.gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(collector.gc, "collect", lambda generation=2: calls.append(f"collect {generation}"))
-    monkeypatch.setattr(collector, "_since_freeze", False)
-    collector._freeze()
+    monkeypatch.setattr(collector, "_cyclic_work_since_freeze", False)
+    collector.freeze()
     assert calls == ["freeze"]
     calls.clear()
-    with collector.cyclic_work():
-        collector._freeze()
-        assert calls == []
-    collector._freeze()  # the work's garbage may have left the young generation: collected first
-    assert calls == ["collect 2", "freeze"]
+    collector.cyclic_work_done()
+    collector.freeze()  # the validation's garbage may have left the young generation: collected first
+    collector.freeze()
+    assert calls == ["collect 2", "freeze", "freeze"]
+
+
+async def test_freezes_run_between_validations(monkeypatch):
+    from chatgql.graphql import validation
+
+    order = []
+    started = asyncio.Event()
+    release = __import__("threading").Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_validation(schema, document, rules):
+        loop.call_soon_threadsafe(started.set)
+        release.wait(5)
+        order.append("validation")
+        return []
+
+    monkeypatch.setattr(validation, "validate_document", slow_validation)
+    monkeypatch.setattr(validation, "check_document", lambda document, limits: None)
+    running = asyncio.ensure_future(validation.validate(None, parse("{ a }"), None, ()))
+    await started.wait()
+    validation.between_validations(lambda: order.append("freeze"))
+    assert order == []  # not while the validation runs
+    release.set()
+    await running
+    await asyncio.sleep(0.1)
+    assert order == ["validation", "freeze"]
 

@@ -30,6 +30,7 @@ from .events.dispatch import Dispatcher, MembershipCache
 from .events.publish import BusPublisher, KafkaPublisher, ensure_topic
 from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
+from .graphql import validation
 from .graphql.context import Deps
 from .graphql.schema import ChatGraphQL
 from .metrics import Metrics
@@ -83,7 +84,9 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(metrics.watch_gc())
-        stack.callback(collector.freeze_survivors(settings.gc_young_threshold, settings.gc_freeze_every_young))
+        stack.callback(collector.freeze_survivors(
+            settings.gc_young_threshold, settings.gc_freeze_every_young, run=validation.between_validations
+        ))
         url = runtime.database_url = await _database_url(settings, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)

@@ -12,9 +12,10 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
   collection (which has just freed the young garbage): the websockets,
   subscriptions and whatever else lives long drop out of every later pass,
   so the middle and full passes walk only what survived since the last
-  freeze, never the whole heap. Work known to make short-lived cycles
-  (validating a new document) holds freezing off while it runs
-  (cyclic_work()). A frozen object that is released is still
+  freeze, never the whole heap. Freezing happens between two validations
+  of new documents, in their thread (graphql-core's validation makes
+  short-lived cycles: frozen while alive, they would never be freed), and
+  after a validation, with a full pass first. A frozen object that is released is still
   freed by reference counting at once; only a frozen *reference cycle* would
   stay. So connection teardown and every execution leave no cycles
   (graphql/acyclic.py, websocket.py; tests/test_gc.py checks), and
@@ -31,15 +32,11 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 _process_opted_in = False
-_guard = threading.Lock()
-_in_flight = 0  # cyclic_work() blocks open now
-_since_freeze = False  # one was open since the last freeze
+_cyclic_work_since_freeze = False
 
 
 def keep_startup_objects_out_of_gc() -> None:
@@ -52,10 +49,11 @@ def keep_startup_objects_out_of_gc() -> None:
     _process_opted_in = True
 
 
-def freeze_survivors(young_threshold: int, every_young: int) -> Callable[[], None]:
+def freeze_survivors(young_threshold: int, every_young: int, run: Callable[[Callable[[], None]], object]) -> Callable[[], None]:
     """Young collections every `young_threshold` net allocations; after every `every_young`-th
-    one, freeze what survived it (soon after, on the running loop: a collection may run in any
-    thread). Returns the function that stops it. Only in a process that froze its start-up objects."""
+    one, `run(freeze)`: freeze what survived it, soon after, where no work making short-lived
+    cycles is under way (graphql/validation.py runs it between two validations, in their thread).
+    Returns the function that stops it. Only in a process that froze its start-up objects."""
     if not _process_opted_in:
         return lambda: None
     gc.set_threshold(young_threshold, 10, 10)
@@ -71,37 +69,26 @@ def freeze_survivors(young_threshold: int, every_young: int) -> Callable[[], Non
         young += 1
         if young >= every_young:
             young = 0
-            loop.call_soon_threadsafe(_freeze)
+            # Not run() itself: a collection may start anywhere, even inside the executor's lock.
+            loop.call_soon_threadsafe(run, freeze)
 
     gc.callbacks.append(on_gc)
     return lambda: gc.callbacks.remove(on_gc)
 
 
-def _freeze() -> None:
-    global _since_freeze
-    with _guard:  # no cyclic_work() starts meanwhile
-        if _in_flight:
-            return  # its cycles are alive now and garbage soon: the next young collection tries again
-        if _since_freeze:
-            # Its garbage may have outlived young and middle collections: free it before freezing.
-            # A full pass walks only what is not frozen yet, i.e. what came since the last freeze.
-            gc.collect()
-            _since_freeze = False
-        gc.freeze()
+def freeze() -> None:
+    """Freeze every object alive, after a full pass if cyclic work ran since the last freeze
+    (its garbage may have outlived young and middle collections, and a frozen cycle is never
+    freed). A full pass walks only what is not frozen yet: what came since the last freeze."""
+    global _cyclic_work_since_freeze
+    if _cyclic_work_since_freeze:
+        _cyclic_work_since_freeze = False
+        gc.collect()
+    gc.freeze()
 
 
-@contextlib.contextmanager
-def cyclic_work() -> Iterator[None]:
-    """Around work known to make reference cycles that die with it (graphql-core's validation of
-    a new document: its visitors hold their own bound methods), in any thread. Nothing is frozen
-    while one runs, and the next freeze first collects what is not frozen yet: a cycle frozen
-    while alive would never be freed."""
-    global _in_flight, _since_freeze
-    with _guard:
-        _in_flight += 1
-        _since_freeze = True
-    try:
-        yield
-    finally:
-        with _guard:
-            _in_flight -= 1
+def cyclic_work_done() -> None:
+    """Work that makes reference cycles dying with it just ran (graphql-core's validation of a
+    new document: its visitors hold their own bound methods): the next freeze collects first."""
+    global _cyclic_work_since_freeze
+    _cyclic_work_since_freeze = True

@@ -56,20 +56,31 @@ class Roster:
 
 class Loaders:
     def __init__(self, database: Database, viewer_id: int | None) -> None:
-        self._database = database
-        self._viewer_id = viewer_id
-        self.conversation = DataLoader(self._load_conversations)
-        self.member_count = DataLoader(self._load_member_counts)
-        self.roster = DataLoader(self._load_rosters)
-        self.message = DataLoader(self._load_messages)
-        self.message_page = DataLoader(self._load_message_pages)
-        self.viewer_totals = DataLoader(self._load_viewer_totals)
+        # The loaders call a _Reads' methods, not this object's: a loader holding a bound method
+        # of the Loaders that holds it would make every request's loaders a reference cycle.
+        reads = _Reads(database, viewer_id)
+        self.conversation = DataLoader(reads._load_conversations)
+        self.member_count = DataLoader(reads._load_member_counts)
+        self.roster = DataLoader(reads._load_rosters)
+        self.message = DataLoader(reads._load_messages)
+        self.message_page = DataLoader(reads._load_message_pages)
+        self.viewer_totals = DataLoader(reads._load_viewer_totals)
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
         for loader in (self.conversation, self.member_count, self.roster):
             with suppress(KeyError):
                 loader.clear(conversation_id)
+
+
+class _Reads:
+    """The batch functions behind one request's loaders."""
+
+    __slots__ = ("_database", "_viewer_id")
+
+    def __init__(self, database: Database, viewer_id: int | None) -> None:
+        self._database = database
+        self._viewer_id = viewer_id
 
     async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
         """Conversations as the viewer sees them (None where not a member)."""

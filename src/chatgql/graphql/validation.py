@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError
 from strawberry.schema.schema import validate_document
 
-from ..collector import cyclic_work
+from .. import collector
 from .limits import OperationLimits, check_document
 
 # Its thread starts on first use and lives as long as the process.
@@ -39,5 +40,13 @@ async def validate(
 
 
 def _validate(schema: Any, document: DocumentNode, rules: tuple[type, ...]) -> list[GraphQLError]:
-    with cyclic_work():  # graphql-core's visitors are cycles: none may be frozen while alive
+    try:
         return validate_document(schema, document, rules)
+    finally:
+        collector.cyclic_work_done()  # graphql-core's visitors are cycles: collected before the next freeze
+
+
+def between_validations(work: Callable[[], None]) -> None:
+    """Run work in the validation thread, after the validations queued before it (collector.py
+    freezes there: no validation's cycles are alive then)."""
+    _worker.submit(work)
