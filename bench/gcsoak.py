@@ -361,7 +361,7 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-gcsoak-"))
     pg = kafka = None
     results: dict = {"users": users, "rate_per_s": rate, "seconds": seconds, "bus": "kafka" if use_kafka else "memory",
-                     "baseline_env": BASELINE_ENV, "sides": {}}
+                     "doc_seconds": doc_seconds, "doc_clients": doc_clients, "baseline_env": BASELINE_ENV, "sides": {}}
     try:
         pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
         from chatgql import db
@@ -396,6 +396,7 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
                 f"delivery p99 {result['delivery_ms'].get('p99')} ms max {result['delivery_ms'].get('max')} ms; "
                 f"frozen {result['frozen_objects']}; machine busy {result['cpu']['machine_busy_pct']}%")
         dump_json(out_path, results)
+        out_path.with_suffix(".md").write_text(markdown(results))
         return results
     finally:
         if keep:
@@ -406,6 +407,57 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
             pg.stop()
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def markdown(results: dict) -> str:
+    """The soak's figures, side by side."""
+    sides = list(results["sides"])
+    rows = [
+        ("websockets / subscriptions", lambda r: f"{r['websockets']:,} / {r['subscriptions']:,}"),
+        ("**chatgql_gc_pause_longest_seconds** after the live soak (since start: connections, soak)",
+         lambda r: f"**{r['gc_pause_longest_ms']} ms**"),
+        ("... after every client left", lambda r: f"{r['gc_pause_longest_ms_after_disconnect']} ms"),
+        ("... after the distinct-documents phase (end of run)", lambda r: f"{r.get('gc_pause_longest_ms_at_end', '-')} ms"),
+        *[(f"live soak: gen{g} collections, total pause", lambda r, g=g: f"{r['gc_during_soak'][f'gen{g}']['collections']}, "
+           f"{r['gc_during_soak'][f'gen{g}']['pause_ms']} ms") for g in range(3)],
+        ("live soak: HTTP sendMessage p50 / p99 / max", lambda r: "{p50} / {p99} / {max} ms".format(**r["http"]["send_ms"])),
+        ("live soak: HTTP markRead p50 / p99 / max", lambda r: "{p50} / {p99} / {max} ms".format(**r["http"]["mark_read_ms"])),
+        ("live soak: delivery p50 / p99 / max", lambda r: "{p50} / {p99} / {max} ms".format(**r["delivery_ms"])),
+        ("live soak: deliveries (frames), errors", lambda r: f"{r['deliveries']['next']:,}, {r['deliveries']['errors']}"),
+        ("live soak: CPU server / machine busy (2 cores = 100%)",
+         lambda r: f"{r['cpu']['pct_of_one_core'].get('server')}% of a core / {r['cpu']['machine_busy_pct']}%"),
+        ("frozen objects: before connections / end of soak / all left",
+         lambda r: "{before_connections:,} / {end_of_soak:,} / {after_all_disconnected:,}".format(**r["frozen_objects"])),
+        ("server RSS: before connections / end of soak / all left",
+         lambda r: "{before_connections} / {end_of_soak} / {after_all_disconnected} MiB".format(**r["rss_mb"])),
+        ("distinct documents: answered + refused, HTTP p99",
+         lambda r: (lambda d: f"{d['answered']:,} + {d['refused']:,}, {d['http_ms'].get('p99')} ms")(r["distinct_documents"])
+         if "distinct_documents" in r else "-"),
+        *[(f"distinct documents: gen{g} collections, total pause, longest <= bucket",
+           lambda r, g=g: (lambda d: f"{d['collections']}, {d['pause_ms']} ms, {d['longest_at_most_s']} s")(
+               r["distinct_documents"]["gc_during"][f"gen{g}"]) if "distinct_documents" in r else "-") for g in range(3)],
+        ("distinct documents: frozen objects at the end",
+         lambda r: f"{r['distinct_documents']['frozen_objects_at_end']:,}" if "distinct_documents" in r else "-"),
+    ]
+    out = [
+        "# Garbage-collector soak (`python -m bench.gcsoak`)", "",
+        f"{results['users']:,} websockets, two subscriptions each, {results['rate_per_s']:g} sendMessage/s + as many "
+        f"markRead/s for {results['seconds']:g} s ({results['bus']} bus); then every client leaves; then "
+        f"{results.get('doc_clients', '-')} clients send new documents back to back for {results.get('doc_seconds', '-')} s. "
+        "Sides on fresh servers, same database, one after the other. `baseline`: the collector policy before "
+        f"(`{results['baseline_env']}`); `product`: the defaults (src/chatgql/collector.py). Wall-clock pauses: a busy "
+        "machine stretches them (see machine busy).", "",
+        "| | " + " | ".join(sides) + " |", "|---|" + "---|" * len(sides),
+    ]
+    for label, cell in rows:
+        values = []
+        for side in sides:
+            try:
+                values.append(cell(results["sides"][side]))
+            except (KeyError, TypeError):
+                values.append("-")
+        out.append(f"| {label} | " + " | ".join(values) + " |")
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":
@@ -426,5 +478,5 @@ if __name__ == "__main__":
     use_uvloop()
     result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate,
                               [x.strip() for x in args.sides.split(",") if x.strip()], args.doc_seconds, args.doc_clients))
-    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    print(markdown(result))
     sys.exit(0)
