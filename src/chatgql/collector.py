@@ -15,10 +15,11 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
   freeze, never the whole heap. Freezing happens between two validations
   of new documents, in their thread (graphql-core's validation makes
   short-lived cycles: frozen while alive, they would never be freed), and
-  after a validation, with a full pass first. A frozen object that is released is still
+  after a validation, with a middle collection first. A frozen object that is released is still
   freed by reference counting at once; only a frozen *reference cycle* would
-  stay. So connection teardown and every execution leave no cycles
-  (graphql/acyclic.py, websocket.py; tests/test_gc.py checks), and
+  stay. So connection teardown, every execution and every request's loaders
+  leave no cycles (graphql/acyclic.py, graphql/loaders.py, websocket.py;
+  tests/test_gc.py checks), and
   chatgql_gc_frozen_objects shows whether frozen memory comes back after
   clients leave.
 - Young collections every `gc_young_threshold` (2,000) net allocations instead of 700 or 10,000:
@@ -37,6 +38,7 @@ from collections.abc import Callable
 
 _process_opted_in = False
 _cyclic_work_since_freeze = False
+_freeze_pending = False
 
 
 def keep_startup_objects_out_of_gc() -> None:
@@ -67,8 +69,9 @@ def freeze_survivors(young_threshold: int, every_young: int, run: Callable[[Call
         if phase != "stop" or info["generation"] != 0:
             return
         young += 1
-        if young >= every_young:
+        if young >= every_young and not _freeze_pending:
             young = 0
+            _request_freeze()
             # Not run() itself: a collection may start anywhere, even inside the executor's lock.
             loop.call_soon_threadsafe(run, freeze)
 
@@ -76,15 +79,21 @@ def freeze_survivors(young_threshold: int, every_young: int, run: Callable[[Call
     return lambda: gc.callbacks.remove(on_gc)
 
 
+def _request_freeze() -> None:
+    global _freeze_pending
+    _freeze_pending = True  # one at a time: freezes wait behind queued validations
+
+
 def freeze() -> None:
-    """Freeze every object alive, after a full pass if cyclic work ran since the last freeze
-    (its garbage may have outlived young and middle collections, and a frozen cycle is never
-    freed). A full pass walks only what is not frozen yet: what came since the last freeze."""
-    global _cyclic_work_since_freeze
+    """Freeze every object alive, after collecting the young and middle generations if cyclic
+    work ran since the last freeze (its garbage may have outlived a young collection, and a
+    frozen cycle is never freed)."""
+    global _cyclic_work_since_freeze, _freeze_pending
     if _cyclic_work_since_freeze:
         _cyclic_work_since_freeze = False
-        gc.collect()
+        gc.collect(1)
     gc.freeze()
+    _freeze_pending = False
 
 
 def cyclic_work_done() -> None:
