@@ -28,6 +28,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 BENCH_SECRET = "chatgql-bench-secret-0123456789abcdef0123456789"
+METRICS_TOKEN = "chatgql-bench-metrics-token-0123456789"  # production mode: /metrics needs it
+METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
 def log(*parts: object) -> None:
@@ -311,7 +313,11 @@ class Server:
             CHATGQL_DATABASE_URL=database_url,
             CHATGQL_MIGRATE_ON_START="false",
             CHATGQL_JWT_SECRET=BENCH_SECRET,
+            CHATGQL_METRICS_TOKEN=METRICS_TOKEN,
             CHATGQL_DATA_DIR=str(scratch / "unused-data-dir"),
+            # Every benchmark client connects from 127.0.0.1, 64 handshakes at a time per process:
+            # one address, far past a real client's count of sockets waiting for connection_init.
+            CHATGQL_MAX_UNAUTHENTICATED_WS_PER_ADDRESS="0",
         )
         if kafka is not None:
             env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap
@@ -467,7 +473,7 @@ class Server:
         while len(answers) < len(pids) and time.monotonic() < deadline:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=max(1.0, deadline - time.monotonic()))
             try:
-                conn.request("GET", path)
+                conn.request("GET", path, headers=METRICS_HEADERS)
                 response = conn.getresponse()
                 body = response.read()
                 assert conn.sock is not None
@@ -482,7 +488,8 @@ class Server:
         """/metrics as {sample: value}; with workers every worker's, summed (every chatgql metric the
         bench reads is a per-process count)."""
         if self.workers == 1:
-            with urllib.request.urlopen(self.base + "/metrics", timeout=10) as r:
+            request = urllib.request.Request(self.base + "/metrics", headers=METRICS_HEADERS)
+            with urllib.request.urlopen(request, timeout=10) as r:
                 return _parse_metrics(r.read().decode())
         answers = self.ask_each_worker("/metrics", timeout=30)
         if len(answers) < self.workers:

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from chatgql import db
 from chatgql.app import create_app
 from chatgql.auth import issue_token
+from chatgql.httpprotocol import uvicorn_options
 from chatgql.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,7 +157,8 @@ class RunningServer:
         self.app = create_app(settings)
         self.server = uvicorn.Server(
             uvicorn.Config(
-                self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_keep_alive=30
+                self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_keep_alive=30,
+                **uvicorn_options(settings),
             )
         )
         self._task: asyncio.Task | None = None
@@ -195,9 +197,16 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "migrate_on_start": False,
         "kafka_bootstrap_servers": None,
         "broadcast_url": "memory://",
-        # Concurrency tests fire hundreds of calls per user; the limits have their own tests.
+        # Concurrency tests fire hundreds of calls per user; the limits have their own tests
+        # (tests/test_hostile_input.py, tests/adversarial/test_abuse.py).
         "rate_send_per_second": 0,
         "rate_read_per_second": 0,
+        "rate_group_per_second": 0,
+        "rate_direct_per_second": 0,
+        "rate_add_members_per_second": 0,
+        "max_groups_per_day": 0,
+        # ...and open hundreds of websockets at once, all from 127.0.0.1 (tests/adversarial tests the limit).
+        "max_unauthenticated_ws_per_address": 0,
     }
     base.update(overrides)
     return load_settings(**base)

@@ -65,9 +65,11 @@ def test_production_accepts_a_secret_of_its_own(clean_env):
     settings = load_settings(env="production", jwt_secret=CUSTOM_SECRET)
     assert settings.env == "production"
     assert settings.jwt_secret.get_secret_value() == CUSTOM_SECRET
-    # Production defaults: no GraphiQL, no introspection.
+    # Production defaults: no GraphiQL, no introspection, no access log line per request.
     assert settings.graphiql_enabled is False
     assert settings.introspection_enabled is False
+    assert settings.access_log_enabled is False
+    assert load_settings(env="production", jwt_secret=CUSTOM_SECRET, access_log=True).access_log_enabled is True
 
     clean_env.setenv("CHATGQL_ENV", "production")
     clean_env.setenv("CHATGQL_JWT_SECRET", CUSTOM_SECRET)
@@ -82,6 +84,7 @@ def test_development_runs_with_the_dev_secret_and_developer_tools(clean_env):
     assert settings.jwt_secret.get_secret_value() == DEV_JWT_SECRET
     assert settings.graphiql_enabled is True
     assert settings.introspection_enabled is True
+    assert settings.access_log_enabled is True
 
 
 def test_an_unknown_env_is_refused(clean_env):

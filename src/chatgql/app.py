@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -33,6 +34,7 @@ from .events.wakeup import RelayWakeup
 from .graphql import validation
 from .graphql.context import Deps
 from .graphql.schema import ChatGraphQL
+from .heap import HeapTrimmer
 from .metrics import Metrics
 from .settings import Settings
 from .store import conversations, health, outbox
@@ -112,6 +114,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
             await _task(stack, feed_dispatcher(bus, dispatcher, runtime.bus_ready), "bus-feed")
             await asyncio.wait_for(runtime.bus_ready.wait(), 10)
+            # Mass disconnects leave glibc holding what the connections used (see heap.py).
+            await _task(stack, HeapTrimmer().run(), "heap-trim")
 
         kafka = settings.kafka_bootstrap_servers
         if settings.run_relay:
@@ -208,6 +212,8 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
     async def metrics_endpoint(request: Request) -> Response:
+        if not metrics_allowed(settings, request.headers.get("authorization")):
+            return PlainTextResponse("Not Found", status_code=404)  # what any unknown path answers
         runtime = state["runtime"]
         metrics = runtime.metrics
         try:
@@ -230,6 +236,14 @@ def create_app(settings: Settings) -> Starlette:
         ],
         lifespan=lifespan,
     )
+
+
+def metrics_allowed(settings: Settings, authorization: str | None) -> bool:
+    """/metrics with CHATGQL_METRICS_TOKEN: only for `Bearer <it>`; without: development only."""
+    if settings.metrics_token is None:
+        return settings.env == "development"
+    expected = f"Bearer {settings.metrics_token.get_secret_value()}".encode()
+    return hmac.compare_digest((authorization or "").strip().encode("utf-8", "surrogateescape"), expected)
 
 
 def create_app_from_environment() -> Starlette:

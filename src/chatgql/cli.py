@@ -26,7 +26,8 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .app import create_app, keep_startup_objects_out_of_gc
-    from .websocket import LeanWebSocketProtocol, UpgradingHttpProtocol
+    from .httpprotocol import uvicorn_options
+    from .websocket import LeanWebSocketProtocol
 
     overrides: dict[str, object] = {}
     if args.no_relay:
@@ -40,10 +41,11 @@ def serve(args: argparse.Namespace) -> None:
         host=args.host or settings.host,
         port=args.port or settings.port,
         loop="uvloop",
-        http=UpgradingHttpProtocol,  # httptools
         ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
+        access_log=settings.access_log_enabled,
         ws_max_size=1 << 20,
+        **uvicorn_options(settings),  # httptools with header and body deadlines; the connection cap
     )
     if settings.workers == 1:
         app = create_app(settings)
@@ -122,7 +124,12 @@ def token(args: argparse.Namespace) -> None:
     from .services.checks import check_id
 
     settings = _settings()
-    print(issue_token(settings, check_id(args.user_id, "USER_ID"), ttl_seconds=args.ttl))
+    user_id = check_id(args.user_id, "USER_ID")
+    try:
+        print(issue_token(settings, user_id, ttl_seconds=args.ttl))
+    except ValueError as error:  # a ttl the server would refuse
+        print(f"chatgql: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def export_schema(args: argparse.Namespace) -> None:
@@ -161,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")
-    p.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
+    p.add_argument(
+        "--ttl", type=int, help="lifetime in seconds (default and maximum: CHATGQL_JWT_MAX_LIFETIME_SECONDS)"
+    )
     p.set_defaults(func=token)
 
     p = commands.add_parser("export-schema", help="print the GraphQL schema (SDL)")

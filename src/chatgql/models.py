@@ -14,6 +14,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
@@ -28,8 +29,15 @@ conversation = Table(
     Column("last_seq", BigInteger, nullable=False, server_default="0"),
     Column("last_message_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("created_by", BigInteger),  # a GROUP's creator (0004); NULL for DIRECT and older rows
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
+    Index(
+        "conversation_created_by_idx",
+        "created_by",
+        "created_at",
+        postgresql_where=text("type = 'GROUP' AND created_by IS NOT NULL"),
+    ),
 )
 
 conversation_member = Table(

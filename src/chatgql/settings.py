@@ -54,6 +54,8 @@ class Settings(BaseSettings):
 
     graphiql: bool | None = None  # default: on in development, off in production
     introspection: bool | None = None
+    # uvicorn's line per request (a measurable share of a small request's CPU)
+    access_log: bool | None = None  # default: on in development, off in production
 
     # Limits
     max_body_chars: int = 4000
@@ -86,6 +88,44 @@ class Settings(BaseSettings):
     rate_read_per_second: float = 20.0
     rate_read_burst: int = 60
 
+    # Abuse, tokens and disclosure
+    # Membership: per-user token buckets (per process, like the ones above; a rate of 0 turns
+    # one off) on the calls that put other people into conversations...
+    rate_group_per_second: float = 0.2  # createGroup: one every 5 s after a burst of 10
+    rate_group_burst: int = 10
+    rate_direct_per_second: float = 1.0  # createDirectConversation
+    rate_direct_burst: int = 30
+    rate_add_members_per_second: float = 1.0  # addMembers
+    rate_add_members_burst: int = 20
+    # ...and groups one user may create in any 24 hours, counted in PostgreSQL (holds across
+    # restarts and processes); 0 turns it off.
+    max_groups_per_day: int = Field(default=50, ge=0)
+    # "package.module:attribute": a MembershipPolicy (services/policy.py) consulted before
+    # anyone is put into a conversation; unset: everyone may add anyone.
+    membership_policy: str | None = None
+    # Bearer tokens must carry exp, and exp - iat (exp - now without iat) may not exceed this.
+    jwt_max_lifetime_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    # /metrics: when set, it answers only `Authorization: Bearer <this>` (404 otherwise);
+    # unset: open in development, 404 in production.
+    metrics_token: SecretStr | None = None
+
+    # Slow and idle clients: what a client may hold without doing anything.
+    # Seconds a websocket may stay open without connection_init (both protocols; closed with 4408).
+    ws_init_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Websockets per client address that have not completed connection_init; more are closed
+    # with 4429 (0: no limit). Behind a proxy the address is the proxy's unless uvicorn trusts it
+    # (FORWARDED_ALLOW_IPS) to say whose request it is.
+    max_unauthenticated_ws_per_address: int = Field(default=20, ge=0)
+    # Seconds from connection (or a request's first byte) until its headers are complete, and
+    # from the headers until the whole body arrived: the connection is then closed (408).
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    # A request's line and headers, in bytes: more is answered 431 and the connection closed.
+    http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    # Connections (HTTP and websocket) and requests at once per process: beyond it uvicorn
+    # answers 503 (keep it below the process's open-file limit, ulimit -n).
+    max_connections: int = Field(default=15_000, ge=1)
+
     # Garbage collector
     # `chatgql serve` freezes what survived after every this many young collections (0: only what
     # is alive at start): later collections never walk it again (collector.py).
@@ -113,6 +153,10 @@ class Settings(BaseSettings):
     @property
     def graphiql_enabled(self) -> bool:
         return self.env == "development" if self.graphiql is None else self.graphiql
+
+    @property
+    def access_log_enabled(self) -> bool:
+        return self.env == "development" if self.access_log is None else self.access_log
 
     @property
     def introspection_enabled(self) -> bool:

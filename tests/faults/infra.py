@@ -367,6 +367,8 @@ def chat_env(database_url: str, kafka_bootstrap: str, topic: str, broadcast_url:
             "CHATGQL_JWT_SECRET": JWT_SECRET,
             "CHATGQL_RATE_SEND_PER_SECOND": "0",
             "CHATGQL_RATE_READ_PER_SECOND": "0",
+            "CHATGQL_RATE_GROUP_PER_SECOND": "0",
+            "CHATGQL_MAX_GROUPS_PER_DAY": "0",
         }
     )
     return env

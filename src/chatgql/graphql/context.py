@@ -18,6 +18,7 @@ from ..auth import user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
+from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
 from .acyclic import unlink_tokens
 from .limits import OperationLimits
@@ -35,11 +36,21 @@ class Deps:
     wakeup: Any = None  # events.wakeup.RelayWakeup
     send_limiter: RateLimiter = field(init=False)
     read_limiter: RateLimiter = field(init=False)
+    group_limiter: RateLimiter = field(init=False)
+    direct_limiter: RateLimiter = field(init=False)
+    add_members_limiter: RateLimiter = field(init=False)
+    membership_policy: MembershipPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
         self.send_limiter = RateLimiter("sendMessage", s.rate_send_per_second, s.rate_send_burst)
         self.read_limiter = RateLimiter("markRead", s.rate_read_per_second, s.rate_read_burst)
+        self.group_limiter = RateLimiter("createGroup", s.rate_group_per_second, s.rate_group_burst)
+        self.direct_limiter = RateLimiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst)
+        self.add_members_limiter = RateLimiter(
+            "addMembers", s.rate_add_members_per_second, s.rate_add_members_burst
+        )
+        self.membership_policy = load_policy(s.membership_policy, s)
 
 
 @dataclass

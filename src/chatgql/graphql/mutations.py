@@ -30,7 +30,10 @@ class Mutation:
         ctx = info.context
         viewer = ctx.viewer_id
         other = check_id(user_id, "userId")
-        cid = await conversation_service.do_create_direct_conversation(ctx.database, viewer, other)
+        ctx.deps.direct_limiter.check(viewer)
+        cid = await conversation_service.do_create_direct_conversation(
+            ctx.database, viewer, other, policy=ctx.deps.membership_policy
+        )
         return await reload_conversation(info, cid)
 
     @strawberry.mutation(
@@ -42,8 +45,15 @@ class Mutation:
         viewer = ctx.viewer_id
         title = check_text(title, "title", max_chars=settings.max_title_chars)
         members = check_ids(member_ids, "memberId", limit=settings.max_group_members)
+        ctx.deps.group_limiter.check(viewer)
         cid = await conversation_service.do_create_group(
-            ctx.database, viewer, title, members, max_members=settings.max_group_members
+            ctx.database,
+            viewer,
+            title,
+            members,
+            max_members=settings.max_group_members,
+            max_per_day=settings.max_groups_per_day,
+            policy=ctx.deps.membership_policy,
         )
         return await reload_conversation(info, cid)
 
@@ -53,8 +63,14 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         users = check_ids(user_ids, "userId", limit=ctx.settings.max_group_members)
+        ctx.deps.add_members_limiter.check(viewer)
         await conversation_service.do_add_members(
-            ctx.database, viewer, cid, users, max_members=ctx.settings.max_group_members
+            ctx.database,
+            viewer,
+            cid,
+            users,
+            max_members=ctx.settings.max_group_members,
+            policy=ctx.deps.membership_policy,
         )
         return await reload_conversation(info, cid)
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Iterable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import orjson
@@ -24,13 +25,13 @@ from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import process_result
 from strawberry.schema.config import StrawberryConfig
-from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
-from .errors import to_contract_errors
+from .errors import redact, to_contract_errors
+from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .limits import OperationLimits
 from .mutations import Mutation
 from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
@@ -47,8 +48,8 @@ class ChatSchema(strawberry.Schema):
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
-        # only internal ones are logged.
-        to_contract_errors(errors)
+        # only internal ones are logged. Suggestions go where introspection goes.
+        to_contract_errors(errors, hide_suggestions=self.config.disable_field_suggestions)
 
     async def execute(
         self, *args: Any, allowed_operation_types: Iterable[OperationType] | None = None, **kwargs: Any
@@ -99,19 +100,11 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
-class _TransportWSHandler(BaseGraphQLTransportWSHandler):
-    async def handle_connection_init(self, message: Any) -> None:
-        await super().handle_connection_init(message)
-        task = self.connection_init_timeout_task
-        if self.connection_init_received and task is not None and (task.done() or task.cancelling()):
-            # Cancelled (its job is over): let it go rather than keep it as long as the connection.
-            self.connection_init_timeout_task = None
-
-
 class ChatGraphQL(GraphQL):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
-    graphql_transport_ws_handler_class = _TransportWSHandler
+    graphql_transport_ws_handler_class = TransportWSHandler
+    graphql_ws_handler_class = LegacyWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
@@ -128,9 +121,11 @@ class ChatGraphQL(GraphQL):
             ),
             graphql_ide="graphiql" if settings.graphiql_enabled else None,
             max_subscriptions_per_connection=settings.max_subscriptions_per_connection,
+            connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_seconds),
             **kwargs,
         )
         self.deps = deps
+        self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
         return Context(deps=self.deps, request=request, response=response)
@@ -162,8 +157,9 @@ class ChatGraphQL(GraphQL):
             return  # nobody to answer
         except HTTPException as error:
             code = "LIMIT_EXCEEDED" if error.status_code == 413 else "BAD_USER_INPUT"
-            # The reason may quote the request (an operationName); a lone surrogate can't be UTF-8.
-            message = error.reason.encode("utf-8", "backslashreplace").decode("utf-8")
+            # The reason may quote the request (an operationName): shortened; a lone surrogate can't be UTF-8.
+            message = redact(error.reason, hide_suggestions=True)
+            message = message.encode("utf-8", "backslashreplace").decode("utf-8")
             response = JSONResponse(
                 {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
                 status_code=error.status_code,
@@ -226,8 +222,10 @@ class ChatGraphQL(GraphQL):
         """A websocket message: a JSON object, else the protocols' invalid-message answer (not a crash)."""
         try:
             parsed = json.loads(data)
-        except RecursionError:
-            raise json.JSONDecodeError("nested too deeply", "", 0) from None
+        except json.JSONDecodeError:
+            raise
+        except (RecursionError, ValueError):  # nested deeper than Python's stack; an integer of 4,300+ digits
+            raise json.JSONDecodeError("not JSON this server reads", "", 0) from None
         if not isinstance(parsed, dict):
             raise json.JSONDecodeError("a message must be a JSON object", "", 0)
         payload = parsed.get("payload")

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import math
+
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events import types as events
 from ..store import conversations, outbox
+from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
 
 OWNER, MEMBER = "OWNER", "MEMBER"
 DIRECT, GROUP = "DIRECT", "GROUP"
+DAY_SECONDS = 24 * 3600
 
 
 class _LostRace(Exception):
     """Another transaction created the same direct pair first."""
 
 
-async def do_create_direct_conversation(database: Database, viewer_id: int, other_id: int) -> int:
-    """The one DIRECT conversation of two users, created on first call.
+async def do_create_direct_conversation(
+    database: Database, viewer_id: int, other_id: int, *, policy: MembershipPolicy = ALLOW_ALL
+) -> int:
+    """The one DIRECT conversation of two users, created on first call (if the policy allows).
 
     Two people calling at once get the same conversation: direct_pair's key
     decides; the loser's transaction rolls back and it reads the winner's.
@@ -28,6 +34,7 @@ async def do_create_direct_conversation(database: Database, viewer_id: int, othe
         existing = await conversations.find_direct(conn, low, high)
     if existing is not None:
         return existing
+    await check_may_add(policy, viewer_id, [other_id], DIRECT)
     try:
         async with database.transaction() as conn:
             created = await conversations.insert_conversation(conn, DIRECT, None)
@@ -42,19 +49,47 @@ async def do_create_direct_conversation(database: Database, viewer_id: int, othe
 
 
 async def do_create_group(
-    database: Database, viewer_id: int, title: str, member_ids: list[int], *, max_members: int
+    database: Database,
+    viewer_id: int,
+    title: str,
+    member_ids: list[int],
+    *,
+    max_members: int,
+    max_per_day: int = 0,
+    policy: MembershipPolicy = ALLOW_ALL,
 ) -> int:
-    """A GROUP owned by the viewer, with member_ids as MEMBERs (the viewer counts toward max_members)."""
+    """A GROUP owned by the viewer, with member_ids as MEMBERs (the viewer counts toward max_members).
+
+    max_per_day > 0: the viewer may have created at most that many groups in any 24 hours
+    (counted in the database, under a per-user lock: it holds across processes and restarts).
+    """
     others = [uid for uid in dict.fromkeys(member_ids) if uid != viewer_id]
     if 1 + len(others) > max_members:
         raise LimitExceeded(f"a group has at most {max_members} members")
+    await check_may_add(policy, viewer_id, others, GROUP)
     async with database.transaction() as conn:
-        created = await conversations.insert_conversation(conn, GROUP, title)
+        if max_per_day > 0:
+            await _check_groups_per_day_txn(conn, viewer_id, max_per_day)
+        created = await conversations.insert_conversation(conn, GROUP, title, created_by=viewer_id)
         added = await conversations.insert_members(
             conn, created.id, [(viewer_id, OWNER)] + [(uid, MEMBER) for uid in others]
         )
         await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=added)])
         return created.id
+
+
+async def _check_groups_per_day_txn(conn: Connection, viewer_id: int, max_per_day: int) -> None:
+    """LIMIT_EXCEEDED (retryAfter: until the oldest of them is a day old) once the viewer
+    created max_per_day groups in the last 24 hours; the lock lasts until commit."""
+    await conversations.lock_group_quota_txn(conn, viewer_id)
+    recent = await conversations.groups_created_since(conn, viewer_id, DAY_SECONDS)
+    if recent.count >= max_per_day:
+        retry_after = max(1, math.ceil(DAY_SECONDS - (recent.oldest_age or 0.0)))
+        raise LimitExceeded(
+            f"at most {max_per_day} new groups per user in 24 hours; retry after {retry_after} s",
+            reason="GROUPS_PER_DAY",
+            retryAfter=retry_after,
+        )
 
 
 async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int) -> Row:
@@ -67,13 +102,36 @@ async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int
     return conv
 
 
-async def do_add_members(
-    database: Database, viewer_id: int, conversation_id: int, user_ids: list[int], *, max_members: int
+async def check_add_members(
+    database: Database, viewer_id: int, conversation_id: int, user_ids: list[int], *, policy: MembershipPolicy
 ) -> None:
-    """Any member may add people to a group; ids already present are ignored.
+    """Before the transaction: the viewer must be in the group (NOT_FOUND otherwise, as everywhere),
+    and the policy must allow the people not in it yet. do_add_members checks the membership
+    again under the lock; nobody waits on the lock while the policy is asked."""
+    async with database.connection() as conn:
+        rows = await conversations.for_viewer(conn, [conversation_id], viewer_id)
+        if not rows:
+            raise conversation_not_found(conversation_id)
+        if rows[0].type == DIRECT:
+            raise Forbidden("members of a direct conversation cannot change")
+        present = await conversations.member_ids_among(conn, conversation_id, user_ids)
+    await check_may_add(policy, viewer_id, [uid for uid in user_ids if uid not in present], GROUP, conversation_id)
+
+
+async def do_add_members(
+    database: Database,
+    viewer_id: int,
+    conversation_id: int,
+    user_ids: list[int],
+    *,
+    max_members: int,
+    policy: MembershipPolicy = ALLOW_ALL,
+) -> None:
+    """Any member may add people to a group (if the policy allows); ids already present are ignored.
 
     New members start with nothing unread: their watermark is the current lastSeq.
     """
+    await check_add_members(database, viewer_id, conversation_id, user_ids, policy=policy)
     async with database.transaction() as conn:
         conv = await _lock_group_txn(conn, conversation_id, viewer_id)
         present = await conversations.member_ids_among(conn, conversation_id, user_ids)

@@ -31,9 +31,34 @@ async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: i
     )
 
 
-async def insert_conversation(conn: Connection, type_: str, title: str | None) -> Row:
+async def insert_conversation(conn: Connection, type_: str, title: str | None, created_by: int | None = None) -> Row:
     return await conn.fetchrow(
-        "INSERT INTO conversation (type, title) VALUES ($1, $2) RETURNING id, created_at", type_, title
+        "INSERT INTO conversation (type, title, created_by) VALUES ($1, $2, $3) RETURNING id, created_at",
+        type_, title, created_by,
+    )
+
+
+_GROUP_QUOTA_LOCK = 7261303  # advisory lock namespace (two-key form): one user's group creations, one at a time
+
+
+async def lock_group_quota_txn(conn: Connection, user_id: int) -> None:
+    """Serialize user_id's group creations until the transaction ends, so that two
+    concurrent ones (in any process) cannot both pass the daily count."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1, hashint8($2))", _GROUP_QUOTA_LOCK, user_id)
+
+
+async def groups_created_since(conn: Connection, user_id: int, seconds: float) -> Row:
+    """(count, oldest_age) of the GROUPs user_id created in the last `seconds`;
+    oldest_age: how many seconds ago the oldest of them was created (None without any)."""
+    return await conn.fetchrow(
+        """
+        SELECT count(*) AS count,
+               extract(epoch FROM clock_timestamp() - min(created_at))::float8 AS oldest_age
+          FROM conversation
+         WHERE type = 'GROUP' AND created_by = $1
+           AND created_at > clock_timestamp() - make_interval(secs => $2)
+        """,
+        user_id, float(seconds),
     )
 
 

@@ -1,0 +1,172 @@
+"""uvicorn's HTTP protocol (httptools) with deadlines for slow clients, and the
+uvicorn options `chatgql serve` and the tests' server share.
+
+uvicorn bounds nothing a client takes its time over: a connection that sends
+no bytes, or a request line and headers a byte at a time (slowloris), or a
+body that never completes, holds its socket for as long as the client likes
+(it arms its keep-alive timer only after a response, and any byte cancels
+it). This subclass arms one timer per phase:
+
+- headers: from the connection (or a request's first byte) until the
+  headers are complete: then 408 if the request had begun, else just closed;
+- body: from the headers until the body is complete: then 408 (when no
+  response has started) and closed. A handler that answers without reading
+  the body does not let the client trickle it in forever either.
+
+The headers are capped in size too (431): httptools has no limit of its own
+(uvicorn's h11_max_incomplete_event_size is for h11), and one connection
+sending headers at loopback speed grew the server by 160 MB in a second.
+
+It also applies uvicorn's limit_concurrency to websocket upgrades, which
+uvicorn's httptools protocol lets through before counting (503, as for HTTP),
+and lets go of the HTTP protocol of a connection upgraded to a websocket:
+its parser refers back to it (uvicorn breaks that cycle in connection_lost,
+which an upgraded connection never reaches), so each one waited for the
+collector's full pass with its transport.
+
+What it uses of HttpToolsProtocol beyond the asyncio.Protocol interface:
+data_received, the parser callbacks (on_message_begin,
+on_headers_complete, on_message_complete), handle_websocket_upgrade, and the attributes
+transport, parser, cycle (response_started), connections, tasks,
+limit_concurrency, loop, logger. uvicorn is pinned in pyproject.toml and
+tests/test_slow_client_protocol.py pins the behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .settings import Settings
+
+_SERVICE_UNAVAILABLE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 19\r\nconnection: close\r\n\r\nService Unavailable"
+)
+
+
+def _refusal(status: bytes, message: str, reason: str | None = None) -> bytes:
+    """A GraphQL-shaped LIMIT_EXCEEDED answer that closes the connection."""
+    extensions = {"code": "LIMIT_EXCEEDED"} | ({"reason": reason} if reason else {})
+    body = orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, len(body), body)
+    )
+
+
+def _timeout_response(message: str) -> bytes:
+    return _refusal(b"408 Request Timeout", message, "TIMEOUT")
+
+
+class DeadlineHttpProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol whose request headers and body must arrive in time."""
+
+    def __init__(
+        self, *args: Any, header_timeout: float, body_timeout: float, max_header_bytes: int = 65536, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
+        self.max_header_bytes = max_header_bytes
+        self._header_bytes = 0
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._request_begun = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_timer is not None and not self.transport.is_closing():
+            # Still reading headers after this chunk: all of it was headers (give or take the end
+            # of a previous request). Counted per chunk, so the cap is exceeded by one read at most.
+            self._header_bytes += len(data)
+            if self._header_bytes > self.max_header_bytes:
+                self._cancel_timers()
+                self.transport.write(
+                    _refusal(b"431 Request Header Fields Too Large",
+                             f"the request headers are larger than {self.max_header_bytes} bytes")
+                )
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._request_begun = True
+        if self._header_timer is None:  # a request on a kept-alive connection
+            self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def on_headers_complete(self) -> None:
+        self._header_bytes = 0
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().on_headers_complete()
+        if not (self.parser.should_upgrade() and self._should_upgrade()):
+            self._body_timer = self.loop.call_later(self.body_timeout, self._body_late)
+
+    def on_message_complete(self) -> None:
+        self._request_begun = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        super().on_message_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._cancel_timers()
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            self.logger.warning("Exceeded concurrency limit.")
+            self.transport.write(_SERVICE_UNAVAILABLE)
+            self.transport.close()
+            return
+        super().handle_websocket_upgrade()
+        self.parser = None  # type: ignore[assignment]  # the websocket protocol has the transport now
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._header_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._header_timer = self._body_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        if self._request_begun:
+            late = f"the request headers did not arrive within {self.header_timeout:g} s"
+            self.transport.write(_timeout_response(late))
+        self.transport.close()
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_started:
+            # The handler gets http.disconnect on its next receive() and sends nothing more.
+            late = f"the request body did not arrive within {self.body_timeout:g} s"
+            self.transport.write(_timeout_response(late))
+        self.transport.close()
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """The uvicorn.Config options for slow and idle clients (chatgql serve and the tests' server)."""
+    return {
+        "http": functools.partial(
+            DeadlineHttpProtocol,
+            header_timeout=settings.http_header_timeout_seconds,
+            body_timeout=settings.http_body_timeout_seconds,
+            max_header_bytes=settings.http_max_header_bytes,
+        ),
+        "limit_concurrency": settings.max_connections,
+    }
