@@ -24,6 +24,7 @@ from graphql import parse
 from chatgql import collector
 from chatgql.auth import issue_token
 from chatgql.graphql.acyclic import unlink_tokens
+from chatgql.httpprotocol import uvicorn_options
 from chatgql.websocket import LeanWebSocketProtocol
 
 from .conftest import GraphQLClient, RunningServer, make_settings
@@ -36,12 +37,13 @@ INBOX = "{ inbox(first: 5) { nodes { id title memberCount unreadCount lastMessag
 
 
 class LeanServer(RunningServer):
-    """RunningServer with the websocket protocol `chatgql serve` uses."""
+    """RunningServer with the protocols `chatgql serve` uses."""
 
     def __init__(self, settings) -> None:
         super().__init__(settings)
         self.server = uvicorn.Server(uvicorn.Config(
             self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", ws=LeanWebSocketProtocol,
+            **uvicorn_options(settings),
         ))
 
 
@@ -145,12 +147,15 @@ def test_a_freeze_after_a_validation_collects_first(monkeypatch):
     monkeypatch.setattr(collector.gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(collector.gc, "collect", lambda generation=2: calls.append(f"collect {generation}"))
     monkeypatch.setattr(collector, "_cyclic_work_since_freeze", False)
+    monkeypatch.setattr(collector, "_last_collecting_freeze", float("-inf"))
     collector.freeze()
     assert calls == ["freeze"]
     calls.clear()
     collector.cyclic_work_done()
     collector.freeze()  # the validation's garbage may have left the young generation: collected first
     collector.freeze()
+    collector.cyclic_work_done()
+    collector.freeze()  # within a second of the last collecting freeze: it waits
     assert calls == ["collect 1", "freeze", "freeze"]
 
 
