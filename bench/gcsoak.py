@@ -53,7 +53,8 @@ SUB_MESSAGES = "subscription { messageNew { conversationId seq message { senderI
 SUB_READS = "subscription { readUpdated { conversationId userId lastReadSeq } }"
 SEND = ("mutation Send($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b)"
         " { duplicate message { seq createdAt } } }")
-READ = "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
+READ = ("mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s)"
+        " { lastReadSeq advanced unreadCount } }")
 
 
 async def seed(conn, users: int) -> None:
@@ -68,7 +69,9 @@ async def seed(conn, users: int) -> None:
            SELECT $1 + 1 + (u - 1) / $4, $2 + u, 'MEMBER' FROM generate_series(1, $3::int) u""",
         CID0, USER0, users, GROUP_SIZE,
     )
-    await conn.execute("SELECT setval(pg_get_serial_sequence('conversation', 'id'), (SELECT max(id) FROM conversation))")
+    await conn.execute(
+        "SELECT setval(pg_get_serial_sequence('conversation', 'id'), (SELECT max(id) FROM conversation))"
+    )
     await conn.execute("VACUUM ANALYZE")
 
 
@@ -219,7 +222,8 @@ def distinct_document(i: int, rng: random.Random) -> str:
     parts = []
     for k in range(rng.randint(3, 6)):
         fields = " ".join(rng.sample(CONVERSATION_FIELDS, rng.randint(3, 8)))
-        parts.append(f"i{i}_{k}: inbox(first: {rng.randint(1, 5)}) {{ nodes {{ {fields} }} pageInfo {{ hasNextPage }} }}")
+        first = rng.randint(1, 5)
+        parts.append(f"i{i}_{k}: inbox(first: {first}) {{ nodes {{ {fields} }} pageInfo {{ hasNextPage }} }}")
     parts.append(f"v{i}: viewer {{ userId totalUnread unreadConversations }}")
     if i % 4 == 0:
         parts.append(f"nope{i}: viewer {{ missing{i} }}")
@@ -351,6 +355,8 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
 # The collector policy chatgql ran before bench/gcsoak.py existed (start-up objects frozen,
 # young threshold 10,000, nothing frozen later); the other side runs the settings' defaults.
 BASELINE_ENV = {"CHATGQL_GC_FREEZE_EVERY_YOUNG": "0", "CHATGQL_GC_YOUNG_THRESHOLD": "10000"}
+# Sides to choose from (--sides): the environment each server gets on top of the bench's.
+SIDES = {"baseline": BASELINE_ENV, "product": {}, "young2000": {"CHATGQL_GC_YOUNG_THRESHOLD": "2000"}}
 
 
 async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, users: int, rate: float,
@@ -374,15 +380,15 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
             kafka = await asyncio.to_thread(Kafka.start, scratch / "kafka")
         for side in sides:
             server = Server(pg.url, scratch, kafka)
-            if side == "baseline":
-                server.env.update(BASELINE_ENV)
+            server.env.update(SIDES[side])
             server.spawn()
             try:
                 await asyncio.to_thread(server.wait_ready)
                 result = results["sides"][side] = await soak(server, users, rate, seconds)
                 if doc_seconds > 0:
                     result["distinct_documents"] = await documents(server, users, doc_clients, doc_seconds)
-                    result["gc_pause_longest_ms_at_end"] = gc_figures(await asyncio.to_thread(server.metrics))["longest_ms"]
+                    end = gc_figures(await asyncio.to_thread(server.metrics))
+                    result["gc_pause_longest_ms_at_end"] = end["longest_ms"]
                     d = result["distinct_documents"]
                     log(f"gc_soak [{side}] distinct documents: {d['answered']} answered, {d['refused']} refused, "
                         f"HTTP p99 {d['http_ms'].get('p99')} ms; collector during it {d['gc_during']}; frozen at end "
@@ -409,6 +415,9 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+PERCENTILES = "{p50} / {p99} / {max} ms"
+
+
 def markdown(results: dict) -> str:
     """The soak's figures, side by side."""
     sides = list(results["sides"])
@@ -417,25 +426,29 @@ def markdown(results: dict) -> str:
         ("**chatgql_gc_pause_longest_seconds** after the live soak (since start: connections, soak)",
          lambda r: f"**{r['gc_pause_longest_ms']} ms**"),
         ("... after every client left", lambda r: f"{r['gc_pause_longest_ms_after_disconnect']} ms"),
-        ("... after the distinct-documents phase (end of run)", lambda r: f"{r.get('gc_pause_longest_ms_at_end', '-')} ms"),
-        *[(f"live soak: gen{g} collections, total pause", lambda r, g=g: f"{r['gc_during_soak'][f'gen{g}']['collections']}, "
-           f"{r['gc_during_soak'][f'gen{g}']['pause_ms']} ms") for g in range(3)],
-        ("live soak: HTTP sendMessage p50 / p99 / max", lambda r: "{p50} / {p99} / {max} ms".format(**r["http"]["send_ms"])),
-        ("live soak: HTTP markRead p50 / p99 / max", lambda r: "{p50} / {p99} / {max} ms".format(**r["http"]["mark_read_ms"])),
-        ("live soak: delivery p50 / p99 / max", lambda r: "{p50} / {p99} / {max} ms".format(**r["delivery_ms"])),
-        ("live soak: deliveries (frames), errors", lambda r: f"{r['deliveries']['next']:,}, {r['deliveries']['errors']}"),
+        ("... after the distinct-documents phase (end of run)",
+         lambda r: f"{r.get('gc_pause_longest_ms_at_end', '-')} ms"),
+        *[(f"live soak: gen{g} collections, total pause",
+           lambda r, g=g: "{collections}, {pause_ms} ms".format(**r["gc_during_soak"][f"gen{g}"])) for g in range(3)],
+        ("live soak: HTTP sendMessage p50 / p99 / max", lambda r: PERCENTILES.format(**r["http"]["send_ms"])),
+        ("live soak: HTTP markRead p50 / p99 / max", lambda r: PERCENTILES.format(**r["http"]["mark_read_ms"])),
+        ("live soak: delivery p50 / p99 / max", lambda r: PERCENTILES.format(**r["delivery_ms"])),
+        ("live soak: deliveries (frames), errors", lambda r: "{next:,}, {errors}".format(**r["deliveries"])),
         ("live soak: CPU server / machine busy (2 cores = 100%)",
          lambda r: f"{r['cpu']['pct_of_one_core'].get('server')}% of a core / {r['cpu']['machine_busy_pct']}%"),
         ("frozen objects: before connections / end of soak / all left",
-         lambda r: "{before_connections:,} / {end_of_soak:,} / {after_all_disconnected:,}".format(**r["frozen_objects"])),
+         lambda r: "{before_connections:,} / {end_of_soak:,} / {after_all_disconnected:,}".format(
+             **r["frozen_objects"])),
         ("server RSS: before connections / end of soak / all left",
          lambda r: "{before_connections} / {end_of_soak} / {after_all_disconnected} MiB".format(**r["rss_mb"])),
         ("distinct documents: answered + refused, HTTP p99",
-         lambda r: (lambda d: f"{d['answered']:,} + {d['refused']:,}, {d['http_ms'].get('p99')} ms")(r["distinct_documents"])
+         lambda r: (lambda d: f"{d['answered']:,} + {d['refused']:,}, {d['http_ms'].get('p99')} ms")(
+             r["distinct_documents"])
          if "distinct_documents" in r else "-"),
         *[(f"distinct documents: gen{g} collections, total pause, longest <= bucket",
            lambda r, g=g: (lambda d: f"{d['collections']}, {d['pause_ms']} ms, {d['longest_at_most_s']} s")(
-               r["distinct_documents"]["gc_during"][f"gen{g}"]) if "distinct_documents" in r else "-") for g in range(3)],
+               r["distinct_documents"]["gc_during"][f"gen{g}"]) if "distinct_documents" in r else "-")
+          for g in range(3)],
         ("distinct documents: frozen objects at the end",
          lambda r: f"{r['distinct_documents']['frozen_objects_at_end']:,}" if "distinct_documents" in r else "-"),
     ]
@@ -443,7 +456,8 @@ def markdown(results: dict) -> str:
         "# Garbage-collector soak (`python -m bench.gcsoak`)", "",
         f"{results['users']:,} websockets, two subscriptions each, {results['rate_per_s']:g} sendMessage/s + as many "
         f"markRead/s for {results['seconds']:g} s ({results['bus']} bus); then every client leaves; then "
-        f"{results.get('doc_clients', '-')} clients send new documents back to back for {results.get('doc_seconds', '-')} s. "
+        f"{results.get('doc_clients', '-')} clients send new documents back to back for "
+        f"{results.get('doc_seconds', '-')} s. "
         "Sides on fresh servers, same database, one after the other. `baseline`: the collector policy before "
         f"(`{results['baseline_env']}`); `product`: the defaults (src/chatgql/collector.py). Wall-clock pauses: a busy "
         "machine stretches them (see machine busy).", "",
@@ -471,12 +485,14 @@ if __name__ == "__main__":
                         help="then, with no websocket open, a new document per request for this long (0: skip)")
     parser.add_argument("--doc-clients", type=int, default=4, help="clients sending new documents back to back")
     parser.add_argument("--sides", default="baseline,product",
-                        help="which soaks to run, in order: baseline (the earlier collector policy), product")
+                        help="which soaks to run, in order: baseline (the earlier collector policy), product "
+                             "(the defaults), young2000 (the defaults with a young threshold of 2,000)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "gc_soak.json")
     args = parser.parse_args()
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
-    result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate,
-                              [x.strip() for x in args.sides.split(",") if x.strip()], args.doc_seconds, args.doc_clients))
+    sides = [x.strip() for x in args.sides.split(",") if x.strip()]
+    result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate, sides,
+                              args.doc_seconds, args.doc_clients))
     print(markdown(result))
     sys.exit(0)

@@ -31,7 +31,8 @@ from .conftest import GraphQLClient, RunningServer, make_settings
 from .events.helpers import MESSAGE_NEW, READ_UPDATED, WsClient, wait_active_subscriptions
 
 SERVER_SIDE = ("chatgql.", "strawberry.", "graphql.", "starlette.", "uvicorn.", "websockets.server")
-SEND = "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"x\") { message { seq } } }"
+SEND = ('mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "x")'
+        " { message { seq } } }")
 READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { advanced } }"
 INBOX = "{ inbox(first: 5) { nodes { id title memberCount unreadCount lastMessage { seq body } } } }"
 

@@ -22,12 +22,14 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
   tests/test_gc.py checks), and
   chatgql_gc_frozen_objects shows whether frozen memory comes back after
   clients leave.
-- Young collections every `gc_young_threshold` (2,000) net allocations instead of 700 or 10,000:
-  every event handed to an idle subscription replaces its waiting state (an
+- Young collections every `gc_young_threshold` (1,000) net allocations
+  instead of 700 or 10,000: every event handed to an idle subscription replaces its waiting state (an
   await chain of a dozen objects), the replaced state is freed from the old
   generations, and so the young generation holds about three times its
   nominal threshold when it is collected; at 10,000 a young pass walked
-  ~30,000 objects (25 ms) and a middle one ~100,000 (70 ms).
+  ~30,000 objects (25 ms) and a middle one ~100,000 (70 ms). 1,000 rather
+  than 2,000: in one soak (bench/RESULTS.gc.md) the longest pause was 17 ms
+  against 36 ms, for about as much collector time in all.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def keep_startup_objects_out_of_gc() -> None:
     _process_opted_in = True
 
 
-def freeze_survivors(young_threshold: int, every_young: int, run: Callable[[Callable[[], None]], object]) -> Callable[[], None]:
+def freeze_survivors(
+    young_threshold: int, every_young: int, run: Callable[[Callable[[], None]], object]
+) -> Callable[[], None]:
     """Young collections every `young_threshold` net allocations; after every `every_young`-th
     one, `run(freeze)`: freeze what survived it, soon after, where no work making short-lived
     cycles is under way (graphql/validation.py runs it between two validations, in their thread).

@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     # is alive at start): later collections never walk it again (collector.py).
     gc_freeze_every_young: int = Field(default=3, ge=0)
     # Net allocations between young collections (CPython's default is 700).
-    gc_young_threshold: int = Field(default=2_000, ge=100)
+    gc_young_threshold: int = Field(default=1_000, ge=100)
 
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
