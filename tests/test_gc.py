@@ -157,7 +157,7 @@ def test_a_freeze_after_a_validation_collects_first(monkeypatch):
     collector.freeze()
     collector.cyclic_work_done()
     collector.freeze()  # within a second of the last collecting freeze: it waits
-    assert calls == ["collect 1", "freeze", "freeze"]
+    assert calls == ["collect 2", "freeze", "freeze"]
 
 
 async def test_freezes_run_between_validations(monkeypatch):
