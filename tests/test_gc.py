@@ -185,3 +185,25 @@ async def test_freezes_run_between_validations(monkeypatch):
     await asyncio.sleep(0.1)
     assert order == ["validation", "freeze"]
 
+
+
+async def test_copies_of_a_document_being_validated_are_not_validated_again(monkeypatch):
+    from chatgql.graphql import validation
+
+    calls = []
+    release = asyncio.Event()
+
+    async def slow_validate(schema, document, limits, rules):
+        calls.append(document)
+        await release.wait()
+        return [] if document.loc.source.body.startswith("{ ok") else ["refused"]
+
+    monkeypatch.setattr(validation, "validate", slow_validate)
+    ok = [asyncio.ensure_future(validation.validate_once("{ ok }", None, parse("{ ok }"), None, ())) for _ in range(5)]
+    bad = [asyncio.ensure_future(validation.validate_once("{ no }", None, parse("{ no }"), None, ())) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert len(calls) == 2  # one of each text while it is under way
+    release.set()
+    assert await asyncio.gather(*ok) == [[]] * 5
+    assert await asyncio.gather(*bad) == [["refused"]] * 3  # refusals are not shared: each copy on its own
+    assert len(calls) == 4 and not validation._validating
