@@ -4,7 +4,7 @@ Operations: the queries (viewer, conversation, Conversation.members,
 Conversation.messages, inbox, messages, sync), the mutations
 (createDirectConversation, createGroup, addMembers, removeMember, sendMessage,
 markRead) and both subscriptions (messageNew, readUpdated, with and without
-conversationId).
+conversationId; messageNew resumed from cursors).
 
 Callers: a non-member, a removed member, a MEMBER (not OWNER) removing someone
 else, and five token problems (expired, signed with another key, non-numeric
@@ -340,6 +340,9 @@ async def test_http_sync_mixing_an_own_and_a_foreign_conversation_is_not_found_a
 SUBSCRIPTIONS = {
     "messageNew(conversationId)": (MESSAGE_NEW, True),
     "messageNew": (MESSAGE_NEW, False),
+    # Resumable: the cursor names the conversation (replayed from the database, then live).
+    "messageNew(cursors)": ("subscription($c: ID!) { messageNew(cursors: [{conversationId: $c, afterSeq: 0}]) "
+                            "{ conversationId seq message { seq senderId body } } }", True),
     "readUpdated(conversationId)": (READ_UPDATED, True),
     "readUpdated": (READ_UPDATED, False),
 }

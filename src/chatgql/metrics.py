@@ -5,8 +5,10 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 
 class Metrics:
@@ -66,3 +68,28 @@ class Metrics:
 
         gc.callbacks.append(on_gc)
         return lambda: gc.callbacks.remove(on_gc)
+
+
+    def watch_planner(self, stats: Any) -> None:
+        """Report the plan-once executor's counters (graphql/plan/: a PlanStats it keeps itself)."""
+        self.registry.register(_PlannerCollector(stats))
+
+
+class _PlannerCollector:
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+
+    def collect(self) -> Any:
+        stats = self.stats
+        yield CounterMetricFamily("chatgql_plans_built", "Execution plans compiled", value=stats.built)
+        yield CounterMetricFamily(
+            "chatgql_plan_executions", "Operations (HTTP requests, subscription events) run by plan", value=stats.executions
+        )
+        fallbacks = CounterMetricFamily(
+            "chatgql_plan_fallbacks",
+            "Accepted documents run by graphql-core's executor instead, by reason",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.fallbacks.items()):
+            fallbacks.add_metric([reason], count)
+        yield fallbacks

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     # answers 503 (keep it below the process's open-file limit, ulimit -n).
     max_connections: int = Field(default=15_000, ge=1)
 
+    # Plan-once execution of accepted documents (graphql/plan/): off runs every document
+    # through graphql-core's executor, as before.
+    planner: bool = True
+
     # Garbage collector
     # `chatgql serve` freezes what survived after every this many young collections (0: only what
     # is alive at start): later collections never walk it again (collector.py).

@@ -5,10 +5,12 @@ The first time a document arrives it takes the whole way through Strawberry:
 the token limit, parsing, the operation-type checks, validation with chatgql's
 rules (depth, aliases, fields, no introspection in production). When it passes
 all of that, `context.ChatOperation` keeps the parsed document here. From then
-on an HTTP POST carrying the same text is executed straight by graphql-core's
-executor, with the same schema, the same resolvers, the same execution context
-class and the same error rewriting (`Schema.process_errors`), and the relay is
-woken after a mutation as `ChatOperation.on_execute` does.
+on an HTTP POST carrying the same text is executed by its plan (graphql/plan/)
+or, where the planner declines or is switched off, by execute_accepted below:
+straight by graphql-core's executor, with the same schema, the same resolvers,
+the same execution context class and the same error rewriting
+(`Schema.process_errors`). Either way the relay is woken after a mutation as
+`ChatOperation.on_execute` does.
 
 What it skips is per-request overhead that cannot change the answer for a
 document already known to be valid: building a dozen extension objects and

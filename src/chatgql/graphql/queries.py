@@ -10,12 +10,14 @@ from ..errors import conversation_not_found
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync
 from ..store import conversations
+from .nodes import load_node, load_nodes
 from .types import (
     Conversation,
     ConversationConnection,
     ConversationSync,
     Message,
     MessageConnection,
+    Node,
     PageInfo,
     SyncCursor,
     Viewer,
@@ -61,7 +63,7 @@ class Query:
             await Conversation.preload_last_messages(info, nodes)
         return ConversationConnection(
             nodes=nodes,
-            activity=[row.activity_at for row in page],
+            activity=[row["activity_at"] for row in page],
             page_info=PageInfo(
                 has_next_page=more,
                 has_previous_page=after is not None,
@@ -85,6 +87,18 @@ class Query:
         return await load_message_page(
             info, int(conversation.id), conversation.last_seq, first, after, last, before
         )
+
+    @strawberry.field(
+        description="The object with this global id (Node.id), or null when there is none the viewer may see."
+    )
+    async def node(self, info: Info, id: ID) -> Node | None:
+        info.context.viewer_id
+        return await load_node(info, id)
+
+    @strawberry.field(description="node(id:) for each id, in order (at most 200).")
+    async def nodes(self, info: Info, ids: list[ID]) -> list[Node | None]:
+        info.context.viewer_id
+        return await load_nodes(info, ids)
 
     @strawberry.field(
         description="Catch-up after being offline: per conversation, what came after the seq the client holds."

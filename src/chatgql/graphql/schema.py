@@ -23,7 +23,6 @@ from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.http import process_result
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
@@ -31,10 +30,13 @@ from strawberry.types.graphql import OperationType
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
 from .errors import redact, to_contract_errors
+from .graphiql import GraphiQLFiles
 from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
+from .http import GraphQLOverHTTP, refusal_body, response_media_type
 from .limits import OperationLimits
 from .mutations import Mutation
-from .prepared import AcceptedDocuments, execute_accepted, is_executable, operation_type
+from .plan import Planner
+from .prepared import AcceptedDocuments, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
 from .shared import SharedEventExecutor, SharedResults
@@ -45,6 +47,7 @@ class ChatSchema(strawberry.Schema):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, execution_context_class=SharedEventExecutor, **kwargs)
         self.shared_results = SharedResults()
+        self.planner: Planner | None = None  # set by ChatGraphQL: runs subscription events by plan too
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Expected errors (NOT_FOUND, BAD_USER_INPUT, ...) are answers, not incidents:
@@ -100,7 +103,7 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
-class ChatGraphQL(GraphQL):
+class ChatGraphQL(GraphQLOverHTTP, GraphQL):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
     graphql_transport_ws_handler_class = TransportWSHandler
@@ -109,6 +112,7 @@ class ChatGraphQL(GraphQL):
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
+        self.planner = Planner(enabled=settings.planner, maxsize=1024)
         super().__init__(
             build_schema(
                 introspection=settings.introspection_enabled,
@@ -125,7 +129,14 @@ class ChatGraphQL(GraphQL):
             **kwargs,
         )
         self.deps = deps
+        self.schema.planner = self.planner
+        self.graphiql = GraphiQLFiles() if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        """chatgql's own GraphiQL page: every asset from this server (graphiql.py)."""
+        assert self.graphiql is not None  # graphql_ide is set only when it is enabled
+        return self.graphiql.page(request)
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
         return Context(deps=self.deps, request=request, response=response)
@@ -160,14 +171,14 @@ class ChatGraphQL(GraphQL):
             # The reason may quote the request (an operationName): shortened; a lone surrogate can't be UTF-8.
             message = redact(error.reason, hide_suggestions=True)
             message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+            media_type = response_media_type(Headers(scope=scope).get("accept"))
             response = JSONResponse(
-                {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
-                status_code=error.status_code,
+                refusal_body(message, code, media_type), status_code=error.status_code, media_type=media_type
             )
         await response(scope, receive, send)
 
     async def _run_accepted(self, scope: Scope, body: bytes) -> Response | None:
-        """A POST of a document accepted before: execute it directly (prepared.py).
+        """A POST of a document accepted before: execute it directly (prepared.py), by plan (plan/).
         None: not that case; the request goes the ordinary way."""
         headers = Headers(scope=scope)
         if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
@@ -188,18 +199,18 @@ class ChatGraphQL(GraphQL):
             return None
         if not isinstance(variables, dict | None) or not isinstance(operation_name, str | None):
             return None
-        if data.get("extensions"):
-            return None
+        if data.get("extensions") not in (None, {}):
+            return None  # extensions to read, or not an object: the ordinary path answers (400 for the latter)
         kind = operation_type(document, operation_name)
         if not is_executable(kind):
             return None
         context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
         result = await self._within_timeout(
-            execute_accepted(self.schema, document, variables, operation_name, context)
+            self.planner.execute(self.schema, document, query, variables, operation_name, context)
         )
         if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
             self.deps.wakeup.wake()
-        return Response(self.encode_json(process_result(result)), media_type="application/json")
+        return self.graphql_response(result, headers.get("accept"))
 
     def encode_json(self, data: object) -> str:
         """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key)."""

@@ -1,34 +1,50 @@
 """One execution per subscription event and document, not one per subscriber.
 
 Every subscriber of an event runs the same selection set on the same event.
-When that selection reads only the event itself (no field that loads data or
-depends on who is asking: see SHARABLE), the first subscriber's result is
-reused by the others holding the same document and variables. Any other
-selection (seenBy, seen, seenByCount, a directive other than @include/@skip)
-is executed per subscriber as before, as is any result that carries errors.
+When that selection reads only the event itself and what is read once per
+event for all its subscribers (seen, seenByCount and seenBy read the event's
+roster: loaders.EventRosters), and nothing that depends on who is asking (see
+SHARABLE), the first subscriber's result is reused by the others holding the
+same document and variables. Any other selection (a directive other than
+@include/@skip, a field not listed) is executed per subscriber as before, as
+is any result that carries errors.
+Either way an event is executed by plan when the planner has one for the
+operation (graphql/plan/, Planner.execute_event), else by graphql-core.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import Any
 
-from graphql import ExecutionResult, FieldNode, FragmentSpreadNode, InlineFragmentNode, SelectionSetNode
+from graphql import (
+    ExecutionResult,
+    FieldNode,
+    FragmentSpreadNode,
+    InlineFragmentNode,
+    OperationType,
+    SelectionSetNode,
+)
 
 from .acyclic import AcyclicExecutionContext
 
-# Fields, by parent type, whose value comes from the event alone.
+# Fields, by parent type, whose value is the same for every subscriber of an event.
 SHARABLE: dict[str, frozenset[str]] = {
     "Subscription": frozenset({"messageNew", "readUpdated"}),
     "MessageNewEvent": frozenset({"conversationId", "seq", "message"}),
-    "Message": frozenset({"conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt"}),
-    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq"}),
+    "Message": frozenset(
+        {"id", "conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt", "seenByCount", "seen", "seenBy"}
+    ),
+    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq", "member"}),
+    "Member": frozenset({"id", "userId", "lastReadSeq"}),  # role and joinedAt are loaded
 }
 # The type each sharable object field leads to.
 CHILD: dict[tuple[str, str], str] = {
     ("Subscription", "messageNew"): "MessageNewEvent",
     ("Subscription", "readUpdated"): "ReadUpdatedEvent",
     ("MessageNewEvent", "message"): "Message",
+    ("ReadUpdatedEvent", "member"): "Member",
 }
 VARIABLE_ONLY_DIRECTIVES = frozenset({"include", "skip"})  # their value is part of the key
 
@@ -80,11 +96,12 @@ class SharedResults:
         self._max = max_entries
         self._entries: OrderedDict[tuple, tuple[object, object, ExecutionResult]] = OrderedDict()
 
-    def get(self, key: tuple) -> ExecutionResult | None:
+    def get(self, key: tuple) -> ExecutionResult | asyncio.Future | None:
+        """The result, or the future of one a subscriber is computing (in flight)."""
         found = self._entries.get(key)
         return None if found is None else found[2]
 
-    def put(self, key: tuple, event: object, operation: object, result: ExecutionResult) -> None:
+    def put(self, key: tuple, event: object, operation: object, result: ExecutionResult | asyncio.Future) -> None:
         self._entries[key] = (event, operation, result)
         if len(self._entries) > self._max:
             self._entries.popitem(last=False)
@@ -102,6 +119,31 @@ class _Done:
         return self.result
 
 
+class _InFlight:
+    """Stands in for a per-event executor while another subscriber computes the same result (its
+    selection awaits a read, e.g. the event's roster): waits for that result. One that ended with
+    errors, or not at all, is not shared: then this subscriber executes its own."""
+
+    __slots__ = ("future", "executor")
+
+    def __init__(self, future: asyncio.Future, executor: SharedEventExecutor) -> None:
+        self.future = future
+        self.executor = executor
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        return self._wait(serially)
+
+    async def _wait(self, serially: bool | None) -> ExecutionResult:
+        try:
+            result = await asyncio.shield(self.future)  # shield: leaving must not cancel it for others
+        except Exception:  # noqa: BLE001 - the other subscriber's failure; this one tries its own
+            result = None
+        if result is not None and not result.errors:
+            return result
+        own = self.executor._execute(serially)
+        return await own if self.executor.is_awaitable(own) else own
+
+
 class SharedEventExecutor(AcyclicExecutionContext):
     """Strawberry's executor; per subscription event, reuses a result when the selection allows it."""
 
@@ -112,11 +154,24 @@ class SharedEventExecutor(AcyclicExecutionContext):
         if shared is not None:
             key = self._key(payload)
             found = shared.get(key) if key is not None else None
-            if found is not None:
+            if isinstance(found, ExecutionResult):
                 return _Done(found)  # no executor to copy: execute_subscription_event only calls this
+            executor = super().build_per_event_executor(payload)
+            executor._shared = shared
+            return executor if found is None else _InFlight(found, executor)
         executor = super().build_per_event_executor(payload)
         executor._shared = shared
         return executor
+
+    def _execute(self, serially: bool | None) -> Any:
+        """A subscription event by plan when the planner has one (graphql/plan/), else graphql-core."""
+        if self.operation.operation is OperationType.SUBSCRIPTION and self.abort_signal is None:
+            planner = getattr(getattr(self.schema, "_strawberry_schema", None), "planner", None)
+            if planner is not None:
+                result = planner.execute_event(self)
+                if result is not None:
+                    return result
+        return super().execute_operation(serially)
 
     def _key(self, payload: Any) -> tuple | None:
         source = getattr(payload, "source", None)
@@ -141,16 +196,21 @@ class SharedEventExecutor(AcyclicExecutionContext):
         shared = self._shared
         key = self._key(self.root_value) if shared is not None else None
         if key is None:
-            return super().execute_operation(serially)
+            return self._execute(serially)
         source = self.root_value.source
         found = shared.get(key)
-        if found is not None:
+        if isinstance(found, ExecutionResult):
             return found
-        result = super().execute_operation(serially)
+        if found is not None:
+            return _InFlight(found, self).execute_operation(serially)
+        result = self._execute(serially)
         if self.is_awaitable(result):
+            # In flight: the event's other subscribers wait for this one instead of executing it too.
+            future = asyncio.ensure_future(result)
+            shared.put(key, source, self.operation, future)
 
             async def store() -> Any:
-                done = await result
+                done = await asyncio.shield(future)
                 if not done.errors:
                     shared.put(key, source, self.operation, done)
                 return done

@@ -2,25 +2,54 @@
 
 Over websockets the context lives as long as the connection, so every event
 gets its own loaders (nothing is cached across events), made when a field of
-that event first needs one. Each event keeps the dispatched dict it came from
-(`source`): subscribers of one event may share its result (see shared.py).
+that event first needs one; the roster (seen, seenByCount, seenBy) is read
+once per event for all its subscribers (loaders.EventRosters). Each event
+keeps the dispatched dict it came from (`source`): subscribers of one event
+may share its result (see shared.py).
+
+Resumable messageNew (`cursors`, the SyncCursor shape sync takes): first
+every message after the cursors from the database, then live, with no gap
+and no duplicate. The order of the steps is what makes it gap-free:
+
+1. register with the Dispatcher first: from then on every dispatched event
+   is buffered for this subscription;
+2. then read the database: each conversation's lastSeq and the messages up to
+   it (services.history.read_replay). A message is dispatched only after its
+   transaction committed; one that committed after the read started is
+   dispatched after step 1, so it is in the buffer, and one that committed
+   before it is in the read: every message is in one or the other;
+3. deliver the replay, then the live events, dropping any whose seq is not
+   above what the client holds for its conversation (the cursor, then each
+   seq delivered): what was both read and buffered, and the duplicates that
+   at-least-once delivery may bring, reach the client once.
+
+Too far behind (more than CHATGQL_SUBSCRIBER_BUFFER messages to replay in
+all), the subscription ends at once with the resync error (LIMIT_EXCEEDED,
+reason REPLAY_TOO_LONG, resync: true): catch up with sync, subscribe again.
+While the replay is delivered, live events wait in the same bounded buffer
+as always; a client too slow to take them is cut off with resync too.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Annotated, Any
 from uuid import UUID
 
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..errors import conversation_not_found
+from ..errors import BadUserInput, conversation_not_found
 from ..events import types as events
 from ..services.checks import check_id
-from .types import Message, MessageNewEvent, ReadUpdatedEvent
+from ..services.history import read_replay
+from .loaders import EventRosters
+from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
 async def _events(info: Info, conversation_id: ID | None, event_type: str) -> Any:
@@ -36,13 +65,18 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> An
     return ctx.deps.dispatcher.subscribe(viewer, cid, event_type)
 
 
-_last: list = [None, None]  # [event, its Message fields]: an event's subscribers come one after another
+# Recent message.new events -> (event, its Message fields, its rosters): what every subscriber of an
+# event shares, made once per event. Keyed by id(event); holding the event keeps its id from being reused.
+# An event's subscribers mostly come one after another; a few events may interleave.
+_recent: OrderedDict[int, tuple[dict, dict, EventRosters]] = OrderedDict()
+_RECENT = 64
 
 
-def _message_fields(event: dict) -> dict:
-    """A message.new event's fields as Message takes them (parsed once per event, not per subscriber)."""
-    if _last[0] is not event:
-        _last[1] = {
+def _for_event(event: dict, database: Any) -> tuple[dict, EventRosters]:
+    """A message.new event's fields as Message takes them, and its shared rosters (once per event)."""
+    found = _recent.get(id(event))
+    if found is None or found[0] is not event:
+        fields = {
             "conversation_id": ID(str(event["conversationId"])),
             "seq": event["seq"],
             "sender_id": ID(str(event["senderId"])),
@@ -50,8 +84,10 @@ def _message_fields(event: dict) -> dict:
             "body": event["body"],
             "created_at": datetime.fromisoformat(event["createdAt"]),
         }
-        _last[0] = event
-    return _last[1]
+        found = _recent[id(event)] = (event, fields, EventRosters(database))
+        if len(_recent) > _RECENT:
+            _recent.popitem(last=False)
+    return found[1], found[2]
 
 
 @strawberry.type
@@ -61,11 +97,55 @@ class Subscription:
         "when conversationId is omitted."
     )
     async def message_new(
-        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+        self,
+        info: Info,
+        conversation_id: ID | None = strawberry.UNSET,
+        cursors: Annotated[
+            list[SyncCursor] | None,
+            strawberry.argument(
+                description="Resume: first every message after these cursors (as sync takes them), "
+                "from the database, then live, with no gap and no duplicate (by conversationId and seq). "
+                "More than CHATGQL_SUBSCRIBER_BUFFER messages behind: LIMIT_EXCEEDED with resync: true."
+            ),
+        ] = strawberry.UNSET,
     ) -> AsyncGenerator[MessageNewEvent, None]:
+        if cursors is strawberry.UNSET or cursors is None:
+            async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
+                async for event in subscription:
+                    fields, rosters = _for_event(event, info.context.database)
+                    message = Message(**fields, new_loaders=partial(info.context.fresh_loaders, rosters))
+                    yield MessageNewEvent(
+                        conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
+                    )
+            return
+        ctx = info.context
+        ctx.viewer_id
+        parsed = [(check_id(c.conversation_id, "conversationId"), c.after_seq) for c in cursors]
+        only = None if conversation_id is None or conversation_id is strawberry.UNSET else conversation_id
+        if only is not None and any(cid != check_id(only, "conversationId") for cid, _ in parsed):
+            raise BadUserInput("with conversationId, every cursor must be for that conversation")
         async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
+            replay = await read_replay(  # after registering: see the module docstring
+                ctx.database,
+                ctx.viewer_id,
+                parsed,
+                bound=ctx.settings.subscriber_buffer,
+                max_cursors=ctx.settings.max_sync_cursors,
+            )
+            held = replay.held
+            # The replay is one read of one moment: its messages share one set of loaders.
+            replay_loaders = functools.cache(ctx.fresh_loaders)
+            for row in replay.messages:
+                message = Message.from_row(row)
+                message.new_loaders = replay_loaders
+                yield MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message)
             async for event in subscription:
-                message = Message(**_message_fields(event), new_loaders=info.context.fresh_loaders)
+                cid, seq = event["conversationId"], event["seq"]
+                if seq <= held.get(cid, 0):
+                    continue
+                held[cid] = seq
+                fields, rosters = _for_event(event, ctx.database)
+                message = Message(**fields, new_loaders=partial(ctx.fresh_loaders, rosters))
                 yield MessageNewEvent(
                     conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
                 )
@@ -81,4 +161,5 @@ class Subscription:
                     user_id=ID(str(event["userId"])),
                     last_read_seq=event["lastReadSeq"],
                     source=event,
+                    new_loaders=info.context.fresh_loaders,
                 )

@@ -55,3 +55,55 @@ async def read_sync(
         conv = visible[cid]
         results.append(SyncResult(cid, found[:limit], len(found) > limit, conv.last_seq, conv.last_read_seq))
     return results
+
+
+class ReplayTooLong(LimitExceeded):
+    """A resumable subscription's cursors are too far behind to replay; catch up with sync first."""
+
+    def __init__(self, backlog: int, bound: int) -> None:
+        super().__init__(
+            f"subscription ended: {backlog} messages to replay, more than {bound}; "
+            "catch up with sync or messages(after:) and subscribe again",
+            reason="REPLAY_TOO_LONG",
+            resync=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    messages: list[Row]  # per cursor, in cursor order: seq > afterSeq up to lastSeq, ascending
+    held: dict[int, int]  # conversation id -> the highest seq the client holds once these are delivered
+
+
+async def read_replay(
+    database: Database, viewer_id: int, cursors: list[tuple[int, int]], *, bound: int, max_cursors: int
+) -> Replay:
+    """What a resumable subscription delivers before going live: per (conversation_id,
+    after_seq), every message with after_seq < seq <= the conversation's last_seq.
+
+    The seq is gap-free, so last_seq - after_seq is exactly how many there are:
+    when they add up to more than `bound`, ReplayTooLong (resync) before any
+    message is read. Otherwise the range read is exact (every seq up to last_seq
+    is committed). Unknown or foreign conversations are NOT_FOUND, as in sync.
+    Two statements whatever the number of cursors.
+    """
+    if len(cursors) > max_cursors:
+        raise LimitExceeded(f"at most {max_cursors} cursors in one subscription")
+    if len({cid for cid, _ in cursors}) != len(cursors):
+        raise BadUserInput("each conversationId may appear once in cursors")
+    for _, after_seq in cursors:
+        check_seq(after_seq, "afterSeq")
+    if not cursors:
+        return Replay([], {})
+    async with database.connection() as conn:
+        visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
+        for cid, _ in cursors:
+            if cid not in visible:
+                raise conversation_not_found(cid)
+        ranges = [(cid, after, visible[cid].last_seq) for cid, after in cursors if visible[cid].last_seq > after]
+        backlog = sum(last - after for _, after, last in ranges)
+        if backlog > bound:
+            raise ReplayTooLong(backlog, bound)
+        pages = await messages.pages(conn, [(cid, after, last + 1, last - after, False) for cid, after, last in ranges])
+    held = {cid: max(after, visible[cid].last_seq) for cid, after in cursors}
+    return Replay([row for page in pages for row in page], held)

@@ -1,0 +1,93 @@
+"""The planner's uses of graphql-core's and Strawberry's non-public API, in one place.
+
+Each one buys exactness more than speed: the plan must group, skip and call
+exactly as the executor it replaces does, and the surest way is to call the
+same code. Both libraries are pinned exactly in pyproject.toml, and
+tests/test_planner_differential.py (which compares every answer against
+graphql-core's executor) fails if an upgrade changes what these do;
+test_planner_pins_the_versions_it_was_written_for fails on any upgrade.
+
+- graphql.execution.collect_fields.collect_fields / collect_subfields: the
+  executor's own field collection (response-name grouping, fragment type
+  conditions, @skip/@include). A plan is compiled from their output, so its
+  grouping and order are graphql-core's by construction.
+- graphql.execution.collect_fields.FragmentDetails: what collect_fields takes
+  for each fragment.
+- StrawberryResolver's self/root/parent/info parameters and wrapped_func, the
+  schema converter's exception handlers, and strawberry.types.arguments'
+  convert_arguments: to call a resolver the way Strawberry's generated
+  `_resolver` does (get_arguments in strawberry/schema/schema_converter.py),
+  without building a Strawberry Info and a GraphQLResolveInfo per call.
+- The names of a field's resolver functions as Strawberry builds them
+  (`_get_basic_result` marked `_is_default`, `_resolver`, `_async_resolver`,
+  and `lambda event, *_, **__: event` for a subscription's root field): only
+  those shapes are planned, anything else falls back.
+- The qualified name of the is_type_of Strawberry gives a type that implements
+  an interface (`GraphQLCoreConverter.from_object.<locals>...`): an isinstance
+  check that never reads its info, so a plan can call it with none.
+- strawberry.types.Info's `_raw_info` and `_field`: info.PlanInfo is an Info
+  whose `_raw_info` is built on demand (see info.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import graphql
+import strawberry
+from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
+from strawberry.types.arguments import convert_arguments
+
+GRAPHQL_CORE_VERSION = "3.3.2"
+STRAWBERRY_VERSION = "0.341.2"
+
+__all__ = [
+    "FragmentDetails",
+    "collect_fields",
+    "collect_subfields",
+    "convert_arguments",
+    "strawberry_field",
+    "resolver_call_shape",
+    "has_exception_handlers",
+    "is_default_resolver",
+    "versions",
+]
+
+
+def versions() -> tuple[str, str]:
+    """(graphql-core, strawberry) as installed."""
+    from importlib.metadata import version
+
+    return graphql.__version__, version("strawberry-graphql")
+
+
+def strawberry_field(field_def: graphql.GraphQLField) -> Any:
+    """The StrawberryField a graphql-core field was built from, or None."""
+    return (field_def.extensions or {}).get("strawberry-definition")
+
+
+def is_strawberry_type_check(is_type_of: Any) -> bool:
+    """Whether an object type's is_type_of is the one Strawberry builds (isinstance; info unused)."""
+    qualname = getattr(is_type_of, "__qualname__", "")
+    return qualname.split(".<locals>")[0] == "GraphQLCoreConverter.from_object"
+
+
+def is_default_resolver(field_def: graphql.GraphQLField) -> bool:
+    """A field without resolver: Strawberry's `_get_basic_result`, which reads the attribute."""
+    return bool(getattr(field_def.resolve, "_is_default", False))
+
+
+def has_exception_handlers(schema: strawberry.Schema, field: Any) -> bool:
+    """Strawberry's field exception handlers (none in chatgql) change a resolver's call path."""
+    return bool(schema.schema_converter._get_field_exception_handlers(field))
+
+
+def resolver_call_shape(field: Any) -> tuple[Any, bool, tuple[str, ...], str | None] | None:
+    """(function, pass source positionally, names taking the source, name taking info), or None
+    when the resolver is not a plain function Strawberry calls with these (see get_arguments)."""
+    resolver = field.base_resolver
+    if resolver is None or not callable(resolver.wrapped_func):
+        return None
+    source_names = tuple(p.name for p in (resolver.root_parameter, resolver.parent_parameter) if p is not None)
+    info = resolver.info_parameter
+    return resolver.wrapped_func, resolver.self_parameter is not None, source_names, info.name if info else None

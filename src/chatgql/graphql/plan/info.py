@@ -1,0 +1,69 @@
+"""The `info` a planned resolver call receives.
+
+Strawberry builds, per resolver call, a graphql-core GraphQLResolveInfo and a
+Strawberry Info around it. chatgql's resolvers mostly read `info.context`;
+a few read `info.selected_fields` (the inbox, to preload last messages) or
+`info.path`. PlanInfo is a Strawberry Info (isinstance holds) whose context is
+a plain attribute, and whose GraphQLResolveInfo is built only when something
+else is asked for, from the same pieces graphql-core would have used;
+selected_fields is computed once per plan and assignment of the variables it
+reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphql import GraphQLResolveInfo
+from graphql.pyutils import Path
+from strawberry.execution import optimized_is_awaitable
+from strawberry.types import Info
+from strawberry.types.nodes import convert_selections
+
+
+class PlanInfo(Info):
+    # A subclass of a dataclass: its own __init__, and the raw info made on demand.
+    def __init__(self, run: Any, field: Any, path: Path) -> None:  # noqa: D107
+        self._run = run
+        self._plan_field = field
+        self._path = path
+        self._field = field.strawberry_field
+
+    @property
+    def context(self) -> Any:
+        return self._run.context
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def selected_fields(self) -> list[Any]:  # type: ignore[override]
+        """Strawberry's answer, kept by the plan per assignment of the variables it reads
+        (compile.FieldPlan.selected_fields): the same list each time, not to be modified."""
+        return self._plan_field.selected_fields(
+            self._run.variables.coerced, lambda: convert_selections(self._raw_info, self._plan_field.nodes)
+        )
+
+    @property
+    def _raw_info(self) -> GraphQLResolveInfo:  # type: ignore[override]
+        raw = self.__dict__.get("_raw")
+        if raw is None:
+            field, run = self._plan_field, self._run
+            raw = self.__dict__["_raw"] = GraphQLResolveInfo(
+                field.field_name,
+                field.nodes,
+                field.return_type,
+                field.parent_type,
+                self._path,
+                run.schema,
+                run.plan.fragment_definitions,
+                None,
+                run.plan.operation,
+                run.variables.coerced,  # what Strawberry's resolve info carries
+                run.context,
+                optimized_is_awaitable,
+                None,
+                None,
+            )
+        return raw
