@@ -70,3 +70,21 @@ def test_bench_smoke(tmp_path: Path) -> None:
     for key in ("machine", "versions", "sizes", "total_seconds"):
         assert results[key], key
     assert results["versions"]["postgresql"]
+
+
+def test_gc_soak_smoke(tmp_path: Path) -> None:
+    """bench.gcsoak with tiny numbers: both sides run, every client got its events, the pauses are read."""
+    out = tmp_path / "gc_soak.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gcsoak", "--users", "20", "--rate", "5", "--seconds", "2", "--doc-seconds", "2",
+         "--doc-clients", "2", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    results = json.loads(out.read_text())
+    assert set(results["sides"]) == {"baseline", "product"}
+    for side in results["sides"].values():
+        assert side["subscriptions"] == 40 and side["http"]["failures"] == 0
+        assert side["deliveries"]["errors"] == 0 and side["delivery_ms"]["count"] > 0
+        assert side["gc_pause_longest_ms"] > 0 and side["distinct_documents"]["answered"] > 0
+    assert out.with_suffix(".md").read_text().startswith("# Garbage-collector soak")

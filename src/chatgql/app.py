@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import hmac
 import logging
 import sys
@@ -25,7 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from . import db
+from . import collector, db
 from .db import Database
 from .events.bus import Bus, feed_dispatcher
 from .events.consumer import FanoutConsumer
@@ -33,6 +32,7 @@ from .events.dispatch import Dispatcher, MembershipCache
 from .events.publish import BusPublisher, KafkaPublisher, Publisher, ensure_topic
 from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
+from .graphql import validation
 from .graphql.context import Deps
 from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
@@ -87,6 +87,9 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(metrics.watch_gc())
+        stack.callback(collector.freeze_survivors(
+            settings.gc_young_threshold, settings.gc_freeze_every_young, run=validation.between_validations
+        ))
         url = runtime.database_url = await _database_url(settings, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)
@@ -286,12 +289,8 @@ def create_app_from_environment() -> Starlette:
 
 
 def keep_startup_objects_out_of_gc() -> None:
-    """What exists once the app is built (modules, the schema, ...) lives as long as the
-    process: keep it out of the collector's full passes, which otherwise walk it all
-    (measured: pauses of 100-300 ms in a 1,000-subscriber fanout)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)  # was (700, 10, 10): a young collection per 10,000 allocations
+    """What exists once the app is built lives as long as the process: see collector.py."""
+    collector.keep_startup_objects_out_of_gc()
     # The event loop's thread gets the GIL back from the validation thread (graphql/validation.py,
     # the process's only busy thread) within 1 ms instead of 5: a request waits less behind it.
     sys.setswitchinterval(0.001)

@@ -42,6 +42,12 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.gc_frozen = Gauge(
+            "chatgql_gc_frozen_objects", "Objects frozen out of the collector's passes (collector.py)",
+            registry=self.registry,
+        )
+        self.gc_frozen.set_function(gc.get_freeze_count)
+
     def track(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)
 

@@ -130,6 +130,13 @@ class Settings(BaseSettings):
     # through graphql-core's executor, as before.
     planner: bool = True
 
+    # Garbage collector
+    # `chatgql serve` freezes what survived after every this many young collections (0: only what
+    # is alive at start): later collections never walk it again (collector.py).
+    gc_freeze_every_young: int = Field(default=3, ge=0)
+    # Net allocations between young collections (CPython's default is 700).
+    gc_young_threshold: int = Field(default=1_000, ge=100)
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

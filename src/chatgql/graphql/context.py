@@ -20,9 +20,10 @@ from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
+from .acyclic import unlink_tokens
 from .limits import OperationLimits
 from .loaders import EventRosters, Loaders
-from .validation import validate
+from .validation import validate_once
 
 
 @dataclass
@@ -163,9 +164,11 @@ class ChatOperation(SchemaExtension):
         if self.known:
             errors: list[GraphQLError] = []
         else:
-            errors = await validate(
-                execution_context.schema._schema, document, self.limits, execution_context.validation_rules
+            errors = await validate_once(
+                execution_context.query, execution_context.schema._schema, document, self.limits,
+                execution_context.validation_rules,
             )
+            unlink_tokens(document)
             if not errors and self.accepted is not None and execution_context.query:
                 self.accepted.add(execution_context.query, document)
         if (

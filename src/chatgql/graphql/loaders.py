@@ -112,21 +112,22 @@ class _Loader(DataLoader):
 class Loaders:
     def __init__(self, database: Database, viewer_id: int, roster: EventRosters | None = None) -> None:
         """roster: a subscription event's shared rosters (EventRosters), instead of this request's own."""
-        self._database = database
-        self._viewer_id = viewer_id
-        self.conversation = _Loader(self._load_conversations)
-        self.member_count = _Loader(self._load_member_counts)
-        self.roster: DataLoader | EventRosters = roster if roster is not None else _Loader(self._load_rosters)
-        self.message = _Loader(self._load_messages)
-        self.message_page = _Loader(self._load_message_pages)
-        self.viewer_totals = _Loader(self._load_viewer_totals)
+        # The loaders call a _Reads' methods, not this object's: a loader holding a bound method
+        # of the Loaders that holds it would make every request's loaders a reference cycle.
+        reads = self._reads = _Reads(database, viewer_id)
+        self.conversation = _Loader(reads._load_conversations)
+        self.member_count = _Loader(reads._load_member_counts)
+        self.roster: DataLoader | EventRosters = roster if roster is not None else _Loader(reads._load_rosters)
+        self.message = _Loader(reads._load_messages)
+        self.message_page = _Loader(reads._load_message_pages)
+        self.viewer_totals = _Loader(reads._load_viewer_totals)
 
     async def messages_at_once(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         """Messages by (conversation_id, seq) in one read, for a caller that holds every key
         already (an inbox page preloading its last messages): what `message.load_many` answers,
         without a DataLoader future, cache entry and gather callback per key (measured: about a
         fifth of a 50-conversation inbox page's CPU went to them)."""
-        return await self._load_messages(keys) if keys else []
+        return await self._reads._load_messages(keys) if keys else []
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
@@ -134,6 +135,16 @@ class Loaders:
             if isinstance(loader, DataLoader):
                 with suppress(KeyError):
                     loader.clear(conversation_id)
+
+
+class _Reads:
+    """The batch functions behind one request's loaders."""
+
+    __slots__ = ("_database", "_viewer_id")
+
+    def __init__(self, database: Database, viewer_id: int | None) -> None:
+        self._database = database
+        self._viewer_id = viewer_id
 
     async def _load_conversations(self, ids: Sequence[int]) -> list[Row | None]:
         """Conversations as the viewer sees them (None where not a member)."""

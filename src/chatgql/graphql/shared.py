@@ -26,7 +26,8 @@ from graphql import (
     OperationType,
     SelectionSetNode,
 )
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+from .acyclic import AcyclicExecutionContext
 
 # Fields, by parent type, whose value is the same for every subscriber of an event.
 SHARABLE: dict[str, frozenset[str]] = {
@@ -143,7 +144,7 @@ class _InFlight:
         return await own if self.executor.is_awaitable(own) else own
 
 
-class SharedEventExecutor(StrawberryGraphQLCoreExecutionContext):
+class SharedEventExecutor(AcyclicExecutionContext):
     """Strawberry's executor; per subscription event, reuses a result when the selection allows it."""
 
     _shared: SharedResults | None = None  # set on per-event executors of sharable operations

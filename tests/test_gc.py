@@ -1,0 +1,209 @@
+"""Connections and events leave no reference cycles on the server side.
+
+`chatgql serve` freezes long-lived objects out of the collector's passes
+(collector.py); a frozen object is then freed by reference counting only, so
+whatever a closed websocket or a delivered event leaves must not be a cycle,
+or it would stay for the life of the process. These tests count, by type,
+what only the collector could free (gc.DEBUG_SAVEALL), with automatic
+collections off in between so that none of it is freed unseen. Client-side
+objects (websockets' client, httpx) are left out by module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import gc
+import uuid
+
+import uvicorn
+
+from graphql import parse
+
+from chatgql import collector
+from chatgql.auth import issue_token
+from chatgql.graphql.acyclic import unlink_tokens
+from chatgql.httpprotocol import uvicorn_options
+from chatgql.websocket import LeanWebSocketProtocol
+
+from .conftest import GraphQLClient, RunningServer, make_settings
+from .events.helpers import MESSAGE_NEW, READ_UPDATED, WsClient, wait_active_subscriptions
+
+SERVER_SIDE = ("chatgql.", "strawberry.", "graphql.", "starlette.", "uvicorn.", "websockets.server")
+SEND = ('mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "x")'
+        " { message { seq } } }")
+READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { advanced } }"
+INBOX = "{ inbox(first: 5) { nodes { id title memberCount unreadCount lastMessage { seq body } } } }"
+
+
+class LeanServer(RunningServer):
+    """RunningServer with the protocols `chatgql serve` uses."""
+
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.server = uvicorn.Server(uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", ws=LeanWebSocketProtocol,
+            **uvicorn_options(settings),
+        ))
+
+
+@contextlib.contextmanager
+def no_automatic_collection():
+    """Collect what is garbage now, then keep the collector from running until the block ends."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def server_side_cyclic_garbage() -> collections.Counter:
+    """Collect; what only the collector could free, server-side types only, by type."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = collections.Counter(
+            f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
+            if (type(o).__module__ + ".").startswith(SERVER_SIDE)
+        )
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.collect()  # what was counted is garbage again: free it, so that a second count starts afresh
+    return found
+
+
+async def _subscribed(server, settings, users: list[int]) -> tuple[list[WsClient], list]:
+    sockets, operations = [], []
+    for user in users:
+        ws = await WsClient.connect(server.ws_url, f"Bearer {issue_token(settings, user)}")
+        operations.append(await ws.subscribe(MESSAGE_NEW))
+        operations.append(await ws.subscribe(READ_UPDATED))
+        sockets.append(ws)
+    await wait_active_subscriptions(server, 2 * len(users))
+    return sockets, operations
+
+
+async def test_closed_websockets_leave_no_cycles_on_the_server(migrated_url):
+    n = 20
+    settings = make_settings(migrated_url, run_relay=False)
+    async with LeanServer(settings) as server:
+        sockets, _ = await _subscribed(server, settings, [9_100_000 + u for u in range(1, n + 1)])
+        with no_automatic_collection():
+            await asyncio.gather(*(ws.close() for ws in sockets))
+            await wait_active_subscriptions(server, 0)
+            await asyncio.sleep(0.2)  # the server's side of each close handshake
+            found = server_side_cyclic_garbage()
+    # Before: ~80 objects per closed websocket (its protocol, parser, handler, context and each
+    # subscription's executor), all in cycles.
+    assert sum(found.values()) < n, found.most_common(20)
+
+
+async def test_delivered_events_leave_no_cycles_on_the_server(migrated_url, http):
+    n, rounds = 10, 20
+    settings = make_settings(migrated_url)
+    async with LeanServer(settings) as server:
+        client = GraphQLClient(http, server.url, settings)
+        users = [9_200_000 + u for u in range(1, n + 1)]
+        group = await client.data('mutation($m: [ID!]!) { createGroup(title: "gc", memberIds: $m) { id } }',
+                                  {"m": [str(u) for u in users[1:]]}, user=users[0])
+        cid = group["createGroup"]["id"]
+        sockets, operations = await _subscribed(server, settings, users)
+
+        async def send_and_read(i: int) -> None:
+            sent = await client.data(SEND, {"c": cid, "m": str(uuid.uuid4())}, user=users[i % n])
+            await client.data(READ, {"c": cid, "s": sent["sendMessage"]["message"]["seq"]}, user=users[(i + 1) % n])
+            await client.data(INBOX, user=users[(i + 2) % n])  # its fields go through the request's loaders
+
+        await send_and_read(0)  # the documents are accepted (validated once) before counting
+        await asyncio.gather(*(op.collect(1) for op in operations))
+        with no_automatic_collection():
+            for i in range(1, rounds + 1):
+                await send_and_read(i)
+            await asyncio.gather(*(op.collect(rounds) for op in operations))
+            found = server_side_cyclic_garbage()
+        await asyncio.gather(*(ws.close() for ws in sockets))
+    # 60 HTTP operations, 400 event deliveries. Before: every execution's executor and what hangs
+    # off it (~25 objects each) was a cycle.
+    assert sum(found.values()) < rounds, found.most_common(20)
+
+
+def test_a_parsed_document_with_unlinked_tokens_is_freed_without_the_collector():
+    query = "query Q($c: ID!) { conversation(id: $c) { id title members { userId role } } viewer { id } }"
+    with no_automatic_collection():
+        parse(query)  # as parsed: its tokens are a doubly linked list
+        control = server_side_cyclic_garbage()
+        document = parse(query)
+        unlink_tokens(document)
+        del document
+        found = server_side_cyclic_garbage()
+    assert control["graphql.language.ast.Token"] > 20  # the test can tell
+    assert not found, found.most_common(10)
+
+
+def test_a_freeze_after_a_validation_collects_first(monkeypatch):
+    calls = []
+    monkeypatch.setattr(collector.gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(collector.gc, "collect", lambda generation=2: calls.append(f"collect {generation}"))
+    monkeypatch.setattr(collector, "_cyclic_work_since_freeze", False)
+    monkeypatch.setattr(collector, "_last_collecting_freeze", float("-inf"))
+    collector.freeze()
+    assert calls == ["freeze"]
+    calls.clear()
+    collector.cyclic_work_done()
+    collector.freeze()  # the validation's garbage may have left the young generation: collected first
+    collector.freeze()
+    collector.cyclic_work_done()
+    collector.freeze()  # within a second of the last collecting freeze: it waits
+    assert calls == ["collect 2", "freeze", "freeze"]
+
+
+async def test_freezes_run_between_validations(monkeypatch):
+    from chatgql.graphql import validation
+
+    order = []
+    started = asyncio.Event()
+    release = __import__("threading").Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_validation(schema, document, rules):
+        loop.call_soon_threadsafe(started.set)
+        release.wait(5)
+        order.append("validation")
+        return []
+
+    monkeypatch.setattr(validation, "validate_document", slow_validation)
+    monkeypatch.setattr(validation, "check_document", lambda document, limits: None)
+    running = asyncio.ensure_future(validation.validate(None, parse("{ a }"), None, ()))
+    await started.wait()
+    validation.between_validations(lambda: order.append("freeze"))
+    assert order == []  # not while the validation runs
+    release.set()
+    await running
+    await asyncio.sleep(0.1)
+    assert order == ["validation", "freeze"]
+
+
+
+async def test_copies_of_a_document_being_validated_are_not_validated_again(monkeypatch):
+    from chatgql.graphql import validation
+
+    calls = []
+    release = asyncio.Event()
+
+    async def slow_validate(schema, document, limits, rules):
+        calls.append(document)
+        await release.wait()
+        return [] if document.loc.source.body.startswith("{ ok") else ["refused"]
+
+    monkeypatch.setattr(validation, "validate", slow_validate)
+    ok = [asyncio.ensure_future(validation.validate_once("{ ok }", None, parse("{ ok }"), None, ())) for _ in range(5)]
+    bad = [asyncio.ensure_future(validation.validate_once("{ no }", None, parse("{ no }"), None, ())) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert len(calls) == 2  # one of each text while it is under way
+    release.set()
+    assert await asyncio.gather(*ok) == [[]] * 5
+    assert await asyncio.gather(*bad) == [["refused"]] * 3  # refusals are not shared: each copy on its own
+    assert len(calls) == 4 and not validation._validating
