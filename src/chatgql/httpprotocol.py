@@ -59,6 +59,11 @@ def _refusal(status: bytes, message: str, reason: str | None = None) -> bytes:
     )
 
 
+# After a refusal, what the client still sends is read and dropped this long, up to this much.
+_LINGER_SECONDS = 2.0
+_LINGER_BYTES = 64 * 1024
+
+
 def _timeout_response(message: str) -> bytes:
     return _refusal(b"408 Request Timeout", message, "TIMEOUT")
 
@@ -77,6 +82,8 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._request_begun = False
+        self._lingering = False
+        self._lingering_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -87,12 +94,17 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:  # refused: the rest of the request is read and dropped (_refuse_and_close)
+            self._lingering_bytes += len(data)
+            if self._lingering_bytes > _LINGER_BYTES:
+                self.transport.close()
+            return
         super().data_received(data)
         if self._header_timer is not None and not self.transport.is_closing():
             # Still reading headers after this chunk: all of it was headers (give or take the end
             # of a previous request). Counted per chunk, so the cap is exceeded by one read at most.
             self._header_bytes += len(data)
-            if self._header_bytes > self.max_header_bytes:
+            if self._header_bytes > self.max_header_bytes:  # a flood: no lingering, closed at once
                 self._cancel_timers()
                 self.transport.write(
                     _refusal(b"431 Request Header Fields Too Large",
@@ -145,18 +157,37 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
             return
         if self._request_begun:
             late = f"the request headers did not arrive within {self.header_timeout:g} s"
-            self.transport.write(_timeout_response(late))
-        self.transport.close()
+            self._refuse_and_close(_timeout_response(late))
+        else:
+            self.transport.close()
 
     def _body_late(self) -> None:
         self._body_timer = None
         if self.transport.is_closing():
             return
         if self.cycle is not None and not self.cycle.response_started:
-            # The handler gets http.disconnect on its next receive() and sends nothing more.
             late = f"the request body did not arrive within {self.body_timeout:g} s"
-            self.transport.write(_timeout_response(late))
-        self.transport.close()
+            self._refuse_and_close(_timeout_response(late))
+        else:
+            self.transport.close()
+
+    def _refuse_and_close(self, answer: bytes) -> None:
+        """Send the refusal, then close in stages (RFC 9112, 9.6): half-close, read and drop what
+        the client still sends for a while, then close. Closed at once, the kernel answers the
+        client's next bytes with a reset, which may destroy the refusal before the client reads it.
+        (For slow clients: one that floods past _LINGER_BYTES meanwhile is closed at once.)
+        The request's handler gets http.disconnect on its next receive() and sends nothing."""
+        self._cancel_timers()
+        if self.cycle is not None:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.write(answer)
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self._lingering = True
+        self.transport.write_eof()
+        self.loop.call_later(_LINGER_SECONDS, self.transport.close)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

@@ -171,6 +171,11 @@ class ChatOperation(SchemaExtension):
             unlink_tokens(document)
             if not errors and self.accepted is not None and execution_context.query:
                 self.accepted.add(execution_context.query, document)
+                # Copies that arrived while the first was validated (subscribers connecting at once)
+                # run the first's document: subscribers share an event's result per operation node.
+                kept = self.accepted.get(execution_context.query)
+                if kept is not None:
+                    execution_context.graphql_document = document = kept
         if (
             not errors
             and execution_context._provided_operation_name is None
