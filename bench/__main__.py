@@ -17,30 +17,62 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description="chatgql benchmark (see bench/README.md)")
     parser.add_argument("--smoke", action="store_true", help="tiny numbers, a few seconds (the test suite runs this)")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="directory for results.json (default bench/out)")
-    parser.add_argument("--report", type=Path, default=None,
-                        help="markdown report (default: bench/RESULTS.md in full mode, OUT/RESULTS.smoke.md in smoke, "
-                             "OUT/RESULTS.only.md with --only, OUT/RESULTS.workersN.md with --workers N > 1)")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="markdown report (default: bench/RESULTS.md in full mode, OUT/RESULTS.smoke.md in smoke, "
+        "OUT/RESULTS.only.md with --only, OUT/RESULTS.workersN.md with --workers N > 1)",
+    )
     kafka = parser.add_mutually_exclusive_group()
-    kafka.add_argument("--kafka", dest="kafka", action="store_true", default=None,
-                       help="use a real Kafka (scripts/kafka.sh); the default in full mode")
-    kafka.add_argument("--no-kafka", dest="kafka", action="store_false",
-                       help="in-process event bus instead of Kafka; the default in smoke mode")
+    kafka.add_argument(
+        "--kafka",
+        dest="kafka",
+        action="store_true",
+        default=None,
+        help="use a real Kafka (scripts/kafka.sh); the default in full mode",
+    )
+    kafka.add_argument(
+        "--no-kafka",
+        dest="kafka",
+        action="store_false",
+        help="in-process event bus instead of Kafka; the default in smoke mode",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, scripts)")
-    parser.add_argument("--only", default=None, metavar="FIGURES",
-                        help="comma-separated subset of send_spread, send_hot, read, inbox, live, fanout, connections "
-                             "(default: all); the others are reported as skipped. The default report is then "
-                             "OUT/RESULTS.only.md, so a partial run does not replace bench/RESULTS.md")
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="FIGURES",
+        help="comma-separated subset of send_spread, send_hot, read, inbox, live, fanout, connections "
+        "(default: all); the others are reported as skipped. The default report is then "
+        "OUT/RESULTS.only.md, so a partial run does not replace bench/RESULTS.md",
+    )
     prof = parser.add_mutually_exclusive_group()
-    prof.add_argument("--profile", dest="profile", action="store_true", default=None,
-                      help="after each HTTP figure, a short extra run with py-spy on the server (default in full mode)")
-    prof.add_argument("--no-profile", dest="profile", action="store_false",
-                      help="no py-spy profiles (the default in smoke mode)")
-    parser.add_argument("--profile-seconds", type=float, default=None,
-                        help="length of each profiled run (default 5 s, 2 s in smoke mode)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="`chatgql serve --workers N` (CHATGQL_WORKERS): N uvicorn worker processes sharing the "
-                             "port; N > 1 also starts a redis-server for their bus (CHATGQL_BROADCAST_URL). Default 1: "
-                             "one server process, in-process bus. The default report is then OUT/RESULTS.workersN.md")
+    prof.add_argument(
+        "--profile",
+        dest="profile",
+        action="store_true",
+        default=None,
+        help="after each HTTP figure, a short extra run with py-spy on the server (default in full mode)",
+    )
+    prof.add_argument(
+        "--no-profile", dest="profile", action="store_false", help="no py-spy profiles (the default in smoke mode)"
+    )
+    parser.add_argument(
+        "--profile-seconds",
+        type=float,
+        default=None,
+        help="length of each profiled run (default 5 s, 2 s in smoke mode)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="`chatgql serve --workers N` (CHATGQL_WORKERS): N uvicorn worker processes sharing the "
+        "port; N > 1 also starts a redis-server for their bus (CHATGQL_BROADCAST_URL). Default 1: "
+        "one server process, in-process bus. The default report is then OUT/RESULTS.workersN.md",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers: at least 1")
@@ -51,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         only = tuple(dict.fromkeys(f.strip() for f in args.only.split(",") if f.strip()))
         unknown = [f for f in only if f not in FIGURES]
         if unknown or not only:
-            parser.error(f"--only: unknown figure(s) {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(FIGURES)}")
+            parser.error(
+                f"--only: unknown figure(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(FIGURES)}"
+            )
 
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     try:
@@ -67,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = layout.SMOKE if args.smoke else layout.FULL
     use_kafka = (not args.smoke) if args.kafka is None else args.kafka
     if not args.smoke and not use_kafka:
-        print("note: full mode without Kafka measures the in-process bus, not the product's Kafka path",
-              file=sys.stderr)
+        print(
+            "note: full mode without Kafka measures the in-process bus, not the product's Kafka path", file=sys.stderr
+        )
     profile = (not args.smoke) if args.profile is None else args.profile
     profile_seconds = args.profile_seconds or (2.0 if args.smoke else 5.0)
     if args.report:
@@ -89,16 +123,28 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
-        return await run(sizes, args.out, report, use_kafka, keep_scratch=args.keep, only=only, profile=profile,
-                         profile_seconds=profile_seconds, workers=args.workers)
+        return await run(
+            sizes,
+            args.out,
+            report,
+            use_kafka,
+            keep_scratch=args.keep,
+            only=only,
+            profile=profile,
+            profile_seconds=profile_seconds,
+            workers=args.workers,
+        )
 
     try:
         results = asyncio.run(main_task())
     except asyncio.CancelledError:
         print("benchmark interrupted", file=sys.stderr)
         return 130
-    failed = [name for name in ("live", "fanout", "connections")
-              if name in results["figures"] and "error" in results.get(name, {"error": 1})]
+    failed = [
+        name
+        for name in ("live", "fanout", "connections")
+        if name in results["figures"] and "error" in results.get(name, {"error": 1})
+    ]
     if failed:
         print(f"benchmark phases failed: {', '.join(failed)} (see the report)", file=sys.stderr)
         return 1

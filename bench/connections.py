@@ -82,7 +82,7 @@ async def run(server, sizes: layout.Sizes) -> dict:
     ctx = mp.get_context("spawn")
     stop_warm, stop_main, out = ctx.Event(), ctx.Event(), ctx.Queue()
     users = [layout.CONN_USER + i for i in range(1, sizes.connection_warmup + sizes.connections + 1)]
-    warm_users, main_users = users[: sizes.connection_warmup], users[sizes.connection_warmup:]
+    warm_users, main_users = users[: sizes.connection_warmup], users[sizes.connection_warmup :]
     base = await asyncio.to_thread(server.active_subscriptions)
     rss_idle = server.rss()
     warm = _start(ctx, server.ws_url, warm_users, 1, stop_warm, out)
@@ -98,7 +98,9 @@ async def run(server, sizes: layout.Sizes) -> dict:
         active = await _settle(server, base + warm_opened + opened)
         open_seconds = time.monotonic() - t0
         rss_after = await _rss_stable(server, settle)
-        log(f"connections: {opened} open in {open_seconds:.1f} s, server RSS {rss_before >> 20} -> {rss_after >> 20} MiB")
+        log(
+            f"connections: {opened} open in {open_seconds:.1f} s, server RSS {rss_before >> 20} -> {rss_after >> 20} MiB"
+        )
     finally:
         stop_main.set()
         stop_warm.set()
@@ -108,11 +110,15 @@ async def run(server, sizes: layout.Sizes) -> dict:
                 p.kill()
     per_kb = (rss_after - rss_before) / opened / 1024 if opened else None
     return {
-        "requested": len(main_users), "opened": opened, "open_errors": (warm_errors + errors)[:3],
-        "warmup_connections": warm_opened, "client_processes": len(procs),
+        "requested": len(main_users),
+        "opened": opened,
+        "open_errors": (warm_errors + errors)[:3],
+        "warmup_connections": warm_opened,
+        "client_processes": len(procs),
         "server_active_subscriptions": active - base,
         "open_seconds": round(open_seconds, 2),
         "rss_idle_mb": round(rss_idle / 2**20, 1),
-        "rss_before_mb": round(rss_before / 2**20, 1), "rss_after_mb": round(rss_after / 2**20, 1),
+        "rss_before_mb": round(rss_before / 2**20, 1),
+        "rss_after_mb": round(rss_after / 2**20, 1),
         "kb_per_subscription": round(per_kb, 2) if per_kb is not None else None,
     }

@@ -60,8 +60,10 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
     parts = [members[i::procs_n] for i in range(procs_n)]
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_client, args=(server.ws_url, part, layout.FANOUT_CID, stop, out), daemon=True)
-             for part in parts]
+    procs = [
+        ctx.Process(target=_client, args=(server.ws_url, part, layout.FANOUT_CID, stop, out), daemon=True)
+        for part in parts
+    ]
     base_subs = await asyncio.to_thread(server.active_subscriptions)
     t_open = time.monotonic()
     for p in procs:
@@ -102,9 +104,12 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
             while reports < len(procs):
                 try:
                     kind, got_seq, times = await asyncio.to_thread(
-                        queue_get, out, procs, max(0.1, deadline - time.monotonic()), "fanout round")
+                        queue_get, out, procs, max(0.1, deadline - time.monotonic()), "fanout round"
+                    )
                 except RuntimeError as error:
-                    raise RuntimeError(f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}") from error
+                    raise RuntimeError(
+                        f"fanout round {r}: only {reports}/{len(procs)} client processes got seq {seq}"
+                    ) from error
                 if kind == "error":
                     raise RuntimeError(f"fanout client failed: {got_seq}")
                 if kind == "round" and got_seq == seq:
@@ -112,11 +117,17 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
                     received += times
             cpu = meter.stop()
             lat = [t - t0 for t in received]
-            rounds.append({
-                "seq": seq, "recipients": len(lat), "ack_ms": round((ack - t0) / 1e6, 2),
-                "last_ms": round(max(lat) / 1e6, 2), "first_ms": round(min(lat) / 1e6, 2),
-                "median_ms": round(statistics.median(lat) / 1e6, 2), "cpu": cpu,
-            })
+            rounds.append(
+                {
+                    "seq": seq,
+                    "recipients": len(lat),
+                    "ack_ms": round((ack - t0) / 1e6, 2),
+                    "last_ms": round(max(lat) / 1e6, 2),
+                    "first_ms": round(min(lat) / 1e6, 2),
+                    "median_ms": round(statistics.median(lat) / 1e6, 2),
+                    "cpu": cpu,
+                }
+            )
             log(f"fanout round {r}: last of {len(lat)} after {rounds[-1]['last_ms']} ms")
     finally:
         pool.close()
@@ -127,8 +138,11 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
                 p.kill()
     lasts = [r["last_ms"] for r in rounds]
     return {
-        "members": len(members), "subscribed": opened, "open_errors": open_errors[:3],
-        "client_processes": procs_n, "open_seconds": round(open_seconds, 2),
+        "members": len(members),
+        "subscribed": opened,
+        "open_errors": open_errors[:3],
+        "client_processes": procs_n,
+        "open_seconds": round(open_seconds, 2),
         "rounds": rounds,
         "last_ms_median": round(statistics.median(lasts), 2),
         "last_ms_max": max(lasts),

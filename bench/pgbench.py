@@ -27,7 +27,9 @@ def _json(obj: dict) -> str:
 def send_script(sizes: layout.Sizes, hot: bool) -> Script:
     stmt = product_sql.send_statement()
     if hot:
-        head = f"\\set j random(1, {sizes.hot_members})\n\\set cid {layout.HOT_CID}\n\\set uid {layout.HOT_MEMBER} + :j\n"
+        head = (
+            f"\\set j random(1, {sizes.hot_members})\n\\set cid {layout.HOT_CID}\n\\set uid {layout.HOT_MEMBER} + :j\n"
+        )
     else:
         head = f"\\set cid random(1, {sizes.spread})\n\\set uid {layout.SPREAD_SENDER} + :cid\n"
     # the product sends a fresh clientMsgId; pgbench has no uuid in \set, the server makes one
@@ -61,8 +63,12 @@ def inbox_script(sizes: layout.Sizes, keys: list[tuple[int, int]]) -> Script:
     text = head + "\n".join(s.for_pgbench() for s in stmts) + "\n"
     by_keys = stmts[1].params
     return Script(
-        "inbox", text,
-        {"cids": "{" + ",".join(map(str, by_keys["cids"])) + "}", "seqs": "{" + ",".join(map(str, by_keys["seqs"])) + "}"},
+        "inbox",
+        text,
+        {
+            "cids": "{" + ",".join(map(str, by_keys["cids"])) + "}",
+            "seqs": "{" + ",".join(map(str, by_keys["seqs"])) + "}",
+        },
     )
 
 
@@ -72,16 +78,35 @@ _FAILED = re.compile(r"number of failed transactions: (\d+)")
 _LAT = re.compile(r"latency average = ([0-9.]+) ms")
 
 
-def run(pg: Postgres, script: Script, sizes: layout.Sizes, workdir: Path, seconds: float,
-        defines: dict[str, str] | None = None) -> dict:
+def run(
+    pg: Postgres,
+    script: Script,
+    sizes: layout.Sizes,
+    workdir: Path,
+    seconds: float,
+    defines: dict[str, str] | None = None,
+) -> dict:
     """One pgbench run; returns tps, transactions, failures, latency, pgbench's own CPU.
     defines: override some of the script's -D variables (read: where the seq counter starts)."""
     path = workdir / f"pgbench_{script.name}.sql"
     path.write_text(script.text)
     cmd = [
-        str(Postgres.bin_dir() / "pgbench"), "-h", pg.socket_dir, "-U", "postgres", "-n",
-        "-M", "prepared", "-c", str(sizes.clients), "-j", str(sizes.threads),
-        "-T", str(max(1, int(round(seconds)))), "-f", str(path),
+        str(Postgres.bin_dir() / "pgbench"),
+        "-h",
+        pg.socket_dir,
+        "-U",
+        "postgres",
+        "-n",
+        "-M",
+        "prepared",
+        "-c",
+        str(sizes.clients),
+        "-j",
+        str(sizes.threads),
+        "-T",
+        str(max(1, int(round(seconds)))),
+        "-f",
+        str(path),
     ]
     for name, value in {**script.defines, **(defines or {})}.items():
         cmd += ["-D", f"{name}={value}"]

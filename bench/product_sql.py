@@ -74,7 +74,9 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
         if len(values) != len(names):
             raise RuntimeError(f"{coro_fn.__name__} binds {len(values)} parameters; names for {len(names)} given")
         named = re.sub(r"\$(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], sql)
-        params = {name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values, strict=True)}
+        params = {
+            name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values, strict=True)
+        }
         statements.append(Statement(named, params))
     return statements
 
@@ -87,8 +89,14 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
     )
     _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
     (stmt,) = _record(
-        ("cid", "uid", "cmid", "body", "message_event", "read_event"), messages.send, conversation_id=conversation_id, sender_id=sender_id, client_msg_id=cmid, body="hello",
-        message_event=message_event, read_event=read_event,
+        ("cid", "uid", "cmid", "body", "message_event", "read_event"),
+        messages.send,
+        conversation_id=conversation_id,
+        sender_id=sender_id,
+        client_msg_id=cmid,
+        body="hello",
+        message_event=message_event,
+        read_event=read_event,
     )
     return stmt
 

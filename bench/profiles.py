@@ -40,9 +40,21 @@ RATE = 200  # samples per second
 
 # bucket label, in the order the report lists them (then "other")
 BUCKETS = (
-    "strawberry", "graphql-core", "sqlalchemy", "asyncpg", "uvicorn+httptools", "starlette",
-    "asyncio/event loop", "json/orjson", "jwt", "aiokafka", "redis-py", "chatgql", "python stdlib (other)",
-    "no Python frame", "other",
+    "strawberry",
+    "graphql-core",
+    "sqlalchemy",
+    "asyncpg",
+    "uvicorn+httptools",
+    "starlette",
+    "asyncio/event loop",
+    "json/orjson",
+    "jwt",
+    "aiokafka",
+    "redis-py",
+    "chatgql",
+    "python stdlib (other)",
+    "no Python frame",
+    "other",
 )
 _PREFIXES = (  # first match wins; matched against the path py-spy prints (site-packages stripped)
     ("chatgql/", "chatgql"),  # first: chatgql/graphql/... is chatgql's, not graphql-core's
@@ -64,7 +76,7 @@ _PREFIXES = (  # first match wins; matched against the path py-spy prints (site-
     ("kafka/", "aiokafka"),
     ("redis/", "redis-py"),  # the redis bus client (workers)
 )
-_PROCESS_FRAME = re.compile(r'^process (?P<pid>\d+):')  # py-spy --subprocesses: the root frame of each stack
+_PROCESS_FRAME = re.compile(r"^process (?P<pid>\d+):")  # py-spy --subprocesses: the root frame of each stack
 _PROCESS_END = re.compile(r'"(?: \([^()]*\))?$')
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -111,10 +123,26 @@ class Recorder:
         self.out.unlink(missing_ok=True)
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(
-                [self.exe, "record", "-p", str(self.pid), "-f", "raw", "-o", str(self.out), "-r", str(self.rate),
-                 "--nonblocking", "--gil", "-d", str(max(1, int(round(self.seconds))))]
+                [
+                    self.exe,
+                    "record",
+                    "-p",
+                    str(self.pid),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(self.out),
+                    "-r",
+                    str(self.rate),
+                    "--nonblocking",
+                    "--gil",
+                    "-d",
+                    str(max(1, int(round(self.seconds)))),
+                ]
                 + (["--subprocesses"] if self.subprocesses else []),
-                stdout=logf, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
             )
         self.t0 = time.monotonic()
         return self
@@ -138,12 +166,18 @@ class Recorder:
             code = self.proc.wait(10)
         text = self._log_text()
         m = re.search(r"Samples: (\d+) Errors: (\d+)", text)
-        info: dict = {"exit_code": code, "pyspy_samples": int(m.group(1)) if m else None,
-                      "pyspy_errors": int(m.group(2)) if m else None,
-                      "pyspy_wall_s": round(time.monotonic() - self.t0, 2)}
+        info: dict = {
+            "exit_code": code,
+            "pyspy_samples": int(m.group(1)) if m else None,
+            "pyspy_errors": int(m.group(2)) if m else None,
+            "pyspy_wall_s": round(time.monotonic() - self.t0, 2),
+        }
         if code != 0 or not self.out.exists():
-            said = [ln.strip() for ln in text.split("Stack backtrace:")[0].splitlines()
-                    if ln.strip() and not ln.startswith("py-spy> ")]
+            said = [
+                ln.strip()
+                for ln in text.split("Stack backtrace:")[0].splitlines()
+                if ln.strip() and not ln.startswith("py-spy> ")
+            ]
             info["error"] = f"py-spy exited {code}: " + " ".join(said)[-600:]
         return info
 
@@ -226,7 +260,7 @@ def summarize(text: str, top: int = 12) -> dict:
             # (multiprocessing's `-c "from multiprocessing.spawn import spawn_main; spawn_main(...)"`)
             pid = m.group("pid")
             end = next((i for i, f in enumerate(frames) if _PROCESS_END.search(f.strip())), 0)
-            frames = frames[end + 1:]
+            frames = frames[end + 1 :]
         if pid is not None:
             by_process[pid] += n
         func, path = split_frame(frames[-1]) if frames else ("(no Python frame)", "")
@@ -244,14 +278,21 @@ def summarize(text: str, top: int = 12) -> dict:
     return {
         "samples": total,
         "distinct_stacks": len(stacks),
-        "by_component": {b: {"samples": by_bucket[b], "share": share(by_bucket[b])}
-                         for b in sorted(by_bucket, key=lambda b: (-by_bucket[b], BUCKETS.index(b)))},
-        "top_leaves": [{"function": f, "file": p, "component": leaf_bucket[(f, p)], "samples": n, "share": share(n)}
-                       for (f, p), n in by_leaf.most_common(top)],
+        "by_component": {
+            b: {"samples": by_bucket[b], "share": share(by_bucket[b])}
+            for b in sorted(by_bucket, key=lambda b: (-by_bucket[b], BUCKETS.index(b)))
+        },
+        "top_leaves": [
+            {"function": f, "file": p, "component": leaf_bucket[(f, p)], "samples": n, "share": share(n)}
+            for (f, p), n in by_leaf.most_common(top)
+        ],
         "chatgql_frame_anywhere_share": share(chatgql_anywhere),
         # with --subprocesses: samples per pid (GIL holders only, so the supervisor has next to none)
-        **({"by_process": {pid: {"samples": n, "share": share(n)} for pid, n in by_process.most_common()}}
-           if by_process else {}),
+        **(
+            {"by_process": {pid: {"samples": n, "share": share(n)} for pid, n in by_process.most_common()}}
+            if by_process
+            else {}
+        ),
     }
 
 

@@ -18,7 +18,9 @@ SEND = (
     "mutation Send($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b)"
     " { duplicate message { seq createdAt } } }"
 )
-READ = "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
+READ = (
+    "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
+)
 INBOX = (
     "query Inbox($n: Int) { inbox(first: $n) { nodes { id title unreadCount lastMessage { seq senderId body createdAt } }"
     " pageInfo { hasNextPage endCursor } } }"
@@ -32,8 +34,9 @@ SUB_ALL = "subscription Live { messageNew { conversationId seq message { senderI
 
 @lru_cache(maxsize=1)
 def _settings():
-    return load_settings(env="development", jwt_secret=BENCH_SECRET, jwt_audience=None, database_url=None,
-                         kafka_bootstrap_servers=None)
+    return load_settings(
+        env="development", jwt_secret=BENCH_SECRET, jwt_audience=None, database_url=None, kafka_bootstrap_servers=None
+    )
 
 
 def token(user_id: int) -> str:
@@ -41,10 +44,12 @@ def token(user_id: int) -> str:
 
 
 def send_body(conversation_id: int, body: str = "hello", client_msg_id: str | None = None) -> bytes:
-    return orjson.dumps({
-        "query": SEND,
-        "variables": {"c": str(conversation_id), "m": client_msg_id or str(uuid.uuid4()), "b": body},
-    })
+    return orjson.dumps(
+        {
+            "query": SEND,
+            "variables": {"c": str(conversation_id), "m": client_msg_id or str(uuid.uuid4()), "b": body},
+        }
+    )
 
 
 def read_body(conversation_id: int, seq: int) -> bytes:

@@ -83,7 +83,9 @@ async def main() -> None:
             print(f"{'statement':<20} {'client user us':>14} {'sys us':>7} {'switches':>9} {'wall us':>8}")
             for name, statement in STATEMENTS.items():
                 r = await _measure(database, conversation_id, statement)
-                print(f"{name:<20} {r['user_us']:>14.0f} {r['sys_us']:>7.0f} {r['switches']:>9.2f} {r['wall_us']:>8.0f}")
+                print(
+                    f"{name:<20} {r['user_us']:>14.0f} {r['sys_us']:>7.0f} {r['switches']:>9.2f} {r['wall_us']:>8.0f}"
+                )
         finally:
             await database.close()
     finally:

@@ -50,14 +50,29 @@ SCENARIOS = ("send_spread", "send_hot", "read", "inbox")
 PHASES = ("live", "fanout", "connections")
 FIGURES = SCENARIOS + PHASES  # what --only picks from
 # the verdicts each figure gives
-FIGURE_VERDICTS = {**{name: (name,) for name in SCENARIOS}, "live": ("live_p99_ms", "live_vs_kafka_p99"),
-                   "fanout": ("fanout_last_ms",), "connections": ("kb_per_subscription",)}
-TARGETS = {
-    "send_spread": 0.5, "send_hot": 0.5, "read": 0.5, "inbox": 0.5,
-    "live_p99_ms": 50.0, "live_vs_kafka_p99": 3.0, "fanout_last_ms": 250.0, "kb_per_subscription": 30.0,
+FIGURE_VERDICTS = {
+    **{name: (name,) for name in SCENARIOS},
+    "live": ("live_p99_ms", "live_vs_kafka_p99"),
+    "fanout": ("fanout_last_ms",),
+    "connections": ("kb_per_subscription",),
 }
-TARGET_TEXT = {**{name: ">= {}" for name in SCENARIOS}, "live_p99_ms": "< {} ms", "live_vs_kafka_p99": "<= {}x",
-               "fanout_last_ms": "< {} ms (median of rounds)", "kb_per_subscription": "< {} KB"}
+TARGETS = {
+    "send_spread": 0.5,
+    "send_hot": 0.5,
+    "read": 0.5,
+    "inbox": 0.5,
+    "live_p99_ms": 50.0,
+    "live_vs_kafka_p99": 3.0,
+    "fanout_last_ms": 250.0,
+    "kb_per_subscription": 30.0,
+}
+TARGET_TEXT = {
+    **{name: ">= {}" for name in SCENARIOS},
+    "live_p99_ms": "< {} ms",
+    "live_vs_kafka_p99": "<= {}x",
+    "fanout_last_ms": "< {} ms (median of rounds)",
+    "kb_per_subscription": "< {} KB",
+}
 # markRead seqs: every run starts above everything before it (pgbench warm-up starts at 0),
 # in the order pgbench, HTTP warm-up, HTTP, HTTP, pgbench; so every call can advance
 PG_READ_BASES = (100_000_000, 4_000_000_000)
@@ -103,7 +118,8 @@ async def _inbox_keys(conn, sizes: layout.Sizes) -> list[tuple[int, int]]:
     rows = await conn.fetch(
         """SELECT c.id, c.last_seq FROM conversation_member m JOIN conversation c ON c.id = m.conversation_id
             WHERE m.user_id = $1 ORDER BY coalesce(c.last_message_at, c.created_at) DESC, c.id DESC LIMIT $2""",
-        layout.INBOX_USER, sizes.inbox_page,
+        layout.INBOX_USER,
+        sizes.inbox_page,
     )
     return [(r["id"], r["last_seq"]) for r in rows if r["last_seq"] > 0]
 
@@ -126,8 +142,7 @@ async def _probe(server: Server, sizes: layout.Sizes, read_seq: int = 1) -> dict
         status, body = await pool.post(send_body(1), f"Bearer {token(layout.SPREAD_SENDER + 1)}")
         send = orjson.loads(body)
         assert status == 200 and "errors" not in send and send["data"]["sendMessage"]["duplicate"] is False, body
-        status, body = await pool.post(read_body(layout.READ_CID0 + 1, read_seq),
-                                       f"Bearer {token(layout.READER + 1)}")
+        status, body = await pool.post(read_body(layout.READ_CID0 + 1, read_seq), f"Bearer {token(layout.READER + 1)}")
         read = orjson.loads(body)
         assert status == 200 and "errors" not in read and read["data"]["markRead"]["advanced"] is True, body
         status, body = await pool.post(inbox_body(sizes.inbox_page), f"Bearer {token(layout.INBOX_USER)}")
@@ -136,22 +151,28 @@ async def _probe(server: Server, sizes: layout.Sizes, read_seq: int = 1) -> dict
         nodes = inbox["data"]["inbox"]["nodes"]
         assert len(nodes) == sizes.inbox_page and all(n["lastMessage"] for n in nodes), body[:500]
         assert inbox["data"]["inbox"]["pageInfo"]["hasNextPage"] is True
-        return {"send": "ok", "read": "ok (advanced)", "inbox": f"ok ({len(nodes)} nodes, each with lastMessage, "
-                f"{sum(1 for n in nodes if n['unreadCount'])} unread, {len(body)} bytes)"}
+        return {
+            "send": "ok",
+            "read": "ok (advanced)",
+            "inbox": f"ok ({len(nodes)} nodes, each with lastMessage, "
+            f"{sum(1 for n in nodes if n['unreadCount'])} unread, {len(body)} bytes)",
+        }
     finally:
         pool.close()
 
 
-async def _pg_segment(pg: Postgres, conn, name: str, script: pgbench.Script, sizes, workdir: Path,
-                      seconds: float, base: int, cpu_sources) -> dict:
+async def _pg_segment(
+    pg: Postgres, conn, name: str, script: pgbench.Script, sizes, workdir: Path, seconds: float, base: int, cpu_sources
+) -> dict:
     """One measured pgbench run (no chatgql process is up: nothing relays its outbox rows)."""
     await conn.execute("TRUNCATE outbox")
     await conn.execute("CHECKPOINT")
     messages0, outbox0 = await _count(conn, "message"), await _count(conn, "outbox")
     meter = CpuMeter(cpu_sources).start()
     with _mark(f"pgbench {name}"):
-        result = await asyncio.to_thread(pgbench.run, pg, script, sizes, workdir, seconds,
-                                         {"n": str(base)} if name == "read" else None)
+        result = await asyncio.to_thread(
+            pgbench.run, pg, script, sizes, workdir, seconds, {"n": str(base)} if name == "read" else None
+        )
     result["cpu"] = meter.stop({"load_generator": result["pgbench_cpu_s"]})
     result["messages_stored"] = await _count(conn, "message") - messages0
     result["outbox_events"] = await _count(conn, "outbox") - outbox0
@@ -159,8 +180,9 @@ async def _pg_segment(pg: Postgres, conn, name: str, script: pgbench.Script, siz
     return result
 
 
-async def _http_segment(server: Server, conn, scenario: Scenario, workdir: Path, seconds: float, base: int,
-                        cpu_sources) -> dict:
+async def _http_segment(
+    server: Server, conn, scenario: Scenario, workdir: Path, seconds: float, base: int, cpu_sources
+) -> dict:
     """One measured HTTP run; the outbox is drained before and after (the drain time is reported)."""
     drained_before = await _drain_outbox(conn)
     await conn.execute("CHECKPOINT")
@@ -176,8 +198,9 @@ async def _http_segment(server: Server, conn, scenario: Scenario, workdir: Path,
     return result
 
 
-async def _profile_segment(server: Server, conn, scenario: Scenario, workdir: Path, seconds: float,
-                           profile_dir: Path) -> dict:
+async def _profile_segment(
+    server: Server, conn, scenario: Scenario, workdir: Path, seconds: float, profile_dir: Path
+) -> dict:
     """An extra HTTP run, not counted in any figure, with py-spy recording the server process.
 
     Returns what py-spy said, the run's own throughput and server CPU (py-spy slows the process it
@@ -198,14 +221,15 @@ async def _profile_segment(server: Server, conn, scenario: Scenario, workdir: Pa
         meter = CpuMeter({"server": server.cpu_seconds}).start()
         with _mark(f"profile {scenario.name}"):
             # a second longer than py-spy records, so the load covers the whole recording
-            load = await asyncio.to_thread(httpload.run, server.port, scenario, workdir, seconds + 1,
-                                           PROFILE_READ_BASE)
+            load = await asyncio.to_thread(httpload.run, server.port, scenario, workdir, seconds + 1, PROFILE_READ_BASE)
         cpu = meter.stop({"load_generator": load["generator_cpu_s"]})
         info.update(await asyncio.to_thread(recorder.wait))
         server_s = cpu["pct_of_one_core"].get("server", 0.0) / 100 * cpu["wall_s"]
         info["load_while_profiling"] = {
-            "rps": load["rps"], "ok": load["ok"], "errors": load["bad_status"] + load["gql_errors"]
-            + load["socket_errors"], "server_cpu_pct_of_one_core": cpu["pct_of_one_core"].get("server"),
+            "rps": load["rps"],
+            "ok": load["ok"],
+            "errors": load["bad_status"] + load["gql_errors"] + load["socket_errors"],
+            "server_cpu_pct_of_one_core": cpu["pct_of_one_core"].get("server"),
             "server_cpu_ms_per_request": round(1000 * server_s / load["ok"], 3) if load["ok"] else None,
         }
         await _drain_outbox(conn)
@@ -241,10 +265,12 @@ def _combine_cpu(cpus: list[dict]) -> dict:
 
     keys = {k for c in cpus for k in c["pct_of_one_core"]}
     return {
-        "wall_s": round(wall, 3), "cores": cpus[0]["cores"],
+        "wall_s": round(wall, 3),
+        "cores": cpus[0]["cores"],
         "machine_busy_pct": avg(lambda c: c["machine_busy_pct"]),
         "pct_of_one_core": {k: avg(lambda c, k=k: c["pct_of_one_core"].get(k, 0.0)) for k in sorted(keys)},
-        "harness_pct": avg(lambda c: c["harness_pct"]), "other_pct": avg(lambda c: c["other_pct"]),
+        "harness_pct": avg(lambda c: c["harness_pct"]),
+        "other_pct": avg(lambda c: c["other_pct"]),
     }
 
 
@@ -257,18 +283,24 @@ def _combine_pgbench(name: str, segs: list[dict]) -> dict:
         "transactions": tx,
         "failed": sum(s["failed"] for s in segs),
         "latency_avg_ms": round(sum(s["latency_avg_ms"] * s["transactions"] for s in segs) / tx, 3) if tx else None,
-        "clients": segs[0]["clients"], "threads": segs[0]["threads"],
+        "clients": segs[0]["clients"],
+        "threads": segs[0]["threads"],
         "seconds": round(sum(s["seconds"] for s in segs), 2),
-        "pgbench_cpu_pct_of_one_core": round(100 * sum(s["pgbench_cpu_s"] for s in segs)
-                                             / sum(s["seconds"] for s in segs), 1),
+        "pgbench_cpu_pct_of_one_core": round(
+            100 * sum(s["pgbench_cpu_s"] for s in segs) / sum(s["seconds"] for s in segs), 1
+        ),
         "cpu": _combine_cpu([s["cpu"] for s in segs]),
-        "segments": [{k: s[k] for k in ("tps", "transactions", "seconds", "latency_avg_ms")} | {
-            "other_cpu_pct": s["cpu"]["other_pct"]} for s in segs],
+        "segments": [
+            {k: s[k] for k in ("tps", "transactions", "seconds", "latency_avg_ms")}
+            | {"other_cpu_pct": s["cpu"]["other_pct"]}
+            for s in segs
+        ],
         "script": segs[0]["script"],
     }
     cpu = out["cpu"]
-    out["postgres_cpu_ms_per_transaction"] = round(
-        1000 * cpu["pct_of_one_core"].get("postgres", 0.0) / 100 * cpu["wall_s"] / tx, 3) if tx else None
+    out["postgres_cpu_ms_per_transaction"] = (
+        round(1000 * cpu["pct_of_one_core"].get("postgres", 0.0) / 100 * cpu["wall_s"] / tx, 3) if tx else None
+    )
     stored = sum(s["messages_stored"] for s in segs)
     events = sum(s["outbox_events"] for s in segs)
     check: dict = {"messages_stored": stored, "outbox_events": events}
@@ -287,33 +319,46 @@ def _combine_http(name: str, segs: list[dict], sizes: layout.Sizes) -> dict:
     seconds = sum(s["seconds"] for s in segs)
     counters = ("requests", "ok", "bad_status", "gql_errors", "socket_errors", "duplicates", "not_advanced")
     out = {k: sum(s[k] for s in segs) for k in counters}
-    out.update({
-        "generator": segs[0]["generator"], "connections": segs[0]["connections"], "threads": segs[0]["threads"],
-        "rps": round(ok / seconds, 1) if seconds else 0.0,
-        "seconds": round(seconds, 3),
-        "first_error": next((s["first_error"] for s in segs if s["first_error"]), None),
-        # percentiles cannot be merged exactly: the mean of the runs' percentiles, weighted by requests
-        "latency_ms": {k: round(sum(s["latency_ms"][k] * s["ok"] for s in segs) / ok, 2) if ok else 0.0
-                       for k in ("mean", "p50", "p90", "p99")} | {"max": max(s["latency_ms"]["max"] for s in segs)},
-        "generator_cpu_s": round(sum(s["generator_cpu_s"] for s in segs), 3),
-        "cpu": _combine_cpu([s["cpu"] for s in segs]),
-        "outbox_backlog_at_end": max(s["outbox_backlog_at_end"] for s in segs),
-        "outbox_drain_s": max(s["outbox_drain_s"] for s in segs),
-        "segments": [{k: s[k] for k in ("rps", "ok", "seconds")} | {"p99_ms": s["latency_ms"]["p99"],
-                     "other_cpu_pct": s["cpu"]["other_pct"]} for s in segs],
-    })
+    out.update(
+        {
+            "generator": segs[0]["generator"],
+            "connections": segs[0]["connections"],
+            "threads": segs[0]["threads"],
+            "rps": round(ok / seconds, 1) if seconds else 0.0,
+            "seconds": round(seconds, 3),
+            "first_error": next((s["first_error"] for s in segs if s["first_error"]), None),
+            # percentiles cannot be merged exactly: the mean of the runs' percentiles, weighted by requests
+            "latency_ms": {
+                k: round(sum(s["latency_ms"][k] * s["ok"] for s in segs) / ok, 2) if ok else 0.0
+                for k in ("mean", "p50", "p90", "p99")
+            }
+            | {"max": max(s["latency_ms"]["max"] for s in segs)},
+            "generator_cpu_s": round(sum(s["generator_cpu_s"] for s in segs), 3),
+            "cpu": _combine_cpu([s["cpu"] for s in segs]),
+            "outbox_backlog_at_end": max(s["outbox_backlog_at_end"] for s in segs),
+            "outbox_drain_s": max(s["outbox_drain_s"] for s in segs),
+            "segments": [
+                {k: s[k] for k in ("rps", "ok", "seconds")}
+                | {"p99_ms": s["latency_ms"]["p99"], "other_cpu_pct": s["cpu"]["other_pct"]}
+                for s in segs
+            ],
+        }
+    )
     cpu = out["cpu"]
     for who in ("server", "postgres"):
         used = cpu["pct_of_one_core"].get(who, 0.0) / 100 * cpu["wall_s"]
         out[f"{who}_cpu_ms_per_request"] = round(1000 * used / ok, 3) if ok else None
-    out["generator_cpu_pct_of_one_core"] = round(
-        sum(s["generator_cpu_pct_of_one_core"] * s["seconds"] for s in segs) / seconds, 1) if seconds else 0.0
+    out["generator_cpu_pct_of_one_core"] = (
+        round(sum(s["generator_cpu_pct_of_one_core"] * s["seconds"] for s in segs) / seconds, 1) if seconds else 0.0
+    )
     stored = sum(s["messages_stored"] for s in segs)
     check: dict = {"messages_stored": stored}
     problems = []
     if out["bad_status"] or out["gql_errors"] or out["socket_errors"]:
-        problems.append(f"{out['bad_status']} non-200, {out['gql_errors']} GraphQL errors, "
-                        f"{out['socket_errors']} socket errors; first: {out['first_error']}")
+        problems.append(
+            f"{out['bad_status']} non-200, {out['gql_errors']} GraphQL errors, "
+            f"{out['socket_errors']} socket errors; first: {out['first_error']}"
+        )
     if name.startswith("send"):
         # requests still in flight when the generator stops may commit without being counted
         if not ok <= stored <= ok + len(segs) * sizes.clients:
@@ -328,17 +373,30 @@ def _combine_http(name: str, segs: list[dict], sizes: layout.Sizes) -> dict:
     return out
 
 
-async def _start_server(pg: Postgres, scratch: Path, kafka: Kafka | None, workers: int = 1,
-                        broadcast_url: str | None = None) -> Server:
+async def _start_server(
+    pg: Postgres, scratch: Path, kafka: Kafka | None, workers: int = 1, broadcast_url: str | None = None
+) -> Server:
     server = Server(pg.url, scratch, kafka, workers=workers, broadcast_url=broadcast_url)
     server.spawn()
     await asyncio.to_thread(server.wait_ready)
     return server
 
 
-async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, workdir: Path, keys,
-                      kafka: Kafka | None, base_sources: dict, selected: tuple[str, ...],
-                      profile_dir: Path | None, profile_seconds: float, server_opts: dict) -> None:
+async def _throughput(
+    results: dict,
+    pg: Postgres,
+    conn,
+    sizes,
+    scratch: Path,
+    workdir: Path,
+    keys,
+    kafka: Kafka | None,
+    base_sources: dict,
+    selected: tuple[str, ...],
+    profile_dir: Path | None,
+    profile_seconds: float,
+    server_opts: dict,
+) -> None:
     """send/read/inbox: for each, pgbench and HTTP alternate A B B A (half the duration each), so
     both sides see the same minutes of a noisy machine. chatgql is stopped during pgbench runs.
     With profile_dir, a profiled HTTP run (not measured) follows the two measured ones."""
@@ -371,9 +429,11 @@ async def _throughput(results: dict, pg: Postgres, conn, sizes, scratch: Path, w
         a2 = await _pg_segment(pg, conn, name, script, sizes, workdir, half, PG_READ_BASES[1], base_sources)
         base = results["pgbench"][name] = _combine_pgbench(name, [a1, a2])
         http = results["http"][name] = _combine_http(name, [b1, b2], sizes)
-        log(f"{name}: pgbench {a1['tps']:.0f} / {a2['tps']:.0f} tps, HTTP {b1['rps']:.0f} / {b2['rps']:.0f} req/s "
+        log(
+            f"{name}: pgbench {a1['tps']:.0f} / {a2['tps']:.0f} tps, HTTP {b1['rps']:.0f} / {b2['rps']:.0f} req/s "
             f"-> ratio {http['rps'] / base['tps']:.3f}; {http['generator']} at {http['generator_cpu_pct_of_one_core']}% "
-            f"of a core, server at {http['cpu']['pct_of_one_core'].get('server')}%, other {http['cpu']['other_pct']}%")
+            f"of a core, server at {http['cpu']['pct_of_one_core'].get('server')}%, other {http['cpu']['other_pct']}%"
+        )
         if prof is not None:
             prof = results.setdefault("profiles", {})[name] = _finish_profile(prof, http)
             if "error" in prof:
@@ -403,48 +463,89 @@ def _verdicts(results: dict) -> dict:
         http, base = results["http"].get(name), results["pgbench"].get(name)
         if http and base and base["tps"]:
             ratio = round(http["rps"] / base["tps"], 3)
-            v[name] = {"value": ratio, "target": f">= {TARGETS[name]}", "met": ratio >= TARGETS[name],
-                       "http_rps": http["rps"], "pgbench_tps": base["tps"]}
+            v[name] = {
+                "value": ratio,
+                "target": f">= {TARGETS[name]}",
+                "met": ratio >= TARGETS[name],
+                "http_rps": http["rps"],
+                "pgbench_tps": base["tps"],
+            }
     lv = results.get("live")
     if lv and "error" not in lv:
         p99 = lv["product"]["latency_ms"].get("p99")
         complete = lv["product"]["missing"] == 0 and not lv["product"].get("subscription_ended")
-        v["live_p99_ms"] = {"value": p99, "target": f"< {TARGETS['live_p99_ms']} ms at {lv['product']['rate_per_s']:g}/s",
-                            "met": complete and p99 is not None and p99 < TARGETS["live_p99_ms"],
-                            "missing": lv["product"]["missing"]}
-        v["live_vs_kafka_p99"] = {"value": lv["ratio_p99"], "target": f"<= {TARGETS['live_vs_kafka_p99']}x",
-                                  "met": lv["ratio_p99"] is not None and lv["ratio_p99"] <= TARGETS["live_vs_kafka_p99"],
-                                  "baseline": lv["baseline"]["kind"]}
+        v["live_p99_ms"] = {
+            "value": p99,
+            "target": f"< {TARGETS['live_p99_ms']} ms at {lv['product']['rate_per_s']:g}/s",
+            "met": complete and p99 is not None and p99 < TARGETS["live_p99_ms"],
+            "missing": lv["product"]["missing"],
+        }
+        v["live_vs_kafka_p99"] = {
+            "value": lv["ratio_p99"],
+            "target": f"<= {TARGETS['live_vs_kafka_p99']}x",
+            "met": lv["ratio_p99"] is not None and lv["ratio_p99"] <= TARGETS["live_vs_kafka_p99"],
+            "baseline": lv["baseline"]["kind"],
+        }
     fo = results.get("fanout")
     if fo and "error" not in fo:
-        v["fanout_last_ms"] = {"value": fo["last_ms_median"], "worst": fo["last_ms_max"],
-                               "target": f"< {TARGETS['fanout_last_ms']} ms (median of rounds)",
-                               "met": fo["last_ms_median"] < TARGETS["fanout_last_ms"]}
+        v["fanout_last_ms"] = {
+            "value": fo["last_ms_median"],
+            "worst": fo["last_ms_max"],
+            "target": f"< {TARGETS['fanout_last_ms']} ms (median of rounds)",
+            "met": fo["last_ms_median"] < TARGETS["fanout_last_ms"],
+        }
     co = results.get("connections")
     if co and co.get("kb_per_subscription") is not None:
-        v["kb_per_subscription"] = {"value": co["kb_per_subscription"], "target": f"< {TARGETS['kb_per_subscription']} KB",
-                                    "met": co["kb_per_subscription"] < TARGETS["kb_per_subscription"]}
+        v["kb_per_subscription"] = {
+            "value": co["kb_per_subscription"],
+            "target": f"< {TARGETS['kb_per_subscription']} KB",
+            "met": co["kb_per_subscription"] < TARGETS["kb_per_subscription"],
+        }
     return v
 
 
-async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka: Kafka | None,
-                  cpu_sources: dict, selected: tuple[str, ...], server_opts: dict,
-                  profile_dir: Path | None = None) -> None:
+async def _phases(
+    results: dict,
+    pg: Postgres,
+    conn,
+    sizes,
+    scratch: Path,
+    kafka: Kafka | None,
+    cpu_sources: dict,
+    selected: tuple[str, ...],
+    server_opts: dict,
+    profile_dir: Path | None = None,
+) -> None:
     """live, fanout, connections (those selected), on a chatgql server of their own."""
     server = None
     try:
         server = await _start_server(pg, scratch, kafka, **server_opts)
         bus = "redis bus" if server_opts.get("broadcast_url") else "in-process bus"
-        log(f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka + ' if kafka else ''}{bus}"
-            + (f", {server.workers} workers: pids {', '.join(map(str, server.worker_pids()))})" if server.workers > 1
-               else ")"))
+        log(
+            f"chatgql serve pid {server.pid} on port {server.port} ({'Kafka + ' if kafka else ''}{bus}"
+            + (
+                f", {server.workers} workers: pids {', '.join(map(str, server.worker_pids()))})"
+                if server.workers > 1
+                else ")"
+            )
+        )
         cpu_sources = {"server": server.cpu_seconds, **cpu_sources}
         if "live" in selected:
             with _mark("live"):
-                await _phase(results, "live",
-                             live.run(server, kafka, sizes, cpu_sources, lambda: _drain_outbox(conn),
-                                      server_opts.get("broadcast_url"), backlog=lambda: _count(conn, "outbox"),
-                                      profile_dir=profile_dir))
+                await _phase(
+                    results,
+                    "live",
+                    live.run(
+                        server,
+                        kafka,
+                        sizes,
+                        cpu_sources,
+                        lambda: _drain_outbox(conn),
+                        server_opts.get("broadcast_url"),
+                        backlog=lambda: _count(conn, "outbox"),
+                        profile_dir=profile_dir,
+                    ),
+                )
             if "error" not in results["live"]:
                 p, b = results["live"]["product"]["latency_ms"], results["live"]["baseline"]["latency_ms"]
                 log(f"live p50/p99 {p.get('p50')}/{p.get('p99')} ms; baseline {b.get('p50')}/{b.get('p99')} ms")
@@ -467,9 +568,17 @@ async def _phases(results: dict, pg: Postgres, conn, sizes, scratch: Path, kafka
             await asyncio.to_thread(server.stop)
 
 
-async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_kafka: bool,
-              keep_scratch: bool = False, only: tuple[str, ...] | None = None, profile: bool = False,
-              profile_seconds: float = 5.0, workers: int = 1) -> dict:
+async def run(
+    sizes: layout.Sizes,
+    out_dir: Path,
+    report_path: Path | None,
+    use_kafka: bool,
+    keep_scratch: bool = False,
+    only: tuple[str, ...] | None = None,
+    profile: bool = False,
+    profile_seconds: float = 5.0,
+    workers: int = 1,
+) -> dict:
     t_start = time.monotonic()
     selected = tuple(f for f in FIGURES if only is None or f in only)
     fd_limit = raise_fd_limit()
@@ -482,8 +591,9 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "sizes": sizes.as_dict(),
-        "load_generator": "wrk " + "(Lua: bench/wrk/gql.lua)" if httpload.wrk_path() else
-        "multi-process Python raw-HTTP generator (wrk not installed)",
+        "load_generator": "wrk " + "(Lua: bench/wrk/gql.lua)"
+        if httpload.wrk_path()
+        else "multi-process Python raw-HTTP generator (wrk not installed)",
         "notes": [],
         "figures": list(selected),
         "skipped": [f for f in FIGURES if f not in selected],
@@ -496,8 +606,13 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
     profile_dir = None
     if profile and any(n in selected for n in (*SCENARIOS, "live")):
         exe = profiles.pyspy_path()
-        results["profiling"] = {"tool": profiles.pyspy_version(exe), "path": exe, "rate_hz": profiles.RATE,
-                                "seconds": profile_seconds, "dir": str(out_dir / "profiles")}
+        results["profiling"] = {
+            "tool": profiles.pyspy_version(exe),
+            "path": exe,
+            "rate_hz": profiles.RATE,
+            "seconds": profile_seconds,
+            "dir": str(out_dir / "profiles"),
+        }
         if exe:
             profile_dir = out_dir / "profiles"
         else:
@@ -528,20 +643,42 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
             kafka = await kafka_task
             log(f"Kafka at {kafka.bootstrap}")
         pg_version = await conn.fetchval("SHOW server_version")
-        settings = {r["name"]: r["setting"] for r in await conn.fetch(
-            "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', "
-            "'max_connections', 'wal_level', 'max_wal_size', 'checkpoint_timeout')")}
+        settings = {
+            r["name"]: r["setting"]
+            for r in await conn.fetch(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', "
+                "'max_connections', 'wal_level', 'max_wal_size', 'checkpoint_timeout')"
+            )
+        }
         results["postgres_settings"] = settings
-        results["versions"] = versions({"postgresql": pg_version, "kafka": Kafka.version() if kafka else None,
-                                        "redis": Redis.version() if redis else None})
+        results["versions"] = versions(
+            {
+                "postgresql": pg_version,
+                "kafka": Kafka.version() if kafka else None,
+                "redis": Redis.version() if redis else None,
+            }
+        )
 
         cpu_sources = {"postgres": pg.cpu_seconds}
         if kafka:
             cpu_sources["kafka"] = kafka.cpu_seconds
         if redis:
             cpu_sources["redis"] = redis.cpu_seconds
-        await _throughput(results, pg, conn, sizes, scratch, workdir, keys, kafka, cpu_sources, selected,
-                          profile_dir, profile_seconds, server_opts)
+        await _throughput(
+            results,
+            pg,
+            conn,
+            sizes,
+            scratch,
+            workdir,
+            keys,
+            kafka,
+            cpu_sources,
+            selected,
+            profile_dir,
+            profile_seconds,
+            server_opts,
+        )
         if any(p in selected for p in PHASES):
             await _phases(results, pg, conn, sizes, scratch, kafka, cpu_sources, selected, server_opts, profile_dir)
     finally:
@@ -549,11 +686,19 @@ async def run(sizes: layout.Sizes, out_dir: Path, report_path: Path | None, use_
             await conn.close()
         results["server_log"] = log_summary(scratch / "chatgql.log")
         for entry in results["server_log"]:
-            entry["phases"] = sorted({t["phase"] for t in TIMELINE for at in entry["times"]
-                                      if t["start"] <= at <= t["end"]} or {"between measured runs"})
+            entry["phases"] = sorted(
+                {t["phase"] for t in TIMELINE for at in entry["times"] if t["start"] <= at <= t["end"]}
+                or {"between measured runs"}
+            )
             entry["times"] = [datetime.fromtimestamp(at).strftime("%H:%M:%S") for at in entry["times"]][:50]
-        results["timeline"] = [{"phase": t["phase"], "start": datetime.fromtimestamp(t["start"]).strftime("%H:%M:%S"),
-                                "seconds": round(t["end"] - t["start"], 1)} for t in TIMELINE]
+        results["timeline"] = [
+            {
+                "phase": t["phase"],
+                "start": datetime.fromtimestamp(t["start"]).strftime("%H:%M:%S"),
+                "seconds": round(t["end"] - t["start"], 1),
+            }
+            for t in TIMELINE
+        ]
         if kafka is not None:
             await asyncio.to_thread(kafka.stop)
         if redis is not None:

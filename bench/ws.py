@@ -12,12 +12,19 @@ import websockets
 PROTOCOL = "graphql-transport-ws"
 
 
-async def subscribe(url: str, token: str, query: str, variables: dict | None = None,
-                    timeout: float = 60) -> Any:
+async def subscribe(url: str, token: str, query: str, variables: dict | None = None, timeout: float = 60) -> Any:
     """Open a websocket, connection_init with the bearer token, subscribe as operation "1"."""
     ws = await asyncio.wait_for(
-        websockets.connect(url, subprotocols=[PROTOCOL], compression=None, ping_interval=None, max_size=None,
-                           open_timeout=timeout, close_timeout=2, proxy=None),
+        websockets.connect(
+            url,
+            subprotocols=[PROTOCOL],
+            compression=None,
+            ping_interval=None,
+            max_size=None,
+            open_timeout=timeout,
+            close_timeout=2,
+            proxy=None,
+        ),
         timeout,
     )
     await ws.send(orjson.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}).decode())
@@ -30,9 +37,11 @@ async def subscribe(url: str, token: str, query: str, variables: dict | None = N
             continue
         await ws.close()
         raise RuntimeError(f"websocket refused: {frame}")
-    await ws.send(orjson.dumps(
-        {"id": "1", "type": "subscribe", "payload": {"query": query, "variables": variables or {}}}
-    ).decode())
+    await ws.send(
+        orjson.dumps(
+            {"id": "1", "type": "subscribe", "payload": {"query": query, "variables": variables or {}}}
+        ).decode()
+    )
     return ws
 
 
@@ -56,8 +65,9 @@ async def receive(ws: Any, on_event) -> None:
         pass
 
 
-async def open_many(url: str, tokens: list[str], query: str, variables: dict | None,
-                    concurrency: int = 50) -> tuple[list[Any], list[str]]:
+async def open_many(
+    url: str, tokens: list[str], query: str, variables: dict | None, concurrency: int = 50
+) -> tuple[list[Any], list[str]]:
     """Open one subscribed websocket per token, `concurrency` handshakes at a time."""
     gate = asyncio.Semaphore(concurrency)
     errors: list[str] = []

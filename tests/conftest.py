@@ -157,7 +157,12 @@ class RunningServer:
         self.app = create_app(settings)
         self.server = uvicorn.Server(
             uvicorn.Config(
-                self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_keep_alive=30,
+                self.app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                lifespan="on",
+                timeout_keep_alive=30,
                 **uvicorn_options(settings),
             )
         )
@@ -230,17 +235,18 @@ class GraphQLClient:
     def token(self, user_id: int) -> str:
         return issue_token(self.settings, user_id)
 
-    async def raw(self, query: str, variables: dict | None = None, *, user: int | None = None,
-                  headers: dict | None = None) -> httpx.Response:
+    async def raw(
+        self, query: str, variables: dict | None = None, *, user: int | None = None, headers: dict | None = None
+    ) -> httpx.Response:
         all_headers = {"content-type": "application/json"}
         if user is not None:
             all_headers["authorization"] = f"Bearer {self.token(user)}"
         all_headers.update(headers or {})
-        return await self.http.post(self.url, json={"query": query, "variables": variables or {}},
-                                    headers=all_headers)
+        return await self.http.post(self.url, json={"query": query, "variables": variables or {}}, headers=all_headers)
 
-    async def execute(self, query: str, variables: dict | None = None, *, user: int | None = None,
-                      headers: dict | None = None) -> dict:
+    async def execute(
+        self, query: str, variables: dict | None = None, *, user: int | None = None, headers: dict | None = None
+    ) -> dict:
         """The whole response body ({data, errors}); asserts HTTP 200."""
         response = await self.raw(query, variables, user=user, headers=headers)
         assert response.status_code == 200, response.text
@@ -268,7 +274,8 @@ def error_code(error: dict) -> str:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
         # keep-alive shorter than the server's, so a reused connection is never one it is closing
-        timeout=60, limits=httpx.Limits(max_connections=300, keepalive_expiry=1)
+        timeout=60,
+        limits=httpx.Limits(max_connections=300, keepalive_expiry=1),
     ) as client:
         yield client
 

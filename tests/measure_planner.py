@@ -26,6 +26,7 @@ SEND = "mutation($c: ID!, $k: UUID!, $b: String!) { sendMessage(conversationId: 
 READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }"
 CREATE = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
 
+
 async def compare(label, ref, plan, n):
     for _ in range(20):
         await ref()
@@ -39,7 +40,10 @@ async def compare(label, ref, plan, n):
             t[name].append((time.process_time() - c0) / 5 * 1e6)
     for name, xs in t.items():
         xs.sort()
-        print(f"MEASURE {label} {name}: median {statistics.median(xs):.0f} us, p25 {xs[len(xs)//4]:.0f} us CPU per execution")
+        print(
+            f"MEASURE {label} {name}: median {statistics.median(xs):.0f} us, p25 {xs[len(xs) // 4]:.0f} us CPU per execution"
+        )
+
 
 async def test_measure(server, client):  # noqa: C901 - a script
     cids = []
@@ -49,26 +53,46 @@ async def test_measure(server, client):  # noqa: C901 - a script
         cids.append(cid)
     d = Differential(server, client)
     schema = d.schema
-    for label, q in [("inbox", INBOX), ("inbox-nodes-only", "query { inbox(first: 50) { nodes { id title unreadCount } pageInfo { hasNextPage } } }"), ("inbox-minimal", "query { inbox(first: 50) { pageInfo { hasNextPage } } }")]:
+    for label, q in [
+        ("inbox", INBOX),
+        ("inbox-nodes-only", "query { inbox(first: 50) { nodes { id title unreadCount } pageInfo { hasNextPage } } }"),
+        ("inbox-minimal", "query { inbox(first: 50) { pageInfo { hasNextPage } } }"),
+    ]:
         doc = parse(q)
-        async def ref(doc=doc): return await execute_accepted(schema, doc, None, None, d.context(1))
-        async def plan(doc=doc, q=q): return await d.planner.execute(schema, doc, q, None, None, d.context(1))
+
+        async def ref(doc=doc):
+            return await execute_accepted(schema, doc, None, None, d.context(1))
+
+        async def plan(doc=doc, q=q):
+            return await d.planner.execute(schema, doc, q, None, None, d.context(1))
+
         assert d.encode(await ref()) == d.encode(await plan())
         await compare(label, ref, plan, 40)
     sdoc = parse(SEND)
-    async def sref(): return await execute_accepted(schema, sdoc, {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, None, d.context(1))
-    async def splan(): return await d.planner.execute(schema, sdoc, SEND, {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, None, d.context(1))
+
+    async def sref():
+        return await execute_accepted(
+            schema, sdoc, {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, None, d.context(1)
+        )
+
+    async def splan():
+        return await d.planner.execute(
+            schema, sdoc, SEND, {"c": cids[0], "k": str(uuid.uuid4()), "b": "x"}, None, d.context(1)
+        )
+
     await compare("sendMessage", sref, splan, 40)
     rdoc = parse(READ)
     seq = [0]
+
     async def rref():
         seq[0] += 1
         return await execute_accepted(schema, rdoc, {"c": cids[1], "s": 1}, None, d.context(2))
+
     async def rplan():
         seq[0] += 1
         return await d.planner.execute(schema, rdoc, READ, {"c": cids[1], "s": 1}, None, d.context(2))
-    await compare("markRead", rref, rplan, 40)
 
+    await compare("markRead", rref, rplan, 40)
 
 
 async def test_measure_http(server, client):
@@ -86,6 +110,7 @@ async def test_measure_http(server, client):
         "markRead": (READ, lambda: {"c": cids[1], "s": 1}, 2),
     }
     for label, (query, variables, user) in requests.items():
+
         async def on(query=query, variables=variables, user=user):
             planner.enabled = True
             await client.data(query, variables(), user=user)

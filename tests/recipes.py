@@ -18,4 +18,4 @@ def recipe(path: Path, comment: str) -> str:
     lines = path.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"{comment} --- the recipe"))
     end = lines.index(f"{comment} --- end of the recipe")
-    return "\n".join(lines[start + 1:end]).strip("\n")
+    return "\n".join(lines[start + 1 : end]).strip("\n")

@@ -30,8 +30,13 @@ def _install() -> None:
         yield from original(self)
         if not execution_context.pre_execution_errors and execution_context.query:
             try:
-                line = json.dumps({"query": execution_context.query, "operationName": execution_context.operation_name,
-                                   "variables": execution_context.variables})
+                line = json.dumps(
+                    {
+                        "query": execution_context.query,
+                        "operationName": execution_context.operation_name,
+                        "variables": execution_context.variables,
+                    }
+                )
             except (TypeError, ValueError):
                 return
             with open(OUT, "a") as out:

@@ -31,8 +31,16 @@ async def test_apollo_client_normalises_the_history_and_live_events_update_it(se
     for i in range(3):
         await api.send(1, cid, f"history {i}")
     process = await asyncio.create_subprocess_exec(
-        node, "cache.mjs", server.url, server.ws_url, api.token(1), api.token(2), cid,
-        cwd=APOLLO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        node,
+        "cache.mjs",
+        server.url,
+        server.ws_url,
+        api.token(1),
+        api.token(2),
+        cid,
+        cwd=APOLLO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), 90)
@@ -45,10 +53,14 @@ async def test_apollo_client_normalises_the_history_and_live_events_update_it(se
     report = json.loads(lines[-1])
     assert report["ok"], (report, stderr.decode())
     assert process.returncode == 0
-    for check in ("the history holds references, not copies",
-                  "the history gained exactly the new message",
-                  "a readUpdated event updates the cached member's lastReadSeq and the inbox's unreadCount",
-                  "the inbox entry's lastSeq and unreadCount follow the event, with no code",
-                  "node(id:) round-trips a Conversation", "node(id:) round-trips a Message",
-                  "node(id:) round-trips a Member", "node(id:) round-trips a Viewer"):
+    for check in (
+        "the history holds references, not copies",
+        "the history gained exactly the new message",
+        "a readUpdated event updates the cached member's lastReadSeq and the inbox's unreadCount",
+        "the inbox entry's lastSeq and unreadCount follow the event, with no code",
+        "node(id:) round-trips a Conversation",
+        "node(id:) round-trips a Message",
+        "node(id:) round-trips a Member",
+        "node(id:) round-trips a Viewer",
+    ):
         assert check in report["checks"], report

@@ -94,49 +94,65 @@ def _new_key() -> str:
 
 
 OPS: dict[str, Op] = {
-    "viewer": Op("{ viewer { userId totalUnread unreadConversations } }",
-                 lambda c, u: {}, targets_conversation=False),
-    "inbox": Op("{ inbox(first: 50) { nodes { id title lastSeq unreadCount members { userId } } } }",
-                lambda c, u: {}, targets_conversation=False),
+    "viewer": Op("{ viewer { userId totalUnread unreadConversations } }", lambda c, u: {}, targets_conversation=False),
+    "inbox": Op(
+        "{ inbox(first: 50) { nodes { id title lastSeq unreadCount members { userId } } } }",
+        lambda c, u: {},
+        targets_conversation=False,
+    ),
     "createDirectConversation": Op(
         "mutation($u: ID!) { createDirectConversation(userId: $u) { id type memberCount } }",
-        lambda c, u: {"u": str(NEWCOMER)}, targets_conversation=False),
+        lambda c, u: {"u": str(NEWCOMER)},
+        targets_conversation=False,
+    ),
     "createGroup": Op(
         "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id memberCount } }",
-        lambda c, u: {"t": "fresh", "m": [str(NEWCOMER)]}, targets_conversation=False),
+        lambda c, u: {"t": "fresh", "m": [str(NEWCOMER)]},
+        targets_conversation=False,
+    ),
     "conversation": Op(
         "query($c: ID!) { conversation(id: $c) { id type title lastSeq lastReadSeq unreadCount memberCount"
         " lastMessage { body } } }",
-        lambda c, u: {"c": c}),
+        lambda c, u: {"c": c},
+    ),
     "Conversation.members": Op(
-        "query($c: ID!) { conversation(id: $c) { members { userId role lastReadSeq } } }",
-        lambda c, u: {"c": c}),
+        "query($c: ID!) { conversation(id: $c) { members { userId role lastReadSeq } } }", lambda c, u: {"c": c}
+    ),
     "Conversation.messages": Op(
         "query($c: ID!) { conversation(id: $c) { messages(first: 50) { nodes { seq body senderId seenBy } } } }",
-        lambda c, u: {"c": c}),
+        lambda c, u: {"c": c},
+    ),
     "messages": Op(
         "query($c: ID!) { messages(conversationId: $c, last: 50) { nodes { seq body } pageInfo { endCursor } } }",
-        lambda c, u: {"c": c}),
+        lambda c, u: {"c": c},
+    ),
     "sync": Op(
         "query($c: ID!) { sync(cursors: [{conversationId: $c, afterSeq: 0}]) "
         "{ conversationId messages { body } lastSeq lastReadSeq } }",
-        lambda c, u: {"c": c}),
+        lambda c, u: {"c": c},
+    ),
     "addMembers": Op(
         "mutation($c: ID!, $u: [ID!]!) { addMembers(conversationId: $c, userIds: $u) { id memberCount } }",
-        lambda c, u: {"c": c, "u": [str(NEWCOMER)]}),
+        lambda c, u: {"c": c, "u": [str(NEWCOMER)]},
+    ),
     "removeMember(other)": Op(
         "mutation($c: ID!, $u: ID!) { removeMember(conversationId: $c, userId: $u) { conversationId userId } }",
-        lambda c, u: {"c": c, "u": str(OTHER)}, control_caller=OWNER),
+        lambda c, u: {"c": c, "u": str(OTHER)},
+        control_caller=OWNER,
+    ),
     "removeMember(self)": Op(
         "mutation($c: ID!, $u: ID!) { removeMember(conversationId: $c, userId: $u) { conversationId userId } }",
-        lambda c, u: {"c": c, "u": str(u)}),
+        lambda c, u: {"c": c, "u": str(u)},
+    ),
     "sendMessage": Op(
         "mutation($c: ID!, $k: UUID!, $b: String!) "
         "{ sendMessage(conversationId: $c, clientMsgId: $k, body: $b) { message { seq body } duplicate } }",
-        lambda c, u: {"c": c, "k": _new_key(), "b": "intruder"}),
+        lambda c, u: {"c": c, "k": _new_key(), "b": "intruder"},
+    ),
     "markRead": Op(
         "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }",
-        lambda c, u: {"c": c, "s": 3}),
+        lambda c, u: {"c": c, "s": 3},
+    ),
 }
 CONVERSATION_OPS = [name for name, op in OPS.items() if op.targets_conversation]
 
@@ -212,9 +228,9 @@ async def authz(authz_server: Authz, http: httpx.AsyncClient) -> Authz:
 SNAPSHOT = {
     "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at FROM conversation ORDER BY id",
     "conversation_member": "SELECT conversation_id, user_id, role, last_read_seq, joined_at "
-                           "FROM conversation_member ORDER BY conversation_id, user_id",
+    "FROM conversation_member ORDER BY conversation_id, user_id",
     "message": "SELECT conversation_id, seq, sender_id, client_msg_id, body, created_at "
-               "FROM message ORDER BY conversation_id, seq",
+    "FROM message ORDER BY conversation_id, seq",
     "direct_pair": "SELECT user_low, user_high, conversation_id FROM direct_pair ORDER BY user_low, user_high",
     "outbox": "SELECT id, msg_key, payload FROM outbox ORDER BY id",
 }
@@ -259,8 +275,9 @@ async def test_http_operation_with_a_token_problem_is_unauthenticated_with_no_da
     before = await snapshot(authz.engine)
     op = OPS[name]
 
-    body = await call(authz.api, op, world.group, OWNER,
-                      bad_authorization(kind, authz.server.settings.jwt_secret.get_secret_value()))
+    body = await call(
+        authz.api, op, world.group, OWNER, bad_authorization(kind, authz.server.settings.jwt_secret.get_secret_value())
+    )
 
     error = only_error(body, "UNAUTHENTICATED")
     assert SECRET_TITLE not in json.dumps(body) and "secret" not in error["message"]
@@ -270,7 +287,8 @@ async def test_http_operation_with_a_token_problem_is_unauthenticated_with_no_da
 @pytest.mark.parametrize("caller", [NON_MEMBER, REMOVED], ids=["non-member", "removed-member"])
 @pytest.mark.parametrize("name", CONVERSATION_OPS)
 async def test_http_operation_on_a_conversation_by_an_outsider_is_not_found_like_a_missing_id_and_writes_nothing(
-        authz, name, caller):
+    authz, name, caller
+):
     world = await build_world(authz.api)
     before = await snapshot(authz.engine)
     op = OPS[name]
@@ -302,14 +320,21 @@ async def test_http_member_without_owner_role_removing_someone_else_is_forbidden
     before = await snapshot(authz.engine)
 
     body = await authz.api.execute(
-        OPS["removeMember(other)"].document, {"c": world.group, "u": str(target)}, user=MEMBER)
+        OPS["removeMember(other)"].document, {"c": world.group, "u": str(target)}, user=MEMBER
+    )
 
     only_error(body, "FORBIDDEN")
     assert await snapshot(authz.engine) == before
-    members = (await authz.api.data("query($c: ID!) { conversation(id: $c) { members { userId role } } }",
-                                    {"c": world.group}, user=OWNER))["conversation"]["members"]
-    assert members == [{"userId": str(OWNER), "role": "OWNER"}, {"userId": str(MEMBER), "role": "MEMBER"},
-                       {"userId": str(OTHER), "role": "MEMBER"}]
+    members = (
+        await authz.api.data(
+            "query($c: ID!) { conversation(id: $c) { members { userId role } } }", {"c": world.group}, user=OWNER
+        )
+    )["conversation"]["members"]
+    assert members == [
+        {"userId": str(OWNER), "role": "OWNER"},
+        {"userId": str(MEMBER), "role": "MEMBER"},
+        {"userId": str(OTHER), "role": "MEMBER"},
+    ]
 
 
 @pytest.mark.parametrize("caller", [NON_MEMBER, REMOVED], ids=["non-member", "removed-member"])
@@ -328,7 +353,9 @@ async def test_http_sync_mixing_an_own_and_a_foreign_conversation_is_not_found_a
     body = await authz.api.execute(
         "query($a: ID!, $b: ID!) { sync(cursors: [{conversationId: $a, afterSeq: 0}, {conversationId: $b, afterSeq: 0}])"
         " { conversationId messages { body } } }",
-        {"a": own, "b": world.group}, user=NON_MEMBER)
+        {"a": own, "b": world.group},
+        user=NON_MEMBER,
+    )
     only_error(body, "NOT_FOUND")
     assert "secret" not in json.dumps(body) and "mine" not in json.dumps(body)
 
@@ -340,8 +367,11 @@ SUBSCRIPTIONS = {
     "messageNew(conversationId)": (MESSAGE_NEW, True),
     "messageNew": (MESSAGE_NEW, False),
     # Resumable: the cursor names the conversation (replayed from the database, then live).
-    "messageNew(cursors)": ("subscription($c: ID!) { messageNew(cursors: [{conversationId: $c, afterSeq: 0}]) "
-                            "{ conversationId seq message { seq senderId body } } }", True),
+    "messageNew(cursors)": (
+        "subscription($c: ID!) { messageNew(cursors: [{conversationId: $c, afterSeq: 0}]) "
+        "{ conversationId seq message { seq senderId body } } }",
+        True,
+    ),
     "readUpdated(conversationId)": (READ_UPDATED, True),
     "readUpdated": (READ_UPDATED, False),
 }
@@ -396,6 +426,7 @@ def event_of(data: dict) -> dict:
 
 async def settled(engine: AsyncEngine) -> None:
     """Wait until the session relay has sent every outbox row (the world's own events are out)."""
+
     async def drained() -> bool:
         async with engine.connect() as conn:
             return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one() == 0
@@ -407,14 +438,18 @@ def after_subscribing(events: list[dict], group: str, activity_seq: int) -> list
     """The events of group made by the activity after the subscription (a message at activity_seq,
     or a watermark moved to it). Earlier events may still be in flight when a subscription starts;
     those happened before it and are not what the tests below are about."""
-    return [e for e in events if e["conversationId"] == group
-            and (e.get("seq") == activity_seq or e.get("lastReadSeq") == activity_seq)]
+    return [
+        e
+        for e in events
+        if e["conversationId"] == group and (e.get("seq") == activity_seq or e.get("lastReadSeq") == activity_seq)
+    ]
 
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_ws_connection_init_with_a_token_problem_is_refused_4403_and_runs_no_pipelined_subscription(
-        server, api, protocol, kind):
+    server, api, protocol, kind
+):
     world = await build_world(api)
     authorization = bad_authorization(kind, server.settings.jwt_secret.get_secret_value())
     async with websockets.connect(server.ws_url, subprotocols=[protocol], proxy=None, ping_interval=None) as ws:
@@ -468,7 +503,8 @@ async def test_ws_a_valid_connection_does_receive_the_activity_the_refusals_abov
 @pytest.mark.parametrize("name", SCOPED)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_ws_subscription_to_a_conversation_by_an_outsider_is_not_found_like_a_missing_id(
-        server, api, protocol, name, caller):
+    server, api, protocol, name, caller
+):
     world = await build_world(api)
     document, _ = SUBSCRIPTIONS[name]
     async with await WsClient.connect(server.ws_url, bearer(server.settings, caller), protocol=protocol) as ws:
@@ -488,7 +524,8 @@ async def test_ws_subscription_to_a_conversation_by_an_outsider_is_not_found_lik
 @pytest.mark.parametrize("name", UNSCOPED)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_ws_all_conversations_subscription_of_an_outsider_never_carries_that_conversations_events(
-        server, api, engine, protocol, name, caller):
+    server, api, engine, protocol, name, caller
+):
     world = await build_world(api)
     own = await api.create_group(FRIEND, [caller])
     await settled(engine)
@@ -498,8 +535,12 @@ async def test_ws_all_conversations_subscription_of_an_outsider_never_carries_th
         await wait_active_subscriptions(server, 1)
         seq = await make_activity(api, world.group, MEMBER)  # dispatched before the sentinel (outbox order)
         await make_sentinel(api, own, caller)
-        got = [event_of(e) for e in await op.collect_until(
-            lambda events: any(event_of(e)["conversationId"] == own for e in events), timeout=20)]
+        got = [
+            event_of(e)
+            for e in await op.collect_until(
+                lambda events: any(event_of(e)["conversationId"] == own for e in events), timeout=20
+            )
+        ]
     assert after_subscribing(got, world.group, seq) == [], got
     if caller == NON_MEMBER:
         assert [e for e in got if e["conversationId"] == world.group] == [], got  # never a member: nothing ever
@@ -509,7 +550,8 @@ async def test_ws_all_conversations_subscription_of_an_outsider_never_carries_th
 @pytest.mark.parametrize("document", [MESSAGE_NEW, READ_UPDATED], ids=["messageNew", "readUpdated"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_ws_a_member_removed_while_subscribed_gets_no_later_events_of_the_conversation(
-        server, api, engine, protocol, document, scoped):
+    server, api, engine, protocol, document, scoped
+):
     world = await build_world(api, remove=False)
     own = await api.create_group(FRIEND, [OTHER])
     await settled(engine)
@@ -525,6 +567,10 @@ async def test_ws_a_member_removed_while_subscribed_gets_no_later_events_of_the_
             assert after_subscribing([event_of(e) for e in error.skipped], world.group, seq) == []
         else:
             await make_sentinel(api, own, OTHER)
-            got = [event_of(e) for e in await op.collect_until(
-                lambda events: any(event_of(e)["conversationId"] == own for e in events), timeout=20)]
+            got = [
+                event_of(e)
+                for e in await op.collect_until(
+                    lambda events: any(event_of(e)["conversationId"] == own for e in events), timeout=20
+                )
+            ]
             assert after_subscribing(got, world.group, seq) == [], got

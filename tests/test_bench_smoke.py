@@ -29,7 +29,10 @@ def test_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     results = json.loads((out / "results.json").read_text())
@@ -76,9 +79,27 @@ def test_gc_soak_smoke(tmp_path: Path) -> None:
     """bench.gcsoak with tiny numbers: both sides run, every client got its events, the pauses are read."""
     out = tmp_path / "gc_soak.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.gcsoak", "--users", "20", "--rate", "5", "--seconds", "2", "--doc-seconds", "2",
-         "--doc-clients", "2", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "bench.gcsoak",
+            "--users",
+            "20",
+            "--rate",
+            "5",
+            "--seconds",
+            "2",
+            "--doc-seconds",
+            "2",
+            "--doc-clients",
+            "2",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     results = json.loads(out.read_text())

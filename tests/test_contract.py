@@ -154,7 +154,9 @@ def contract_differences(contract: GraphQLSchema, schema: GraphQLSchema) -> list
                         problems.append(f"argument {where}({arg_name}) is missing")
                         continue
                     if str(other_arg.type) != str(arg.type):
-                        problems.append(f"argument {where}({arg_name}) is {other_arg.type}, the contract says {arg.type}")
+                        problems.append(
+                            f"argument {where}({arg_name}) is {other_arg.type}, the contract says {arg.type}"
+                        )
                     if _default(other_arg) != _default(arg):
                         problems.append(
                             f"argument {where}({arg_name}) has default {_default(other_arg)}, "
@@ -219,9 +221,12 @@ def test_the_contract_check_reports_every_kind_of_breaking_change(changed, compl
 
 
 def test_the_contract_check_accepts_additions():
-    added = CHECKER_BASE.replace("kind: Kind }", "kind: Kind extra(z: Int = 1): Int }").replace(
-        "enum Kind { A B }", "enum Kind { A B C }"
-    ).replace("after: String)", "after: String, more: Int)") + "\ntype Extra { a: Int }"
+    added = (
+        CHECKER_BASE.replace("kind: Kind }", "kind: Kind extra(z: Int = 1): Int }")
+        .replace("enum Kind { A B }", "enum Kind { A B C }")
+        .replace("after: String)", "after: String, more: Int)")
+        + "\ntype Extra { a: Int }"
+    )
     assert contract_differences(build_schema(CHECKER_BASE), build_schema(added)) == []
 
 
@@ -261,9 +266,7 @@ def assert_contract_errors(response, expected: str | None = None) -> list[dict]:
 
 @pytest.fixture
 async def conversation(client) -> str:
-    data = await client.data(
-        'mutation { createGroup(title: "contract", memberIds: ["2"]) { id } }', user=1
-    )
+    data = await client.data('mutation { createGroup(title: "contract", memberIds: ["2"]) { id } }', user=1)
     return data["createGroup"]["id"]
 
 
@@ -279,38 +282,55 @@ def _request_cases(cid: str) -> dict[str, tuple[str, dict, str]]:
         "unknown-root-field": ("{ users { id } }", {}, "BAD_USER_INPUT"),
         "unknown-argument": ("{ inbox(orderBy: 1) { nodes { id } } }", {}, "BAD_USER_INPUT"),
         "missing-selection": ("{ inbox }", {}, "BAD_USER_INPUT"),
-        "wrong-variable-type": (
-            "query($n: Int) { inbox(first: $n) { nodes { id } } }", {"n": "ten"}, "BAD_USER_INPUT"),
+        "wrong-variable-type": ("query($n: Int) { inbox(first: $n) { nodes { id } } }", {"n": "ten"}, "BAD_USER_INPUT"),
         "variable-declared-with-wrong-type": (
-            "query($n: String) { inbox(first: $n) { nodes { id } } }", {"n": "5"}, "BAD_USER_INPUT"),
+            "query($n: String) { inbox(first: $n) { nodes { id } } }",
+            {"n": "5"},
+            "BAD_USER_INPUT",
+        ),
         "missing-required-variable": ("query($c: ID!) { conversation(id: $c) { id } }", {}, "BAD_USER_INPUT"),
-        "null-for-required-variable": (
-            "query($c: ID!) { conversation(id: $c) { id } }", {"c": None}, "BAD_USER_INPUT"),
+        "null-for-required-variable": ("query($c: ID!) { conversation(id: $c) { id } }", {"c": None}, "BAD_USER_INPUT"),
         "int-variable-beyond-32-bits": (
-            "query($n: Int) { inbox(first: $n) { nodes { id } } }", {"n": 2**40}, "BAD_USER_INPUT"),
+            "query($n: Int) { inbox(first: $n) { nodes { id } } }",
+            {"n": 2**40},
+            "BAD_USER_INPUT",
+        ),
         "long-variable-above-int64": (MARK_READ_VAR, {"c": cid, "s": 2**63}, "BAD_USER_INPUT"),
         "long-variable-below-int64": (MARK_READ_VAR, {"c": cid, "s": -(2**63) - 1}, "BAD_USER_INPUT"),
         "long-variable-far-above-int64": (MARK_READ_VAR, {"c": cid, "s": 10**30}, "BAD_USER_INPUT"),
         "long-literal-above-int64": (
             f'mutation {{ markRead(conversationId: "{cid}", seq: 9223372036854775808) {{ lastReadSeq }} }}',
-            {}, "BAD_USER_INPUT"),
+            {},
+            "BAD_USER_INPUT",
+        ),
         "long-variable-float": (MARK_READ_VAR, {"c": cid, "s": 1.5}, "BAD_USER_INPUT"),
         "long-variable-whole-float": (MARK_READ_VAR, {"c": cid, "s": 3.0}, "BAD_USER_INPUT"),
         "long-variable-bool": (MARK_READ_VAR, {"c": cid, "s": True}, "BAD_USER_INPUT"),
         "long-variable-text": (MARK_READ_VAR, {"c": cid, "s": "abc"}, "BAD_USER_INPUT"),
         "long-variable-object": (MARK_READ_VAR, {"c": cid, "s": {"n": 1}}, "BAD_USER_INPUT"),
         "long-literal-float": (
-            f'mutation {{ markRead(conversationId: "{cid}", seq: 1.5) {{ lastReadSeq }} }}', {}, "BAD_USER_INPUT"),
+            f'mutation {{ markRead(conversationId: "{cid}", seq: 1.5) {{ lastReadSeq }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
         "long-literal-bool": (
-            f'mutation {{ markRead(conversationId: "{cid}", seq: true) {{ lastReadSeq }} }}', {}, "BAD_USER_INPUT"),
+            f'mutation {{ markRead(conversationId: "{cid}", seq: true) {{ lastReadSeq }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
         "long-literal-text": (
-            f'mutation {{ markRead(conversationId: "{cid}", seq: "abc") {{ lastReadSeq }} }}', {}, "BAD_USER_INPUT"),
+            f'mutation {{ markRead(conversationId: "{cid}", seq: "abc") {{ lastReadSeq }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
         "uuid-variable-malformed": (SEND_VAR, {"c": cid, "k": "not-a-uuid", "b": "x"}, "BAD_USER_INPUT"),
         "uuid-variable-too-short": (SEND_VAR, {"c": cid, "k": k[:-1], "b": "x"}, "BAD_USER_INPUT"),
         "uuid-variable-number": (SEND_VAR, {"c": cid, "k": 12, "b": "x"}, "BAD_USER_INPUT"),
         "uuid-literal-malformed": (
             f'mutation {{ sendMessage(conversationId: "{cid}", clientMsgId: "zzz", body: "x") {{ duplicate }} }}',
-            {}, "BAD_USER_INPUT"),
+            {},
+            "BAD_USER_INPUT",
+        ),
         "id-not-decimal": ('{ conversation(id: "abc") { id } }', {}, "BAD_USER_INPUT"),
         "id-beyond-int64": ('{ conversation(id: "99999999999999999999") { id } }', {}, "BAD_USER_INPUT"),
         "negative-seq": (MARK_READ_VAR, {"c": cid, "s": -1}, "BAD_USER_INPUT"),
@@ -326,8 +346,9 @@ async def test_bad_requests_answer_with_a_contract_code_and_nothing_internal(cli
     response = await client.raw(document, variables, user=1)
     assert_contract_errors(response, expected)
     # Nothing was written by a refused request.
-    data = await client.data("query($c: ID!) { conversation(id: $c) { lastSeq lastReadSeq } }", {"c": conversation},
-                             user=1)
+    data = await client.data(
+        "query($c: ID!) { conversation(id: $c) { lastSeq lastReadSeq } }", {"c": conversation}, user=1
+    )
     assert data["conversation"] == {"lastSeq": 0, "lastReadSeq": 0}
 
 
@@ -342,7 +363,8 @@ def _auth_cases(secret: str) -> dict[str, dict[str, str]]:
         "basic-scheme": {"authorization": "Basic dXNlcjpwYXNz"},
         "token-without-scheme": {"authorization": _token({"sub": "7", "exp": later}, secret)},
         "signed-with-another-secret": {
-            "authorization": "Bearer " + _token({"sub": "7", "exp": later}, "another-secret-" + "x" * 32)},
+            "authorization": "Bearer " + _token({"sub": "7", "exp": later}, "another-secret-" + "x" * 32)
+        },
         "expired": {"authorization": "Bearer " + _token({"sub": "7", "iat": now - 7200, "exp": now - 3600}, secret)},
         "sub-not-a-number": {"authorization": "Bearer " + _token({"sub": "abc", "exp": later}, secret)},
         "sub-missing": {"authorization": "Bearer " + _token({"exp": later}, secret)},
@@ -423,25 +445,43 @@ async def test_a_proper_surrogate_pair_is_an_ordinary_character(client, conversa
     response = await _post(client, _raw_send(conversation, '"smile \\ud83d\\ude00"'))
     assert response.status_code == 200
     assert response.json() == {"data": {"sendMessage": {"message": {"seq": 1}}}}
-    data = await client.data("query($c: ID!) { messages(conversationId: $c) { nodes { body } } }",
-                             {"c": conversation}, user=1)
+    data = await client.data(
+        "query($c: ID!) { messages(conversationId: $c) { nodes { body } } }", {"c": conversation}, user=1
+    )
     assert data["messages"]["nodes"] == [{"body": "smile \U0001f600"}]
 
 
 @pytest.mark.parametrize(
     ("name", "content"),
     [
-        ("group-title", '{"query": "mutation($t: String!) { createGroup(title: $t, memberIds: []) { id } }",'
-                        ' "variables": {"t": "x\\ud800"}}'),
-        ("conversation-id", '{"query": "query($c: ID!) { conversation(id: $c) { id } }", "variables": {"c": "1\\ud800"}}'),
-        ("message-cursor", '{"query": "query($c: ID!, $a: String) { messages(conversationId: $c, after: $a)'
-                           ' { nodes { seq } } }", "variables": {"c": "CID", "a": "1\\ud800"}}'),
-        ("inbox-cursor", '{"query": "query($a: String) { inbox(after: $a) { nodes { id } } }",'
-                         ' "variables": {"a": "\\ud800"}}'),
-        ("in-the-document", '{"query": "mutation { sendMessage(conversationId: \\"CID\\",'
-                            ' clientMsgId: \\"UUID\\", body: \\"x\\ud800\\") { duplicate } }"}'),
-        ("graphql-escape-in-the-document", '{"query": "mutation { sendMessage(conversationId: \\"CID\\",'
-                                           ' clientMsgId: \\"UUID\\", body: \\"x\\\\ud800\\") { duplicate } }"}'),
+        (
+            "group-title",
+            '{"query": "mutation($t: String!) { createGroup(title: $t, memberIds: []) { id } }",'
+            ' "variables": {"t": "x\\ud800"}}',
+        ),
+        (
+            "conversation-id",
+            '{"query": "query($c: ID!) { conversation(id: $c) { id } }", "variables": {"c": "1\\ud800"}}',
+        ),
+        (
+            "message-cursor",
+            '{"query": "query($c: ID!, $a: String) { messages(conversationId: $c, after: $a)'
+            ' { nodes { seq } } }", "variables": {"c": "CID", "a": "1\\ud800"}}',
+        ),
+        (
+            "inbox-cursor",
+            '{"query": "query($a: String) { inbox(after: $a) { nodes { id } } }", "variables": {"a": "\\ud800"}}',
+        ),
+        (
+            "in-the-document",
+            '{"query": "mutation { sendMessage(conversationId: \\"CID\\",'
+            ' clientMsgId: \\"UUID\\", body: \\"x\\ud800\\") { duplicate } }"}',
+        ),
+        (
+            "graphql-escape-in-the-document",
+            '{"query": "mutation { sendMessage(conversationId: \\"CID\\",'
+            ' clientMsgId: \\"UUID\\", body: \\"x\\\\ud800\\") { duplicate } }"}',
+        ),
         ("in-a-comment", '{"query": "# \\ud800\\n{ viewer { userId } }"}'),
         ("operation-name", '{"query": "query Q { viewer { userId } }", "operationName": "Q\\ud800"}'),
     ],

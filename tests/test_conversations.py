@@ -83,10 +83,12 @@ async def roles(engine: AsyncEngine, cid: str) -> dict[int, str]:
 async def table_counts(engine: AsyncEngine) -> tuple[int, int, int]:
     """(conversations, members, direct pairs)."""
     async with engine.connect() as conn:
-        result = await conn.execute(text(
-            "SELECT (SELECT count(*) FROM conversation), (SELECT count(*) FROM conversation_member), "
-            "(SELECT count(*) FROM direct_pair)"
-        ))
+        result = await conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM conversation), (SELECT count(*) FROM conversation_member), "
+                "(SELECT count(*) FROM direct_pair)"
+            )
+        )
         return tuple(result.one())
 
 
@@ -187,7 +189,9 @@ async def test_group_of_1001_members_is_limit_exceeded_and_writes_nothing(client
 
 
 @pytest.mark.parametrize(
-    "title", ["", "   ", "x" * 201, "a\x00b"], ids=["empty", "whitespace-only", "201-chars", "nul"],
+    "title",
+    ["", "   ", "x" * 201, "a\x00b"],
+    ids=["empty", "whitespace-only", "201-chars", "nul"],
 )
 async def test_invalid_group_title_is_bad_user_input_and_writes_nothing(client, engine, title):
     assert await fails(client, CREATE_GROUP, {"title": title, "ids": ["2"]}, 1) == "BAD_USER_INPUT"
@@ -207,7 +211,8 @@ async def test_group_title_of_200_characters_is_accepted(client):
 
 
 @pytest.mark.parametrize(
-    "ids", [["2", "abc"], ["-1"], ["0"], ["1.5"], ["2", ""], ["9223372036854775808"]],
+    "ids",
+    [["2", "abc"], ["-1"], ["0"], ["1.5"], ["2", ""], ["9223372036854775808"]],
     ids=["word", "negative", "zero", "fraction", "empty", "overflow"],
 )
 async def test_group_member_ids_with_a_bad_id_is_bad_user_input_and_writes_nothing(client, engine, ids):
@@ -265,8 +270,10 @@ async def test_added_members_start_with_nothing_unread(client, engine):
 
 async def test_adding_past_1000_members_is_limit_exceeded_and_writes_nothing(client, engine):
     cid = (await group(client, 1, list(range(2, 991))))["id"]  # 990 members
-    assert await fails(client, ADD_MEMBERS, {"cid": cid, "ids": [str(u) for u in range(5000, 5011)]}, 2) \
+    assert (
+        await fails(client, ADD_MEMBERS, {"cid": cid, "ids": [str(u) for u in range(5000, 5011)]}, 2)
         == "LIMIT_EXCEEDED"
+    )
     assert await scalar(engine, "SELECT count(*) FROM conversation_member") == 990
 
     # Present ids do not count: 10 new ones (with present ones mixed in) reach exactly 1,000.
@@ -284,12 +291,12 @@ async def test_concurrent_add_members_near_the_limit_never_pass_1000(client, bur
     async def add_all(batches: list[list[int]]) -> list[str]:
         """Every batch added at once, each by another member; the outcome code of each."""
         async with wave(burst_server) as burst:
+
             async def add_batch(adder: int, ids: list[int]) -> str:
                 body = await burst.execute(ADD_MEMBERS, {"cid": cid, "ids": [str(u) for u in ids]}, user=adder)
                 return error_code(body["errors"][0]) if body.get("errors") else "OK"
 
-            return await gated(engine, "conversation_member",
-                               [add_batch(1 + i, ids) for i, ids in enumerate(batches)])
+            return await gated(engine, "conversation_member", [add_batch(1 + i, ids) for i, ids in enumerate(batches)])
 
     # 20 batches of 4 new ids each: 990 + 4 + 4 = 998, then every other batch would pass 1,000.
     outcomes = await add_all([[10_000 + 4 * i + k for k in range(4)] for i in range(20)])
@@ -300,8 +307,10 @@ async def test_concurrent_add_members_near_the_limit_never_pass_1000(client, bur
     outcomes = await add_all([[20_000 + i] for i in range(20)])
     assert sorted(outcomes) == ["LIMIT_EXCEEDED"] * 18 + ["OK"] * 2
     assert await scalar(engine, "SELECT count(*) FROM conversation_member") == MAX_MEMBERS
-    assert await scalar(engine, "SELECT count(*) FROM conversation_member WHERE conversation_id = :cid",
-                        cid=int(cid)) == MAX_MEMBERS
+    assert (
+        await scalar(engine, "SELECT count(*) FROM conversation_member WHERE conversation_id = :cid", cid=int(cid))
+        == MAX_MEMBERS
+    )
 
 
 # --- direct conversations cannot change -----------------------------------------------------

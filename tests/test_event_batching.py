@@ -14,9 +14,7 @@ from .events.helpers import ChatApi, wait_active_subscriptions, ws_connect
 from .test_query_count import counting_statements, outbox_drained
 
 MEMBERS = 60
-SEEN = (
-    "subscription($c: ID) { messageNew(conversationId: $c) { seq message { seq seen seenByCount } } }"
-)
+SEEN = "subscription($c: ID) { messageNew(conversationId: $c) { seq message { seq seen seenByCount } } }"
 # Another document on the same event: its own execution, still the event's one roster read.
 SEEN_BY = "subscription { messageNew { message { seenBy(first: 3) seen } } }"
 
@@ -70,8 +68,9 @@ async def test_a_shared_selection_that_fails_fails_for_every_subscriber_alike(se
     cid = await api.create_group(1, range(2, 7))
     clients = await asyncio.gather(*(ws_connect(server, user) for user in range(2, 7)))
     try:
-        operations = [await c.subscribe("subscription { messageNew { message { seenBy(first: -1) } } }")
-                      for c in clients]
+        operations = [
+            await c.subscribe("subscription { messageNew { message { seenBy(first: -1) } } }") for c in clients
+        ]
         await wait_active_subscriptions(server, len(operations))
         await api.send(1, cid, "hello")
         errors = await asyncio.gather(*(op.error(timeout=30) for op in operations))

@@ -89,16 +89,93 @@ SETTINGS = dict(
 # ------------------------------------------------------------------ value pools
 
 MAX_LONG = 2**63 - 1
-BIG_NUMBERS = [0, 1, -1, 2, 50, 199, 200, 201, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**53 + 1,
-               MAX_LONG, MAX_LONG + 1, -(2**63), -(2**63) - 1, 2**64, 10**30, -(10**30)]
-NASTY_TEXT = [
-    "", " ", "\t\n", "\x00", "a\x00b", "\ud800", "x\udfff", "\udc00\ud800", "😀", "🏳️‍🌈", "\u202e\u200b",
-    "é" * 3, "ß", "İ", "١٢٣", "１２", "null", "None", "undefined", "true", "{}", "[]", "'", '"', "\\", "\\u0000",
-    "%s%n%x", "${7*7}", "{{7*7}}", "<script>x</script>", "'; --", "../../etc/passwd", "\r\n\r\n",
+BIG_NUMBERS = [
+    0,
+    1,
+    -1,
+    2,
+    50,
+    199,
+    200,
+    201,
+    2**31 - 1,
+    2**31,
+    -(2**31),
+    -(2**31) - 1,
+    2**53 + 1,
+    MAX_LONG,
+    MAX_LONG + 1,
+    -(2**63),
+    -(2**63) - 1,
+    2**64,
+    10**30,
+    -(10**30),
 ]
-NASTY_IDS = ["0", "-1", "-0", "00", "01", "+1", " 1", "1 ", "1.0", "1e3", "0x1f", "9" * 19, str(MAX_LONG),
-             str(MAX_LONG + 1), str(2**64), "9" * 40, "١", "１", "abc", "", " ", "\x00", "1\x00", "\ud800", "😀",
-             "null", "4\n", MISSING_ID]
+NASTY_TEXT = [
+    "",
+    " ",
+    "\t\n",
+    "\x00",
+    "a\x00b",
+    "\ud800",
+    "x\udfff",
+    "\udc00\ud800",
+    "😀",
+    "🏳️‍🌈",
+    "\u202e\u200b",
+    "é" * 3,
+    "ß",
+    "İ",
+    "١٢٣",
+    "１２",
+    "null",
+    "None",
+    "undefined",
+    "true",
+    "{}",
+    "[]",
+    "'",
+    '"',
+    "\\",
+    "\\u0000",
+    "%s%n%x",
+    "${7*7}",
+    "{{7*7}}",
+    "<script>x</script>",
+    "'; --",
+    "../../etc/passwd",
+    "\r\n\r\n",
+]
+NASTY_IDS = [
+    "0",
+    "-1",
+    "-0",
+    "00",
+    "01",
+    "+1",
+    " 1",
+    "1 ",
+    "1.0",
+    "1e3",
+    "0x1f",
+    "9" * 19,
+    str(MAX_LONG),
+    str(MAX_LONG + 1),
+    str(2**64),
+    "9" * 40,
+    "١",
+    "１",
+    "abc",
+    "",
+    " ",
+    "\x00",
+    "1\x00",
+    "\ud800",
+    "😀",
+    "null",
+    "4\n",
+    MISSING_ID,
+]
 USER_IDS = ["2", "3", "5", "6", "7", "8", "11", str(MAX_LONG)]  # never the viewer: they could leave their chats
 SEQ_CURSORS = ["0", "1", "2", "3", "40", "-1", "01", "1.5", "9" * 19, "9" * 30, "abc", ""]
 
@@ -107,10 +184,20 @@ def _b64(raw: str) -> str:
     return base64.urlsafe_b64encode(raw.encode("utf-8", "surrogatepass")).decode().rstrip("=")
 
 
-INBOX_CURSORS = [_b64("2024-01-01T00:00:00+00:00|1"), _b64("0001-01-01T00:00:00+14:00|1"),
-                 _b64("9999-12-31T23:59:59-23:59|1"), _b64("2024-01-01T00:00:00|1"), _b64("x|y"),
-                 _b64("2024-01-01T00:00:00+00:00|" + str(MAX_LONG + 1)), _b64("2024-01-01T00:00:00+00:00|-5"),
-                 _b64("\ud800|1"), "====", "%%%", "a" * 500, base64.b64encode(b"\xff\xfe|1").decode()]
+INBOX_CURSORS = [
+    _b64("2024-01-01T00:00:00+00:00|1"),
+    _b64("0001-01-01T00:00:00+14:00|1"),
+    _b64("9999-12-31T23:59:59-23:59|1"),
+    _b64("2024-01-01T00:00:00|1"),
+    _b64("x|y"),
+    _b64("2024-01-01T00:00:00+00:00|" + str(MAX_LONG + 1)),
+    _b64("2024-01-01T00:00:00+00:00|-5"),
+    _b64("\ud800|1"),
+    "====",
+    "%%%",
+    "a" * 500,
+    base64.b64encode(b"\xff\xfe|1").decode(),
+]
 
 
 class Enum(str):
@@ -164,10 +251,16 @@ def id_values(arg_name: str) -> st.SearchStrategy[Any]:
 @functools.cache
 def any_json() -> st.SearchStrategy[Any]:
     scalars = st.one_of(
-        st.none(), st.booleans(), int_values(), st.floats(allow_nan=True, allow_infinity=True), text_values())
-    return st.recursive(scalars, lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(["conversationId", "afterSeq", "x", ""]), inner,
-                                                     max_size=3)), max_leaves=8)
+        st.none(), st.booleans(), int_values(), st.floats(allow_nan=True, allow_infinity=True), text_values()
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.dictionaries(st.sampled_from(["conversationId", "afterSeq", "x", ""]), inner, max_size=3),
+        ),
+        max_leaves=8,
+    )
 
 
 INT32_EDGES = [0, 1, -1, 2, 50, 199, 200, 201, 2**31 - 1, -(2**31)]
@@ -195,8 +288,11 @@ def right_kind(type_: GraphQLInputType, arg_name: str, clean: bool) -> st.Search
         fields = {name: right_kind(field.type, name, clean) for name, field in named.fields.items()}
         if clean:
             return st.fixed_dictionaries(fields)
-        return st.one_of(st.fixed_dictionaries(fields), st.fixed_dictionaries({}, optional=fields),
-                         st.fixed_dictionaries(fields, optional={"bogus": any_json()}))
+        return st.one_of(
+            st.fixed_dictionaries(fields),
+            st.fixed_dictionaries({}, optional=fields),
+            st.fixed_dictionaries(fields, optional={"bogus": any_json()}),
+        )
     if isinstance(named, GraphQLEnumType):
         good = [Enum(v) for v in named.values]
         return st.sampled_from(good if clean else good + [Enum("NOPE"), Enum("direct"), "GROUP"])
@@ -244,9 +340,27 @@ def literal(value: Any, block: bool = False, ascii_only: bool = True) -> str:
     raise AssertionError(value)
 
 
-WRONG_TYPES = ["Int", "Int!", "String", "String!", "ID", "ID!", "[ID!]!", "[ID]", "Long", "Long!", "UUID!",
-               "Boolean", "Float", "SyncCursor", "[SyncCursor!]!", "ConversationType", "MemberRole!",
-               "[[ID]]", "Nope"]
+WRONG_TYPES = [
+    "Int",
+    "Int!",
+    "String",
+    "String!",
+    "ID",
+    "ID!",
+    "[ID!]!",
+    "[ID]",
+    "Long",
+    "Long!",
+    "UUID!",
+    "Boolean",
+    "Float",
+    "SyncCursor",
+    "[SyncCursor!]!",
+    "ConversationType",
+    "MemberRole!",
+    "[[ID]]",
+    "Nope",
+]
 
 
 @dataclass
@@ -338,8 +452,9 @@ def operations(draw: Any) -> Built:
     clean = draw(st.integers(0, 9)) < 6
     kinds = ["query"] * 10 + ["mutation"] * 8 + ([] if clean else ["subscription"])
     kind = draw(st.sampled_from(kinds))
-    root = {"query": SCHEMA.query_type, "mutation": SCHEMA.mutation_type,
-            "subscription": SCHEMA.subscription_type}[kind]
+    root = {"query": SCHEMA.query_type, "mutation": SCHEMA.mutation_type, "subscription": SCHEMA.subscription_type}[
+        kind
+    ]
     builder = Builder(draw, clean)
     roots = draw(st.lists(st.sampled_from(sorted(root.fields)), min_size=1, max_size=2, unique=not clean))
     max_depth = draw(st.sampled_from([1, 2, 2, 3, 3, 3, 4]))
@@ -347,8 +462,10 @@ def operations(draw: Any) -> Built:
     for i, name in enumerate(roots):
         field = root.fields[name]
         alias = f"r{i}: " if len(roots) > 1 else ""
-        parts.append(f"{alias}{name}{builder.arguments(field)} "
-                     f"{{ {builder.selection(get_named_type(field.type), 1, max_depth)} }}")
+        parts.append(
+            f"{alias}{name}{builder.arguments(field)} "
+            f"{{ {builder.selection(get_named_type(field.type), 1, max_depth)} }}"
+        )
     header = kind
     if draw(st.booleans()):
         header += " Op"
@@ -359,10 +476,59 @@ def operations(draw: Any) -> Built:
     return Built(f"{header} {{ {' '.join(parts)} }}", builder.variables)
 
 
-TOKENS = ["{", "}", "(", ")", "[", "]", ":", "$", "$v", "@", "@include", "...", "=", "!", "|", "&", ",", "query",
-          "mutation", "subscription", "fragment", "on", "viewer", "inbox", "conversation", "messages", "sync",
-          "markRead", "sendMessage", "id", "nodes", "edges", "node", "seq", "body", "first", "after", '"x"',
-          '"""block"""', '"\\u00', "1", "-1", "1.5e3", "true", "null", "ID!", "Long", "#", "\n", " ", "\\"]
+TOKENS = [
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ":",
+    "$",
+    "$v",
+    "@",
+    "@include",
+    "...",
+    "=",
+    "!",
+    "|",
+    "&",
+    ",",
+    "query",
+    "mutation",
+    "subscription",
+    "fragment",
+    "on",
+    "viewer",
+    "inbox",
+    "conversation",
+    "messages",
+    "sync",
+    "markRead",
+    "sendMessage",
+    "id",
+    "nodes",
+    "edges",
+    "node",
+    "seq",
+    "body",
+    "first",
+    "after",
+    '"x"',
+    '"""block"""',
+    '"\\u00',
+    "1",
+    "-1",
+    "1.5e3",
+    "true",
+    "null",
+    "ID!",
+    "Long",
+    "#",
+    "\n",
+    " ",
+    "\\",
+]
 
 
 def nested(kind: str, n: int) -> str:
@@ -392,16 +558,18 @@ def garbage_documents(draw: Any) -> str:
         document = draw(operations()).document
         return document[: draw(st.integers(0, max(0, len(document) - 1)))]
     if choice == "nested":
-        depth = draw(st.one_of(st.sampled_from([50, 500, 999, 1000, 1001, 1499, 1500, 2999, 3000, 6000]),
-                               st.integers(1, 4000)))
+        depth = draw(
+            st.one_of(st.sampled_from([50, 500, 999, 1000, 1001, 1499, 1500, 2999, 3000, 6000]), st.integers(1, 4000))
+        )
         kind = draw(st.sampled_from(["braces", "selection", "list-literal", "object-literal", "fragments", "parens"]))
         return nested(kind, depth)
     if choice == "long":
         repeat = draw(st.sampled_from([100, 1000, 2999, 3001, 5000]))
         return "{ " + " ".join(f"a{i}: viewer {{ userId }}" for i in range(repeat)) + " }"
     n = draw(st.integers(1, 30))
-    return "{ ...F0 } " + " ".join(f"fragment F{i} on Query {{ ...F{(i + 1) % n} viewer {{ userId }} }}"
-                                   for i in range(n))
+    return "{ ...F0 } " + " ".join(
+        f"fragment F{i} on Query {{ ...F{(i + 1) % n} viewer {{ userId }} }}" for i in range(n)
+    )
 
 
 def deep_json(depth: int, open_: str = "[", close: str = "]") -> str:
@@ -416,8 +584,21 @@ def garbage_bodies(draw: Any) -> tuple[str, str, bytes | None, dict | None]:
     deep_value = deep_json(depth)
     deep_object = '{"a":' * depth + "1" + "}" * depth
     bodies = [
-        b"", b"{", b"}", b"null", b"1", b'"text"', b"[]", b"[1, 2]", b"{}", b"\xff\xfe\x00", b"\xef\xbb\xbf" + good.encode(),
-        b'{"query": 1}', b'{"query": null}', b'{"query": ["{ viewer { userId } }"]}', b'{"query": {"a": 1}}',
+        b"",
+        b"{",
+        b"}",
+        b"null",
+        b"1",
+        b'"text"',
+        b"[]",
+        b"[1, 2]",
+        b"{}",
+        b"\xff\xfe\x00",
+        b"\xef\xbb\xbf" + good.encode(),
+        b'{"query": 1}',
+        b'{"query": null}',
+        b'{"query": ["{ viewer { userId } }"]}',
+        b'{"query": {"a": 1}}',
         b'{"query": "{ viewer { userId } }", "variables": "x"}',
         b'{"query": "{ viewer { userId } }", "variables": [1]}',
         b'{"query": "{ viewer { userId } }", "variables": {"a": NaN}}',
@@ -429,36 +610,57 @@ def garbage_bodies(draw: Any) -> tuple[str, str, bytes | None, dict | None]:
         b'{"query": "{ viewer { userId } }", "query": "{ inbox { nodes { id } } }"}',
         b'{"query": "\\ud800"}',
         ('{"query": "query($a: [ID]) { viewer { userId } }", "variables": {"a": ' + deep_value + "}}").encode(),
-        ('{"query": "query($a: String) { inbox(after: $a) { nodes { id } } }", "variables": {"a": '
-         + deep_object + "}}").encode(),
+        (
+            '{"query": "query($a: String) { inbox(after: $a) { nodes { id } } }", "variables": {"a": '
+            + deep_object
+            + "}}"
+        ).encode(),
         ('{"query": "{ viewer { userId } }", "variables": ' + deep_object + "}").encode(),
         ('{"query": "{ viewer { userId } }", "extensions": ' + deep_object + "}").encode(),
         deep_value.encode(),
         ("[" + ",".join([good] * draw(st.sampled_from([1, 2, 10, 11, 50]))) + "]").encode(),
-        ("[" + ",".join(['{"query": "mutation { markRead(conversationId: \\"1\\", seq: 1) { advanced } }"}'] * 3)
-         + ', 1, null, "x"]').encode(),
+        (
+            "["
+            + ",".join(['{"query": "mutation { markRead(conversationId: \\"1\\", seq: 1) { advanced } }"}'] * 3)
+            + ', 1, null, "x"]'
+        ).encode(),
         json.dumps({"query": draw(operations()).document, "variables": draw(any_json())}).encode(),
         draw(st.binary(max_size=200)),
         draw(st.text(max_size=200)).encode("utf-8", "surrogatepass"),
     ]
     body = draw(st.sampled_from(bodies))
     method = draw(st.sampled_from(["POST"] * 6 + ["GET", "PUT", "DELETE", "PATCH"]))
-    content_type = draw(st.sampled_from(
-        ["application/json"] * 6 + ["application/graphql", "text/plain", "application/x-www-form-urlencoded",
-                                    "multipart/form-data; boundary=xyz", "multipart/mixed", "", "application/json; charset=latin-1"]))
+    content_type = draw(
+        st.sampled_from(
+            ["application/json"] * 6
+            + [
+                "application/graphql",
+                "text/plain",
+                "application/x-www-form-urlencoded",
+                "multipart/form-data; boundary=xyz",
+                "multipart/mixed",
+                "",
+                "application/json; charset=latin-1",
+            ]
+        )
+    )
     params = None
     if method == "GET":
         body = None
-        params = draw(st.sampled_from([
-            {"query": "{ viewer { userId } }"},
-            {"query": "mutation { markRead(conversationId: \"1\", seq: 1) { advanced } }"},
-            {"query": "{ viewer { userId } }", "variables": "{"},
-            {"query": "{ viewer { userId } }", "variables": deep_value},
-            {"query": "{ viewer { userId } }", "variables": deep_object},
-            {"query": "{ viewer { userId } }", "extensions": deep_object},
-            {"query": draw(garbage_documents())[:2000]},
-            {},
-        ]))
+        params = draw(
+            st.sampled_from(
+                [
+                    {"query": "{ viewer { userId } }"},
+                    {"query": 'mutation { markRead(conversationId: "1", seq: 1) { advanced } }'},
+                    {"query": "{ viewer { userId } }", "variables": "{"},
+                    {"query": "{ viewer { userId } }", "variables": deep_value},
+                    {"query": "{ viewer { userId } }", "variables": deep_object},
+                    {"query": "{ viewer { userId } }", "extensions": deep_object},
+                    {"query": draw(garbage_documents())[:2000]},
+                    {},
+                ]
+            )
+        )
     return method, content_type, body, params
 
 
@@ -517,8 +719,10 @@ def encode(payload: dict) -> bytes:
 
 
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
-SEND = ("mutation($c: ID!, $k: UUID!, $b: String!) "
-        "{ sendMessage(conversationId: $c, clientMsgId: $k, body: $b) { message { seq } } }")
+SEND = (
+    "mutation($c: ID!, $k: UUID!, $b: String!) "
+    "{ sendMessage(conversationId: $c, clientMsgId: $k, body: $b) { message { seq } } }"
+)
 
 
 @pytest.fixture
@@ -527,8 +731,9 @@ async def seeded(client: GraphQLClient) -> GraphQLClient:
     ids = [
         (await client.data(CREATE_GROUP, {"t": "mine", "m": ["2", "3"]}, user=1))["createGroup"]["id"],
         (await client.data(CREATE_GROUP, {"t": "theirs", "m": ["1", "5"]}, user=4))["createGroup"]["id"],
-        (await client.data('mutation { createDirectConversation(userId: "2") { id } }', user=1))
-        ["createDirectConversation"]["id"],
+        (await client.data('mutation { createDirectConversation(userId: "2") { id } }', user=1))[
+            "createDirectConversation"
+        ]["id"],
         (await client.data(CREATE_GROUP, {"t": FOREIGN_TITLE, "m": ["7"]}, user=6))["createGroup"]["id"],
     ]
     assert ids == OWN_IDS + [FOREIGN_ID]
@@ -539,8 +744,9 @@ async def seeded(client: GraphQLClient) -> GraphQLClient:
     return client
 
 
-async def post(client: GraphQLClient, content: bytes, anonymous: bool,
-               content_type: str = "application/json") -> httpx.Response:
+async def post(
+    client: GraphQLClient, content: bytes, anonymous: bool, content_type: str = "application/json"
+) -> httpx.Response:
     headers = {"content-type": content_type} if content_type else {}
     if not anonymous:
         headers["authorization"] = f"Bearer {client.token(VIEWER)}"
@@ -591,7 +797,8 @@ async def test_garbage_documents_are_refused_with_a_contract_code_never_a_5xx(se
 @settings(max_examples=350, **SETTINGS)
 @given(request=garbage_bodies(), anonymous=st.booleans())
 async def test_garbage_request_bodies_methods_and_content_types_never_give_a_5xx_or_an_uncoded_error(
-        seeded, request, anonymous):
+    seeded, request, anonymous
+):
     method, content_type, body, params = request
     headers = {"content-type": content_type} if content_type else {}
     if not anonymous:
@@ -609,7 +816,9 @@ async def test_deeply_nested_json_in_a_request_is_bad_user_input_not_a_500(seede
     content = {
         "variables": '{"query": "{ viewer { userId } }", "variables": ' + deep + "}",
         "variable-value": '{"query": "query($a: String) { inbox(after: $a) { nodes { id } } }", "variables": {"a": '
-                          + "[" * depth + "]" * depth + "}}",
+        + "[" * depth
+        + "]" * depth
+        + "}}",
         "extensions": '{"query": "{ viewer { userId } }", "extensions": ' + deep + "}",
         "whole-body": "[" * depth + "]" * depth,
     }[where]
@@ -621,9 +830,11 @@ async def test_deeply_nested_json_in_a_request_is_bad_user_input_not_a_500(seede
     await assert_member_still_sees_the_seed(seeded)
 
 
-@pytest.mark.parametrize("content", [b"null", b"1", b'"text"', b"true", b"[1]", b'[{"query": "{ viewer { userId } }"}, null]',
-                                     b"\xff\xfe{}"],
-                         ids=["null", "number", "string", "bool", "batch-of-number", "batch-with-null", "not-utf8"])
+@pytest.mark.parametrize(
+    "content",
+    [b"null", b"1", b'"text"', b"true", b"[1]", b'[{"query": "{ viewer { userId } }"}, null]', b"\xff\xfe{}"],
+    ids=["null", "number", "string", "bool", "batch-of-number", "batch-with-null", "not-utf8"],
+)
 async def test_a_body_that_is_not_a_json_object_is_bad_user_input_not_a_500(seeded, content):
     """Found by the fuzz: strawberry called .get() on whatever JSON came (AttributeError, HTTP 500)."""
     response = await post(seeded, content, anonymous=False)
@@ -632,8 +843,10 @@ async def test_a_body_that_is_not_a_json_object_is_bad_user_input_not_a_500(seed
 
 
 @pytest.mark.parametrize("anonymous", [False, True], ids=["member", "anonymous"])
-@pytest.mark.parametrize("document", ["subscription { messageNew { seq } }",
-                                      'subscription($c: ID) { readUpdated(conversationId: $c) { lastReadSeq } }'])
+@pytest.mark.parametrize(
+    "document",
+    ["subscription { messageNew { seq } }", "subscription($c: ID) { readUpdated(conversationId: $c) { lastReadSeq } }"],
+)
 async def test_a_subscription_over_http_is_bad_user_input_not_an_internal_error(seeded, document, anonymous):
     """Found by the fuzz: a subscription POSTed was run as a plain field (INTERNAL_SERVER_ERROR)."""
     response = await post(seeded, encode({"query": document, "variables": {"c": "1"}}), anonymous=anonymous)
@@ -641,14 +854,19 @@ async def test_a_subscription_over_http_is_bad_user_input_not_an_internal_error(
     assert [e["extensions"]["code"] for e in response.json()["errors"]] == ["BAD_USER_INPUT"], response.text
 
 
-@pytest.mark.parametrize("frame", ["[" * 5000 + "]" * 5000, "1", "null", "[]", '"x"', '[{"type": "connection_init"}]'],
-                         ids=["deep", "number", "null", "empty-list", "string", "list-of-object"])
+@pytest.mark.parametrize(
+    "frame",
+    ["[" * 5000 + "]" * 5000, "1", "null", "[]", '"x"', '[{"type": "connection_init"}]'],
+    ids=["deep", "number", "null", "empty-list", "string", "list-of-object"],
+)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_websocket_message_that_is_not_a_json_object_is_refused_by_the_protocol_not_a_crash(
-        server, protocol, frame):
+    server, protocol, frame
+):
     """Found by probing: such a frame raised out of strawberry's handler (connection dropped, 1006/1011)."""
-    async with websockets.connect(server.ws_url, subprotocols=[protocol], proxy=None, ping_interval=None,
-                                  max_size=None) as ws:
+    async with websockets.connect(
+        server.ws_url, subprotocols=[protocol], proxy=None, ping_interval=None, max_size=None
+    ) as ws:
         await ws.send(frame)
         if protocol == TRANSPORT_WS:
             with contextlib.suppress(ConnectionClosed):

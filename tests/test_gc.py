@@ -18,7 +18,6 @@ import gc
 import uuid
 
 import uvicorn
-
 from graphql import parse
 
 from chatgql import collector
@@ -31,8 +30,9 @@ from .conftest import GraphQLClient, RunningServer, drop_database, make_settings
 from .events.helpers import MESSAGE_NEW, READ_UPDATED, WsClient, wait_active_subscriptions
 
 SERVER_SIDE = ("chatgql.", "strawberry.", "graphql.", "starlette.", "uvicorn.", "websockets.server")
-SEND = ('mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "x")'
-        " { message { seq } } }")
+SEND = (
+    'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "x") { message { seq } } }'
+)
 READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { advanced } }"
 INBOX = "{ inbox(first: 5) { nodes { id title memberCount unreadCount lastMessage { seq body } } } }"
 
@@ -42,10 +42,17 @@ class LeanServer(RunningServer):
 
     def __init__(self, settings) -> None:
         super().__init__(settings)
-        self.server = uvicorn.Server(uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", ws=LeanWebSocketProtocol,
-            **uvicorn_options(settings),
-        ))
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                self.app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                lifespan="on",
+                ws=LeanWebSocketProtocol,
+                **uvicorn_options(settings),
+            )
+        )
 
 
 @contextlib.contextmanager
@@ -65,7 +72,8 @@ def server_side_cyclic_garbage() -> collections.Counter:
     try:
         gc.collect()
         found = collections.Counter(
-            f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
+            f"{type(o).__module__}.{type(o).__qualname__}"
+            for o in gc.garbage
             if (type(o).__module__ + ".").startswith(SERVER_SIDE)
         )
     finally:
@@ -123,8 +131,11 @@ async def _deliver_and_count(url: str, http, n: int, rounds: int) -> None:
     async with LeanServer(settings) as server:
         client = GraphQLClient(http, server.url, settings)
         users = [9_200_000 + u for u in range(1, n + 1)]
-        group = await client.data('mutation($m: [ID!]!) { createGroup(title: "gc", memberIds: $m) { id } }',
-                                  {"m": [str(u) for u in users[1:]]}, user=users[0])
+        group = await client.data(
+            'mutation($m: [ID!]!) { createGroup(title: "gc", memberIds: $m) { id } }',
+            {"m": [str(u) for u in users[1:]]},
+            user=users[0],
+        )
         cid = group["createGroup"]["id"]
         sockets, operations = await _subscribed(server, settings, users)
 
@@ -200,7 +211,6 @@ async def test_freezes_run_between_validations(monkeypatch):
     await running
     await asyncio.sleep(0.1)
     assert order == ["validation", "freeze"]
-
 
 
 async def test_copies_of_a_document_being_validated_are_not_validated_again(monkeypatch):

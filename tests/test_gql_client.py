@@ -33,11 +33,15 @@ def http_client(url: str, token: str) -> Client:
 
 
 def ws_client(ws_url: str, token: str, subprotocol: str = "graphql-transport-ws") -> Client:
-    return Client(transport=WebsocketsTransport(
-        url=ws_url,
-        init_payload={"Authorization": f"Bearer {token}"},  # connection_init's payload
-        subprotocols=[subprotocol],
-    ))
+    return Client(
+        transport=WebsocketsTransport(
+            url=ws_url,
+            init_payload={"Authorization": f"Bearer {token}"},  # connection_init's payload
+            subprotocols=[subprotocol],
+        )
+    )
+
+
 # --- end of the recipe
 
 
@@ -51,7 +55,9 @@ HISTORY = """query($c: ID!) {
 MESSAGE_NEW = """subscription($c: ID!, $cursors: [SyncCursor!]) {
   messageNew(conversationId: $c, cursors: $cursors) { conversationId seq message { id seq body senderId } }
 }"""
-MARK_READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq unreadCount advanced } }"
+MARK_READ = (
+    "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq unreadCount advanced } }"
+)
 
 
 @pytest.mark.parametrize("subprotocol", ["graphql-transport-ws", "graphql-ws"])
@@ -61,8 +67,9 @@ async def test_gql_recipe_creates_sends_reads_history_subscribes_and_marks_read(
         # 1. A group, and a message in it (user 1).
         group = await sender.execute(GraphQLRequest(CREATE_GROUP, variable_values={"t": "gql", "m": ["2"]}))
         c = group["createGroup"]["id"]
-        first = await sender.execute(GraphQLRequest(SEND, variable_values={"c": c, "m": str(uuid.uuid4()),
-                                                                            "b": "hello from gql"}))
+        first = await sender.execute(
+            GraphQLRequest(SEND, variable_values={"c": c, "m": str(uuid.uuid4()), "b": "hello from gql"})
+        )
         assert first["sendMessage"]["message"]["seq"] == 1 and not first["sendMessage"]["duplicate"]
 
         # 2. The history (user 2).
@@ -73,18 +80,27 @@ async def test_gql_recipe_creates_sends_reads_history_subscribes_and_marks_read(
         # 3. messageNew (user 2), resuming after the history's lastSeq: a message sent once the
         #    subscription has started arrives whether or not the server has registered it yet.
         async with ws_client(server.ws_url, token2, subprotocol) as live:
-            events = live.subscribe(GraphQLRequest(MESSAGE_NEW, variable_values={
-                "c": c, "cursors": [{"conversationId": c, "afterSeq": history["lastSeq"]}]}))
+            events = live.subscribe(
+                GraphQLRequest(
+                    MESSAGE_NEW,
+                    variable_values={"c": c, "cursors": [{"conversationId": c, "afterSeq": history["lastSeq"]}]},
+                )
+            )
             next_event = asyncio.ensure_future(anext(events))  # the subscription starts here
             await asyncio.sleep(0)
-            sent = await sender.execute(GraphQLRequest(SEND, variable_values={"c": c, "m": str(uuid.uuid4()),
-                                                                               "b": "live from gql"}))
+            sent = await sender.execute(
+                GraphQLRequest(SEND, variable_values={"c": c, "m": str(uuid.uuid4()), "b": "live from gql"})
+            )
             event = (await asyncio.wait_for(next_event, 15))["messageNew"]
             await events.aclose()
         assert live.transport.subprotocol == subprotocol
         assert event["message"] == sent["sendMessage"]["message"]
         assert (event["conversationId"], event["seq"], event["message"]["body"], event["message"]["senderId"]) == (
-            c, 2, "live from gql", "1")
+            c,
+            2,
+            "live from gql",
+            "1",
+        )
 
         # 4. markRead (user 2); the history from the server then says nothing is unread.
         read = await reader.execute(GraphQLRequest(MARK_READ, variable_values={"c": c, "s": event["seq"]}))

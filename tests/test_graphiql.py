@@ -84,7 +84,10 @@ def test_manifest_matches_the_shipped_files():
     files = GraphiQLFiles()
     manifest = json.loads((files.directory / "manifest.json").read_text())
     assert {package["name"] for package in manifest["packages"]} == {
-        "react", "react-dom", "graphiql", "@graphiql/plugin-explorer"
+        "react",
+        "react-dom",
+        "graphiql",
+        "@graphiql/plugin-explorer",
     }
     assert all(package["license"] == "MIT" for package in manifest["packages"])
     for name, entry in manifest["files"].items():

@@ -51,9 +51,7 @@ async def _result_containing(page: Page, text: str, timeout: float = 15.0) -> st
 async def test_graphiql_runs_a_query_and_a_subscription_in_chromium(server: RunningServer, client: GraphQLClient):
     assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
     started = time.monotonic()
-    group = await client.data(
-        "mutation { createGroup(title: \"browser\", memberIds: [\"2\"]) { id } }", user=1
-    )
+    group = await client.data('mutation { createGroup(title: "browser", memberIds: ["2"]) { id } }', user=1)
     conversation_id = group["createGroup"]["id"]
     own_origin = urlsplit(server.url).netloc
     outside: list[str] = []
@@ -97,7 +95,9 @@ async def test_graphiql_runs_a_query_and_a_subscription_in_chromium(server: Runn
                     break
                 await asyncio.sleep(0.05)
             shown = await page.locator(RESULT).first.evaluate("element => element.CodeMirror.getValue()")
-            assert dispatcher.active == before + 1, f"the page's subscription never reached the server; it shows {shown!r}"
+            assert dispatcher.active == before + 1, (
+                f"the page's subscription never reached the server; it shows {shown!r}"
+            )
             body = f"hello from the test {uuid.uuid4()}"
             await client.data(
                 "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b) "

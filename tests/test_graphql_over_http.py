@@ -100,7 +100,9 @@ async def test_an_accepted_document_answers_like_a_new_one(server: RunningServer
     assert query in server.app.graphql.accepted
     second = await _post(client, bad, RESPONSE_JSON)
     assert (first.status_code, first.headers["content-type"], first.json()) == (
-        second.status_code, second.headers["content-type"], second.json()
+        second.status_code,
+        second.headers["content-type"],
+        second.json(),
     )
     assert first.status_code == 400
 

@@ -186,9 +186,19 @@ async def test_messages_after_alone_pages_forward_with_the_default_size_50(clien
         ({"first": 100}, list(range(1, 101)), page_info(False, False, "1", "100")),
     ],
     ids=[
-        "first-3", "first-3-after-0", "last-3-before-4", "last-5-before-3", "first-3-after-97",
-        "first-5-after-98", "first-3-after-100", "last-3-before-101", "last-3-before-100", "first-1-after-1",
-        "first-200", "last-200", "first-100",
+        "first-3",
+        "first-3-after-0",
+        "last-3-before-4",
+        "last-5-before-3",
+        "first-3-after-97",
+        "first-5-after-98",
+        "first-3-after-100",
+        "last-3-before-101",
+        "last-3-before-100",
+        "first-1-after-1",
+        "first-200",
+        "last-200",
+        "first-100",
     ],
 )
 async def test_messages_page_info_is_exact_at_both_ends_and_in_the_middle(client, hundred, args, expected, info):
@@ -413,8 +423,14 @@ async def test_inbox_unread_count_is_last_seq_minus_last_read_seq_with_last_mess
 
     nodes = {node["id"]: node for node in (await inbox(client, 1))["nodes"]}
     assert nodes[busy] | {"createdAt": None, "lastMessageAt": None} == {
-        "id": busy, "title": "busy", "lastSeq": 5, "lastReadSeq": 2, "unreadCount": 3, "memberCount": 3,
-        "createdAt": None, "lastMessageAt": None,
+        "id": busy,
+        "title": "busy",
+        "lastSeq": 5,
+        "lastReadSeq": 2,
+        "unreadCount": 3,
+        "memberCount": 3,
+        "createdAt": None,
+        "lastMessageAt": None,
         "lastMessage": {"seq": 5, "body": "m5", "senderId": "2"},
     }
     assert nodes[quiet]["lastSeq"] == 0
@@ -588,7 +604,10 @@ async def test_seen_by_counts_other_members_at_or_past_the_seq_ascending_by_id(c
     assert state[1]["few"] == ["9", "10"]
     assert state[1]["seen"] is True
     assert (state[2]["seenByCount"], state[2]["seenBy"], state[2]["few"], state[2]["seen"]) == (
-        2, ["10", "100"], ["10", "100"], False,
+        2,
+        ["10", "100"],
+        ["10", "100"],
+        False,
     )
     assert (state[3]["seenByCount"], state[3]["seenBy"], state[3]["seen"]) == (1, ["10"], False)
 
@@ -643,9 +662,7 @@ async def test_last_message_seen_fields_match_the_history_page(client):
     cid = await create_group(client, 1, [2, 3])
     await send_many(client, 1, cid, 2)
     await mark_read(client, 2, cid, 2)
-    data = await client.data(
-        "{ inbox { nodes { lastMessage { seq seenByCount seenBy seen } } } }", user=1
-    )
+    data = await client.data("{ inbox { nodes { lastMessage { seq seenByCount seenBy seen } } } }", user=1)
     assert data["inbox"]["nodes"][0]["lastMessage"] == {"seq": 2, "seenByCount": 1, "seenBy": ["2"], "seen": False}
 
 
@@ -725,9 +742,7 @@ async def test_sync_of_an_unknown_or_foreign_conversation_is_not_found(client):
     mine = await create_group(client, 1, [2])
     foreign = await create_group(client, 3, [4])
     for cursors in ([(foreign, 0)], [(str(int(foreign) + 100), 0)], [(mine, 0), (foreign, 0)]):
-        error = await sync_error(
-            client, 1, {"cursors": [{"conversationId": c, "afterSeq": s} for c, s in cursors]}
-        )
+        error = await sync_error(client, 1, {"cursors": [{"conversationId": c, "afterSeq": s} for c, s in cursors]})
         assert error_code(error) == "NOT_FOUND"
 
 
@@ -750,7 +765,12 @@ async def test_sync_duplicate_conversation_ids_is_bad_user_input(client):
     error = await sync_error(
         client,
         1,
-        {"cursors": [{"conversationId": a, "afterSeq": 0}, {"conversationId": b, "afterSeq": 0},
-                     {"conversationId": a, "afterSeq": 3}]},
+        {
+            "cursors": [
+                {"conversationId": a, "afterSeq": 0},
+                {"conversationId": b, "afterSeq": 0},
+                {"conversationId": a, "afterSeq": 3},
+            ]
+        },
     )
     assert error_code(error) == "BAD_USER_INPUT"

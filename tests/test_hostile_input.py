@@ -45,7 +45,7 @@ def strict(strict_server: RunningServer, http: httpx.AsyncClient) -> GraphQLClie
 
 async def _group(client: GraphQLClient, owner: int, members: list[int]) -> str:
     data = await client.data(
-        "mutation($m: [ID!]!) { createGroup(title: \"t\", memberIds: $m) { id } }",
+        'mutation($m: [ID!]!) { createGroup(title: "t", memberIds: $m) { id } }',
         {"m": [str(m) for m in members]},
         user=owner,
     )
@@ -81,7 +81,9 @@ async def test_fragment_reuse_cannot_multiply_fields_past_the_limit(strict):
     query = (
         "query { viewer { ...V } v2: viewer { ...V } v3: viewer { ...V } }\n"
         "fragment V on Viewer { " + fields + " ...W }\n"
-        "fragment W on Viewer { " + " ".join(f"u{i}: userId" for i in range(0)) + " userId userId userId userId userId userId userId userId userId userId userId userId userId userId }"
+        "fragment W on Viewer { "
+        + " ".join(f"u{i}: userId" for i in range(0))
+        + " userId userId userId userId userId userId userId userId userId userId userId userId userId userId }"
     )
     error = await strict.error(query, user=1)
     assert error_code(error) == "LIMIT_EXCEEDED"
@@ -167,7 +169,7 @@ async def test_send_rate_limit_answers_limit_exceeded_with_a_retry_hint(strict, 
     for _ in range(5):
         answers.append(
             await strict.execute(
-                "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"x\") { message { seq } } }",
+                'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "x") { message { seq } } }',
                 {"c": cid, "m": str(uuid.uuid4())},
                 user=11,
             )
@@ -180,12 +182,14 @@ async def test_send_rate_limit_answers_limit_exceeded_with_a_retry_hint(strict, 
     from sqlalchemy import text
 
     async with engine.connect() as conn:
-        stored = (await conn.execute(text("SELECT count(*) FROM message WHERE conversation_id = :c"), {"c": int(cid)})).scalar()
+        stored = (
+            await conn.execute(text("SELECT count(*) FROM message WHERE conversation_id = :c"), {"c": int(cid)})
+        ).scalar()
     assert stored == 3  # a limited call writes nothing
     # another user is not limited by user 11's calls
     other = await _group(strict, 12, [])
     assert "errors" not in await strict.execute(
-        "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"y\") { message { seq } } }",
+        'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "y") { message { seq } } }',
         {"c": other, "m": str(uuid.uuid4())},
         user=12,
     )
@@ -213,7 +217,7 @@ async def test_a_request_over_the_time_limit_is_limit_exceeded_not_a_500(strict_
     async with database.transaction() as conn:
         await conn.execute("SELECT 1 FROM conversation WHERE id = $1 FOR UPDATE", int(cid))
         body = await strict.execute(
-            "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"z\") { message { seq } } }",
+            'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "z") { message { seq } } }',
             {"c": cid, "m": str(uuid.uuid4())},
             user=31,
         )
@@ -227,7 +231,7 @@ async def test_an_error_beside_a_shared_load_does_not_cancel_the_other_fields(cl
     other is waiting on (it did: CancelledError, HTTP 500; found by tests/test_fuzz.py)."""
     conversation = await _group(client, 1, [2])
     await client.data(
-        "mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: \"hi\") { duplicate } }",
+        'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "hi") { duplicate } }',
         {"c": conversation, "m": str(uuid.uuid4())},
         user=1,
     )

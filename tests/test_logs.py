@@ -50,15 +50,22 @@ def test_a_coordinator_missing_for_longer_than_an_election_and_other_errors_stay
 
 def test_the_start_up_line_names_url_database_bus_and_kafka_without_passwords():
     settings = Settings(
-        host="0.0.0.0", port=9000, database_url=SecretStr("postgresql://chat:s3cret@db:5432/chat"),
-        broadcast_url="redis://:hunter2@bus:6379", kafka_bootstrap_servers="k1:9092,k2:9092",
+        host="0.0.0.0",
+        port=9000,
+        database_url=SecretStr("postgresql://chat:s3cret@db:5432/chat"),
+        broadcast_url="redis://:hunter2@bus:6379",
+        kafka_bootstrap_servers="k1:9092,k2:9092",
     )
     line = startup_line(settings)
-    assert line == ("serving http://0.0.0.0:9000/graphql · database: postgresql://chat@db:5432/chat"
-                    " · bus: redis://bus:6379 · kafka: k1:9092,k2:9092")
+    assert line == (
+        "serving http://0.0.0.0:9000/graphql · database: postgresql://chat@db:5432/chat"
+        " · bus: redis://bus:6379 · kafka: k1:9092,k2:9092"
+    )
     embedded = startup_line(Settings(data_dir=Path("x")), api=False)
-    assert embedded == (f"running the relay and the consumer · database: embedded at {Path('x').resolve()}"
-                        " · bus: memory:// · kafka: none")
+    assert embedded == (
+        f"running the relay and the consumer · database: embedded at {Path('x').resolve()}"
+        " · bus: memory:// · kafka: none"
+    )
 
 
 def test_the_runtime_dir_is_made_private_so_the_embedded_wheel_does_not_warn(tmp_path: Path):

@@ -60,8 +60,7 @@ async def send(client: GraphQLClient, user: int, cid: str, body: str = "hi", cmi
     return data["sendMessage"]
 
 
-async def send_error(client: GraphQLClient, user: int | None, cid: Any, body: Any = "hi",
-                     cmid: Any = None) -> str:
+async def send_error(client: GraphQLClient, user: int | None, cid: Any, body: Any = "hi", cmid: Any = None) -> str:
     cmid = str(uuid.uuid4()) if cmid is None else cmid
     return error_code(await client.error(SEND, {"cid": cid, "cmid": cmid, "body": body}, user=user))
 
@@ -96,6 +95,7 @@ async def outbox(engine: AsyncEngine, event_type: str | None = None) -> list:
 # so every call opens its own connection and none reuses a keep-alive connection that the
 # server is closing just as the request goes out (uvicorn drops idle ones after 5 s).
 
+
 @pytest.fixture(scope="module")
 async def quiet_server(migrated_url: str) -> AsyncIterator[Quiet]:
     async with open_quiet_server(migrated_url, "messages") as running:
@@ -118,8 +118,7 @@ async def test_retry_with_same_client_msg_id_returns_original_seq_as_duplicate_w
     assert retry["message"] == first["message"]  # same seq, body, sender, createdAt
     assert await message_seqs(engine, cid) == [1, 2]
     assert await scalar(engine, "SELECT last_seq FROM conversation WHERE id = :cid", cid=int(cid)) == 2
-    assert await scalar(engine, "SELECT count(*) FROM message WHERE client_msg_id = :m",
-                        m=uuid.UUID(cmid)) == 1
+    assert await scalar(engine, "SELECT count(*) FROM message WHERE client_msg_id = :m", m=uuid.UUID(cmid)) == 1
 
 
 async def test_fifty_concurrent_retries_of_one_client_msg_id_store_exactly_one_message(client, burst_server, engine):
@@ -133,8 +132,12 @@ async def test_fifty_concurrent_retries_of_one_client_msg_id_store_exactly_one_m
     assert {a["message"]["seq"] for a in answers} == {2}
     assert sum(not a["duplicate"] for a in answers) == 1
     assert len({a["message"]["createdAt"] for a in answers}) == 1
-    stored = await rows(engine, "SELECT seq, sender_id, body FROM message WHERE conversation_id = :cid "
-                                "AND client_msg_id = :m", cid=int(cid), m=uuid.UUID(cmid))
+    stored = await rows(
+        engine,
+        "SELECT seq, sender_id, body FROM message WHERE conversation_id = :cid AND client_msg_id = :m",
+        cid=int(cid),
+        m=uuid.UUID(cmid),
+    )
     assert [(r.seq, r.sender_id, r.body) for r in stored] == [(2, 1, "same body")]
     assert await message_seqs(engine, cid) == [1, 2]
     assert await scalar(engine, "SELECT last_seq FROM conversation WHERE id = :cid", cid=int(cid)) == 2
@@ -162,13 +165,18 @@ async def test_reused_client_msg_id_by_another_sender_is_conflict_and_writes_not
 
     assert await send_error(quiet.client, 2, cid, "same text", cmid) == "CONFLICT"
 
-    stored = await rows(quiet.engine, "SELECT seq, sender_id FROM message WHERE conversation_id = :cid",
-                        cid=int(cid))
+    stored = await rows(quiet.engine, "SELECT seq, sender_id FROM message WHERE conversation_id = :cid", cid=int(cid))
     assert [(r.seq, r.sender_id) for r in stored] == [(1, 1)]
     assert await outbox(quiet.engine) == outbox_before
     # The other sender's watermark did not move either.
-    assert await scalar(quiet.engine, "SELECT last_read_seq FROM conversation_member "
-                                      "WHERE conversation_id = :cid AND user_id = 2", cid=int(cid)) == 0
+    assert (
+        await scalar(
+            quiet.engine,
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = 2",
+            cid=int(cid),
+        )
+        == 0
+    )
 
 
 async def test_same_client_msg_id_in_another_conversation_is_a_new_message(client, engine):
@@ -191,13 +199,17 @@ async def test_two_hundred_concurrent_sends_get_seqs_exactly_1_to_200(client, bu
     cmids = [str(uuid.uuid4()) for _ in range(200)]
 
     async with wave(burst_server) as burst:
-        answers = await gated(engine, "message",
-                              [send(burst, senders[i % 4], cid, f"m{i}", cmids[i]) for i in range(200)])
+        answers = await gated(
+            engine, "message", [send(burst, senders[i % 4], cid, f"m{i}", cmids[i]) for i in range(200)]
+        )
 
     assert sorted(a["message"]["seq"] for a in answers) == list(range(1, 201))
     assert not any(a["duplicate"] for a in answers)
-    stored = await rows(engine, "SELECT seq, client_msg_id, sender_id, body FROM message "
-                                "WHERE conversation_id = :cid ORDER BY seq", cid=int(cid))
+    stored = await rows(
+        engine,
+        "SELECT seq, client_msg_id, sender_id, body FROM message WHERE conversation_id = :cid ORDER BY seq",
+        cid=int(cid),
+    )
     assert [r.seq for r in stored] == list(range(1, 201))
     # Each answer names the row that was stored for its clientMsgId.
     by_cmid = {str(r.client_msg_id): (r.seq, r.sender_id, r.body) for r in stored}
@@ -228,8 +240,7 @@ async def test_send_to_one_conversation_does_not_wait_for_another_conversations_
     free = await make_group(client, 1, 2)
     async with engine.connect() as conn, conn.begin():
         # Hold the locked conversation's row lock, as a long send to it would.
-        await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :cid FOR UPDATE"),
-                           {"cid": int(locked)})
+        await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :cid FOR UPDATE"), {"cid": int(locked)})
         queued = asyncio.create_task(send(client, 1, locked, "waits"))
         other = await asyncio.wait_for(send(client, 1, free, "passes"), 10)
         assert (other["message"]["conversationId"], other["message"]["seq"]) == (free, 1)
@@ -263,8 +274,14 @@ async def test_sending_marks_earlier_messages_from_others_as_read(client, engine
     assert reply["message"]["seq"] == 4
     mine = (await client.data(CONVERSATION, {"id": cid}, user=1))["conversation"]
     assert (mine["lastReadSeq"], mine["unreadCount"]) == (4, 0)
-    assert await scalar(engine, "SELECT last_read_seq FROM conversation_member "
-                                "WHERE conversation_id = :cid AND user_id = 2", cid=int(cid)) == 3
+    assert (
+        await scalar(
+            engine,
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = 2",
+            cid=int(cid),
+        )
+        == 3
+    )
 
 
 # --- the outbox ---------------------------------------------------------------------------
@@ -292,8 +309,9 @@ async def test_send_writes_one_message_new_outbox_row_with_the_whole_message(qui
         "body": "héllo \U0001f600",
     }
     assert datetime.fromisoformat(created_at) == datetime.fromisoformat(sent["createdAt"])
-    stored_at = await scalar(quiet.engine, "SELECT created_at FROM message WHERE conversation_id = :cid AND seq = 1",
-                             cid=int(cid))
+    stored_at = await scalar(
+        quiet.engine, "SELECT created_at FROM message WHERE conversation_id = :cid AND seq = 1", cid=int(cid)
+    )
     assert datetime.fromisoformat(created_at) == stored_at
 
 
@@ -304,8 +322,9 @@ async def test_message_new_outbox_rows_of_concurrent_sends_are_in_seq_order(quie
 
     events = await outbox(quiet.engine, "message.new")
     assert [e.payload["seq"] for e in events] == list(range(1, 31))
-    stored = await rows(quiet.engine, "SELECT seq, client_msg_id FROM message WHERE conversation_id = :cid "
-                                      "ORDER BY seq", cid=int(cid))
+    stored = await rows(
+        quiet.engine, "SELECT seq, client_msg_id FROM message WHERE conversation_id = :cid ORDER BY seq", cid=int(cid)
+    )
     assert [e.payload["clientMsgId"] for e in events] == [str(r.client_msg_id) for r in stored]
 
 
@@ -379,8 +398,11 @@ async def test_send_without_token_is_unauthenticated_and_stores_nothing(client, 
 
 async def test_send_with_a_forged_token_is_unauthenticated_and_stores_nothing(client, engine):
     cid = await make_group(client, 1, 2)
-    body = await client.execute(SEND, {"cid": cid, "cmid": str(uuid.uuid4()), "body": "hi"},
-                                headers={"authorization": f"Bearer {client.token(1)}x"})
+    body = await client.execute(
+        SEND,
+        {"cid": cid, "cmid": str(uuid.uuid4()), "body": "hi"},
+        headers={"authorization": f"Bearer {client.token(1)}x"},
+    )
     assert [error_code(e) for e in body["errors"]] == ["UNAUTHENTICATED"]
     assert await scalar(engine, "SELECT count(*) FROM message") == 0
 

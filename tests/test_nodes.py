@@ -58,9 +58,22 @@ def test_ids_parse_back_to_what_they_name_and_nothing_else():
     assert not any(i.isdigit() for i in (ids.message_id(1, 1), ids.member_id(1, 1), ids.viewer_id(1)))
     raw = lambda text: base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")  # noqa: E731
     refused = [
-        "", "0", "042", str(2**63), "x" * 100, "not an id!", raw("Message:1"), raw("Message:1:0"),
-        raw("Message:01:2"), raw("Message:1:2:3"), raw("Nope:1:2"), raw("Viewer:-1"), raw("Viewer:1") + "==",
-        raw(f"Member:{2**63}:1"), 42, None,
+        "",
+        "0",
+        "042",
+        str(2**63),
+        "x" * 100,
+        "not an id!",
+        raw("Message:1"),
+        raw("Message:1:0"),
+        raw("Message:01:2"),
+        raw("Message:1:2:3"),
+        raw("Nope:1:2"),
+        raw("Viewer:-1"),
+        raw("Viewer:1") + "==",
+        raw(f"Member:{2**63}:1"),
+        42,
+        None,
     ]
     for text in refused:
         assert ids.parse(text) is None, text
@@ -81,14 +94,34 @@ async def test_every_cached_type_round_trips_through_node(api):
 
     expected = {
         cid: {"__typename": "Conversation", "id": cid, "title": "roundtrip", "lastSeq": 2},
-        message_ids[0]: {"__typename": "Message", "id": message_ids[0], "conversationId": cid, "seq": 1,
-                         "body": "first"},
-        message_ids[1]: {"__typename": "Message", "id": message_ids[1], "conversationId": cid, "seq": 2,
-                         "body": "second"},
-        member_ids["1"]: {"__typename": "Member", "id": member_ids["1"], "userId": "1", "role": "OWNER",
-                          "lastReadSeq": 1},
-        member_ids["2"]: {"__typename": "Member", "id": member_ids["2"], "userId": "2", "role": "MEMBER",
-                          "lastReadSeq": 2},
+        message_ids[0]: {
+            "__typename": "Message",
+            "id": message_ids[0],
+            "conversationId": cid,
+            "seq": 1,
+            "body": "first",
+        },
+        message_ids[1]: {
+            "__typename": "Message",
+            "id": message_ids[1],
+            "conversationId": cid,
+            "seq": 2,
+            "body": "second",
+        },
+        member_ids["1"]: {
+            "__typename": "Member",
+            "id": member_ids["1"],
+            "userId": "1",
+            "role": "OWNER",
+            "lastReadSeq": 1,
+        },
+        member_ids["2"]: {
+            "__typename": "Member",
+            "id": member_ids["2"],
+            "userId": "2",
+            "role": "MEMBER",
+            "lastReadSeq": 2,
+        },
         data["viewer"]["id"]: {"__typename": "Viewer", "id": data["viewer"]["id"], "userId": "2", "totalUnread": 0},
     }
     for node_id, node in expected.items():
@@ -105,8 +138,11 @@ async def test_a_non_member_gets_the_same_null_as_for_a_missing_or_malformed_id(
     await api.send(1, cid, "secret")
     data = await api.data(HISTORY, {"c": cid}, user=1)
     owner_viewer_id = data["viewer"]["id"]
-    visible = [cid, data["conversation"]["messages"]["nodes"][0]["id"],
-               *(m["id"] for m in data["conversation"]["members"])]
+    visible = [
+        cid,
+        data["conversation"]["messages"]["nodes"][0]["id"],
+        *(m["id"] for m in data["conversation"]["members"]),
+    ]
     missing = ["999999", ids.message_id(int(cid), 99), ids.member_id(int(cid), 77), "garbage", ids.message_id(999, 1)]
     outsider = 9
     for node_id in [*visible, owner_viewer_id, *missing]:
@@ -183,12 +219,18 @@ async def test_read_updated_carries_the_member_and_message_new_the_message_with_
         seq = await api.send(1, cid, "hello")
         await messages.next()
         assert (await ids_only.next())["messageNew"]["message"] == {
-            "__typename": "Message", "id": ids.message_id(int(cid), seq), "seq": seq
+            "__typename": "Message",
+            "id": ids.message_id(int(cid), seq),
+            "seq": seq,
         }
         await api.mark_read(2, cid, seq)
         event = await reads.next()
     assert event["readUpdated"]["member"] == {
-        "__typename": "Member", "id": ids.member_id(int(cid), 2), "userId": "2", "lastReadSeq": seq, "role": "MEMBER"
+        "__typename": "Member",
+        "id": ids.member_id(int(cid), 2),
+        "userId": "2",
+        "lastReadSeq": seq,
+        "role": "MEMBER",
     }
     # The same member, read by its id, is the one the event named.
     node = await api.data(NODE, {"id": event["readUpdated"]["member"]["id"]}, user=1)
@@ -211,5 +253,7 @@ async def test_events_carry_the_conversation_as_each_subscriber_sees_it(server, 
     last = {"id": ids.message_id(int(cid), seq)}
     assert as_owner == {"id": cid, "lastSeq": seq, "lastReadSeq": seq, "unreadCount": 0, "lastMessage": last}
     assert as_member == {"id": cid, "lastSeq": seq, "lastReadSeq": 0, "unreadCount": 1, "lastMessage": last}
-    assert read == {"userId": "2", "conversation": {"id": cid, "lastSeq": seq, "lastReadSeq": seq, "unreadCount": 0,
-                                                      "lastMessage": last}}
+    assert read == {
+        "userId": "2",
+        "conversation": {"id": cid, "lastSeq": seq, "lastReadSeq": seq, "unreadCount": 0, "lastMessage": last},
+    }

@@ -85,7 +85,9 @@ async def test_a_planned_inbox_batches_its_loads_as_graphql_core_does(server, en
         )
     with counting_statements(server) as by_plan:
         planned = differential.encode(
-            await differential.planner.execute(differential.schema, document, INBOX, variables, None, differential.context(1))
+            await differential.planner.execute(
+                differential.schema, document, INBOX, variables, None, differential.context(1)
+            )
         )
     assert planned == reference
     assert differential.planner.stats.executions == 1
@@ -101,7 +103,7 @@ async def test_metrics_helper_still_reads_unlabelled_samples(server, http):
 # Drawn by the differential test; trimmed further, it no longer fails without the fix.
 CANCELLING = (
     'query($yes: Boolean!, $first: Int, $maybe: Boolean = true) { conversation(id: "2") @skip(if: $yes) '
-    "{ createdAt } messages(conversationId: \"3\", first: $first) { edges { a: node { seen @skip(if: false) "
+    '{ createdAt } messages(conversationId: "3", first: $first) { edges { a: node { seen @skip(if: false) '
     "seen seenByCount a: createdAt ... { body seenBy(first: -1) clientMsgId seen } } cursor cursor "
     "... on MessageEdge { cursor node { seen ... on Message @skip(if: $maybe) { senderId seen clientMsgId "
     "@include(if: $yes) senderId } } } } pageInfo { a: hasPreviousPage @include(if: $yes) } edges "

@@ -92,7 +92,9 @@ class Differential:
 
     async def planned(self, document: Any, query: str, variables: Any, name: str | None, user: int | None) -> str:
         self.plan_calls += 1
-        return await self.outcome(self.planner.execute(self.schema, document, query, variables, name, self.context(user)))
+        return await self.outcome(
+            self.planner.execute(self.schema, document, query, variables, name, self.context(user))
+        )
 
     async def reference(self, document: Any, variables: Any, name: str | None, user: int | None) -> str:
         return await self.outcome(execute_accepted(self.schema, document, variables, name, self.context(user)))
@@ -153,7 +155,9 @@ class Differential:
 def _masked(encoded: str) -> str:
     def mask(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: "*" if k in ("id", "createdAt", "joinedAt", "lastMessageAt") else mask(v) for k, v in value.items()}
+            return {
+                k: "*" if k in ("id", "createdAt", "joinedAt", "lastMessageAt") else mask(v) for k, v in value.items()
+            }
         if isinstance(value, list):
             return [mask(v) for v in value]
         return value
@@ -273,8 +277,10 @@ def planner_documents(draw: Any) -> tuple[str, dict]:
     if rnd.randint(0, 5) == 0:
         mutation = rnd.choice(["markRead", "sendMessage"])
         cid = doc.id_value("conversationId")
-        args = f"conversationId: {cid}, seq: {rnd.choice([1, 2, 99])}" if mutation == "markRead" else (
-            f'conversationId: {cid}, clientMsgId: "{uuid.UUID(int=rnd.randint(1, 50))}", body: "hi"'
+        args = (
+            f"conversationId: {cid}, seq: {rnd.choice([1, 2, 99])}"
+            if mutation == "markRead"
+            else (f'conversationId: {cid}, clientMsgId: "{uuid.UUID(int=rnd.randint(1, 50))}", body: "hi"')
         )
         field = SCHEMA.mutation_type.fields[mutation]
         body = f"{mutation}({args}) {{ {doc.selection(get_named_type(field.type), 1)} }}"

@@ -43,8 +43,9 @@ def subscription_documents(draw: Any) -> tuple[str, dict]:
     header = "subscription"
     if doc.used:
         header += "(" + ", ".join(f"${n}: {t}" for n, t in doc.used.items()) + ")"
-    variables = {name: {"yes": True, "no": False, "maybe": None, "c": "1", "cid": "1", "first": 2}.get(name)
-                 for name in doc.used}
+    variables = {
+        name: {"yes": True, "no": False, "maybe": None, "c": "1", "cid": "1", "first": 2}.get(name) for name in doc.used
+    }
     if doc.rnd.randint(0, 9) == 0 and variables:
         variables.pop(next(iter(variables)))  # a missing variable: refused before any event
     return " ".join([f"{header} {{ {body} }}", *doc.fragments]), variables
@@ -53,12 +54,19 @@ def subscription_documents(draw: Any) -> tuple[str, dict]:
 class EventDifferential(Differential):
     def event(self, root: str, context: Any, client_msg_id: str) -> Any:
         if root == "messageNew":
-            source = {"conversationId": 1, "seq": 1, "senderId": 2, "clientMsgId": client_msg_id,
-                      "body": "hello 1", "createdAt": "2026-01-01T00:00:00+00:00"}
+            source = {
+                "conversationId": 1,
+                "seq": 1,
+                "senderId": 2,
+                "clientMsgId": client_msg_id,
+                "body": "hello 1",
+                "createdAt": "2026-01-01T00:00:00+00:00",
+            }
             fields, rosters = _for_event(source, context.database)
             message = Message(**fields, new_loaders=partial(context.fresh_loaders, rosters))
-            return MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message,
-                                   source=source)
+            return MessageNewEvent(
+                conversation_id=message.conversation_id, seq=message.seq, message=message, source=source
+            )
         return ReadUpdatedEvent(conversation_id="1", user_id="2", last_read_seq=1, source={})
 
     async def run(self, executor: Any, payload: Any, planned: bool) -> str | None:
@@ -86,7 +94,10 @@ class EventDifferential(Differential):
         for planned in (True, False):
             context = self.context(1)
             executor = SharedEventExecutor.build(
-                self.schema._schema, document, context_value=context, raw_variable_values=variables,
+                self.schema._schema,
+                document,
+                context_value=context,
+                raw_variable_values=variables,
                 is_awaitable=optimized_is_awaitable,
             )
             if isinstance(executor, list):
@@ -97,8 +108,9 @@ class EventDifferential(Differential):
             outcomes.append(outcome)
         self.compared += 1
         if outcomes[0] != outcomes[1]:
-            self.mismatches.append(f"query: {query}\nvariables: {variables}\nplan:      {outcomes[0]}\n"
-                                   f"reference: {outcomes[1]}")
+            self.mismatches.append(
+                f"query: {query}\nvariables: {variables}\nplan:      {outcomes[0]}\nreference: {outcomes[1]}"
+            )
         return True
 
 

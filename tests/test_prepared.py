@@ -61,8 +61,10 @@ async def test_a_valid_document_is_accepted_once_and_repeats_answer_alike(server
 
 async def test_mutations_on_the_direct_path_store_and_dedupe_like_the_first(server, client, engine):
     cid = await group(client, 1, 2)
-    send = fresh("mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m,"
-                 " body: $b) { duplicate message { seq body senderId } } }")
+    send = fresh(
+        "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m,"
+        " body: $b) { duplicate message { seq body senderId } } }"
+    )
     variables = {"c": cid, "m": str(uuid.uuid4()), "b": "once"}
     first = (await post(client, {"query": send, "variables": variables})).json()
     assert send in accepted(server)
@@ -83,8 +85,12 @@ async def test_mutations_on_the_direct_path_store_and_dedupe_like_the_first(serv
         # variable coercion fails before execution, on an accepted document
         ("query($c: ID!) { conversation(id: $c) { id } }", {}, 1, "BAD_USER_INPUT"),
         ("query($n: Int) { inbox(first: $n) { nodes { id } } }", {"n": "ten"}, 1, "BAD_USER_INPUT"),
-        ("mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { advanced } }",
-         {"c": "1", "s": -1}, 1, "BAD_USER_INPUT"),
+        (
+            "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { advanced } }",
+            {"c": "1", "s": -1},
+            1,
+            "BAD_USER_INPUT",
+        ),
     ],
 )
 async def test_errors_on_an_accepted_document_are_the_same_as_the_first_time(
@@ -105,7 +111,9 @@ async def test_documents_that_fail_validation_are_never_accepted(server, client)
 
 
 async def test_operation_selection_on_an_accepted_document_matches_the_ordinary_path(server, client):
-    query = fresh("query A { viewer { userId } } query B { viewer { totalUnread } } subscription S { messageNew { seq } }")
+    query = fresh(
+        "query A { viewer { userId } } query B { viewer { totalUnread } } subscription S { messageNew { seq } }"
+    )
     a, _ = await twice(server, client, {"query": query, "operationName": "A"})
     assert a == {"data": {"viewer": {"userId": "1"}}}
     assert query in accepted(server)
@@ -133,31 +141,49 @@ async def test_requests_the_direct_path_does_not_take_still_answer_as_before(ser
         assert response.status_code == 400, response.text
         assert error_code(response.json()["errors"][0]) == "BAD_USER_INPUT"
     # not JSON by content type (a form post): refused, accepted document or not
-    form = await client.http.post(client.url, content=f'{{"query": "{query.splitlines()[1]}"}}',
-                                  headers={"content-type": "text/plain",
-                                           "authorization": f"Bearer {client.token(1)}"})
+    form = await client.http.post(
+        client.url,
+        content=f'{{"query": "{query.splitlines()[1]}"}}',
+        headers={"content-type": "text/plain", "authorization": f"Bearer {client.token(1)}"},
+    )
     assert form.status_code == 400 and error_code(form.json()["errors"][0]) == "BAD_USER_INPUT"
     # JSON orjson refuses but the standard library takes (NaN): the ordinary path answers
-    nan = await client.http.post(client.url, content='{"query": ' + _json_str(query) + ', "variables": {"x": NaN}}',
-                                 headers={"content-type": "application/json",
-                                          "authorization": f"Bearer {client.token(1)}"})
+    nan = await client.http.post(
+        client.url,
+        content='{"query": ' + _json_str(query) + ', "variables": {"x": NaN}}',
+        headers={"content-type": "application/json", "authorization": f"Bearer {client.token(1)}"},
+    )
     assert nan.status_code == 200 and nan.json() == {"data": {"viewer": {"userId": "1"}}}
 
 
 async def test_non_ascii_and_lone_surrogates_come_back_intact(server, client):
     cid = await group(client, 1, 2)
-    send = fresh("mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m,"
-                 " body: $b) { message { body } } }")
+    send = fresh(
+        "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m,"
+        " body: $b) { message { body } } }"
+    )
     for body in ("héllo ✓ 日本", "emoji 👋🏽"):
         for _ in range(2):  # first: ordinary path, then the direct one
-            data = (await post(client, {"query": send, "variables": {"c": cid, "m": str(uuid.uuid4()), "b": body}})).json()
+            data = (
+                await post(client, {"query": send, "variables": {"c": cid, "m": str(uuid.uuid4()), "b": body}})
+            ).json()
             assert data["data"]["sendMessage"]["message"]["body"] == body
     # a lone surrogate in a variable is refused (invalid Unicode) on both paths, with a clean JSON error
-    raw = '{"query": ' + _json_str(send) + ', "variables": {"c": "' + cid + '", "m": "' + str(uuid.uuid4()) + \
-        '", "b": "bad \\ud800"}}'
+    raw = (
+        '{"query": '
+        + _json_str(send)
+        + ', "variables": {"c": "'
+        + cid
+        + '", "m": "'
+        + str(uuid.uuid4())
+        + '", "b": "bad \\ud800"}}'
+    )
     for _ in range(2):
-        response = await client.http.post(client.url, content=raw, headers={
-            "content-type": "application/json", "authorization": f"Bearer {client.token(1)}"})
+        response = await client.http.post(
+            client.url,
+            content=raw,
+            headers={"content-type": "application/json", "authorization": f"Bearer {client.token(1)}"},
+        )
         assert response.status_code == 200
         assert error_code(response.json()["errors"][0]) == "BAD_USER_INPUT"
 

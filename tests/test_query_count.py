@@ -98,8 +98,7 @@ async def send_to_each(client, sender: int, conversation_ids: list[str], rounds:
 async def send_many(client, sender: int, cid: str, count: int) -> None:
     for start in range(0, count, ALIASES):
         fields = " ".join(
-            f'm{n}: sendMessage(conversationId: "{cid}", clientMsgId: "{uuid.uuid4()}", body: "m{n}")'
-            " { duplicate }"
+            f'm{n}: sendMessage(conversationId: "{cid}", clientMsgId: "{uuid.uuid4()}", body: "m{n}") {{ duplicate }}'
             for n in range(start, min(count, start + ALIASES))
         )
         await client.data(f"mutation {{ {fields} }}", user=sender)
@@ -159,16 +158,17 @@ INBOX_LAST_MESSAGE_SPELLINGS = {
     "alias": "query($n: Int!) { inbox(first: $n) { nodes { id last: lastMessage { seq body } } } }",
     "edges": "query($n: Int!) { inbox(first: $n) { edges { node { id lastMessage { seq body } } } } }",
     "fragment": "query($n: Int!) { inbox(first: $n) { ...Page } } "
-                "fragment Page on ConversationConnection { nodes { id ...Last } } "
-                "fragment Last on Conversation { lastMessage { seq body } }",
+    "fragment Page on ConversationConnection { nodes { id ...Last } } "
+    "fragment Last on Conversation { lastMessage { seq body } }",
     "inline": "query($n: Int!) { inbox(first: $n) { ... on ConversationConnection { nodes { id "
-              "... on Conversation { lastMessage { seq body } } } } } }",
+    "... on Conversation { lastMessage { seq body } } } } } }",
 }
 
 
 @pytest.mark.parametrize("spelling", sorted(INBOX_LAST_MESSAGE_SPELLINGS))
 async def test_inbox_loads_every_last_message_in_one_statement_however_it_is_asked_for(
-        server, engine, client, spelling):
+    server, engine, client, spelling
+):
     conversations = await create_groups(client, 41, [42], 30)
     await send_to_each(client, 42, conversations[:20], rounds=2)  # 10 conversations without messages
     query = INBOX_LAST_MESSAGE_SPELLINGS[spelling]
@@ -229,9 +229,7 @@ query($c: ID!, $n: Int!) {
 """
 
 
-async def test_history_page_of_200_with_seen_fields_runs_as_many_statements_as_a_page_of_10(
-    server, engine, client
-):
+async def test_history_page_of_200_with_seen_fields_runs_as_many_statements_as_a_page_of_10(server, engine, client):
     members = list(range(2, 22))
     (cid,) = await create_groups(client, 1, members, 1)
     await send_many(client, 1, cid, 250)

@@ -34,17 +34,23 @@ from chatgql.auth import issue_token
 from .conftest import GraphQLClient
 from .writepath import Quiet, gated, open_quiet_server, quiet, wave  # noqa: F401 (quiet: a fixture)
 
-MARK_READ = ("mutation($c: ID!, $s: Long!) "
-             "{ markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }")
-SEND = ("mutation($c: ID!, $k: UUID!, $b: String!) "
-        "{ sendMessage(conversationId: $c, clientMsgId: $k, body: $b) { message { seq } } }")
+MARK_READ = (
+    "mutation($c: ID!, $s: Long!) "
+    "{ markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }"
+)
+SEND = (
+    "mutation($c: ID!, $k: UUID!, $b: String!) "
+    "{ sendMessage(conversationId: $c, clientMsgId: $k, body: $b) { message { seq } } }"
+)
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id memberCount } }"
 ADD = "mutation($c: ID!, $u: [ID!]!) { addMembers(conversationId: $c, userIds: $u) { memberCount } }"
 REMOVE = "mutation($c: ID!, $u: ID!) { removeMember(conversationId: $c, userId: $u) { userId } }"
 MINE = "query($c: ID!) { conversation(id: $c) { lastSeq lastReadSeq unreadCount memberCount } }"
 ROSTER = "query($c: ID!) { conversation(id: $c) { lastSeq memberCount members { userId role lastReadSeq } } }"
-PAGE = ("query($c: ID!, $a: String, $n: Int) { messages(conversationId: $c, first: 200, after: $a) "
-        "{ nodes { seq senderId seenByCount seenBy(first: $n) seen } pageInfo { hasNextPage endCursor } } }")
+PAGE = (
+    "query($c: ID!, $a: String, $n: Int) { messages(conversationId: $c, first: 200, after: $a) "
+    "{ nodes { seq senderId seenByCount seenBy(first: $n) seen } pageInfo { hasNextPage endCursor } } }"
+)
 
 MAX_MEMBERS = 1000
 
@@ -82,10 +88,13 @@ async def scalar(engine: AsyncEngine, sql: str, **params: Any) -> Any:
 async def read_events(engine: AsyncEngine, cid: str, user: int, after_id: int) -> list[int]:
     """lastReadSeq of the read.updated rows of (cid, user) written after outbox id after_id, in id order."""
     async with engine.connect() as conn:
-        rows = await conn.execute(text(
-            "SELECT payload FROM outbox WHERE id > :after AND msg_key = :key "
-            "AND payload->>'type' = 'read.updated' AND (payload->>'userId')::bigint = :uid ORDER BY id"),
-            {"after": after_id, "key": cid, "uid": user})
+        rows = await conn.execute(
+            text(
+                "SELECT payload FROM outbox WHERE id > :after AND msg_key = :key "
+                "AND payload->>'type' = 'read.updated' AND (payload->>'userId')::bigint = :uid ORDER BY id"
+            ),
+            {"after": after_id, "key": cid, "uid": user},
+        )
         return [row.payload["lastReadSeq"] for row in rows]
 
 
@@ -103,9 +112,11 @@ async def storm(races: Quiet, cid: str, user: int, calls: list[tuple[int, int]],
     """markRead(seq) for every (device, seq) at once, each from that device's token; answers in call order."""
     tokens = device_tokens(races.server.settings, user, devices)
     async with wave(races.server) as burst:
+
         async def one(device: int, seq: int) -> dict:
-            body = await burst.execute(MARK_READ, {"c": cid, "s": seq},
-                                       headers={"authorization": f"Bearer {tokens[device]}"})
+            body = await burst.execute(
+                MARK_READ, {"c": cid, "s": seq}, headers={"authorization": f"Bearer {tokens[device]}"}
+            )
             assert "errors" not in body, body["errors"]
             return body["data"]["markRead"]
 
@@ -122,7 +133,8 @@ def storm_calls(seed: int, devices: int, per_device: int, high: int) -> list[tup
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_mark_read_storm_5_devices_x_40_ends_at_min_of_max_seq_and_last_seq_with_one_increasing_event_per_advance(
-        races, seed):
+    races, seed
+):
     reader, sender, last_seq = 2, 1, 60
     cid = await create_group(races.client, sender, [reader])
     await fill(races.client, cid, last_seq, sender)
@@ -132,8 +144,15 @@ async def test_mark_read_storm_5_devices_x_40_ends_at_min_of_max_seq_and_last_se
 
     answers = await storm(races, cid, reader, calls, devices=5)
 
-    assert await scalar(races.engine, "SELECT last_read_seq FROM conversation_member "
-                                      "WHERE conversation_id = :c AND user_id = :u", c=int(cid), u=reader) == final
+    assert (
+        await scalar(
+            races.engine,
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :c AND user_id = :u",
+            c=int(cid),
+            u=reader,
+        )
+        == final
+    )
     # No answer ever shows more than where the watermark ends, nor less than its own clamped seq.
     assert max(a["lastReadSeq"] for a in answers) == final
     for answer, (_, seq) in zip(answers, calls, strict=True):
@@ -160,6 +179,7 @@ async def test_mark_read_storm_while_messages_arrive_never_passes_last_seq_and_e
     calls = storm_calls(11, devices=5, per_device=40, high=70)
 
     async with wave(races.server) as senders:
+
         async def send_more() -> None:
             for i in range(40):
                 await senders.data(SEND, {"c": cid, "k": str(uuid.uuid4()), "b": f"late {i}"}, user=sender)
@@ -168,8 +188,12 @@ async def test_mark_read_storm_while_messages_arrive_never_passes_last_seq_and_e
         answers = await storm(races, cid, reader, calls, devices=5)
         await sending
 
-    watermark = await scalar(races.engine, "SELECT last_read_seq FROM conversation_member "
-                                           "WHERE conversation_id = :c AND user_id = :u", c=int(cid), u=reader)
+    watermark = await scalar(
+        races.engine,
+        "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :c AND user_id = :u",
+        c=int(cid),
+        u=reader,
+    )
     last_seq = await scalar(races.engine, "SELECT last_seq FROM conversation WHERE id = :c", c=int(cid))
     assert last_seq == 60
     assert watermark == max(a["lastReadSeq"] for a in answers) <= max(seq for _, seq in calls)
@@ -194,8 +218,19 @@ class Churn:
     member_counts_seen: list[int]
 
 
-async def churn(races: Quiet, cid: str, *, owner: int, keeper: int, originals: list[int], pool: list[int],
-                seed: int, rounds: int, batch: int, allowed: set[str]) -> Churn:
+async def churn(
+    races: Quiet,
+    cid: str,
+    *,
+    owner: int,
+    keeper: int,
+    originals: list[int],
+    pool: list[int],
+    seed: int,
+    rounds: int,
+    batch: int,
+    allowed: set[str],
+) -> Churn:
     """Adders, removers, leavers, senders and readers, all at once, through their own connections.
 
     owner and keeper are never removed (they add and send throughout); originals
@@ -209,6 +244,7 @@ async def churn(races: Quiet, cid: str, *, owner: int, keeper: int, originals: l
     removable = originals + pool
 
     async with wave(races.server) as api:
+
         async def call(kind: str, document: str, variables: dict, user: int) -> dict | None:
             body = await api.execute(document, variables, user=user)
             if body.get("errors"):
@@ -256,8 +292,13 @@ async def monitor_member_count(engine: AsyncEngine, cid: str, stop: asyncio.Even
     seen: list[int] = []
     async with engine.connect() as conn:
         while not stop.is_set():
-            seen.append((await conn.execute(text(
-                "SELECT count(*) FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)})).scalar_one())
+            seen.append(
+                (
+                    await conn.execute(
+                        text("SELECT count(*) FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)}
+                    )
+                ).scalar_one()
+            )
             await conn.commit()
             await asyncio.sleep(0.005)
     return seen
@@ -267,17 +308,28 @@ async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[int, int], 
     """(last_seq, {member: last_read_seq}, [(seq, sender)]) of cid, in one snapshot."""
     async with engine.connect() as conn, conn.begin():
         await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
-        last_seq = (await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :c"),
-                                       {"c": int(cid)})).scalar_one()
-        members = {row.user_id: row.last_read_seq for row in await conn.execute(text(
-            "SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c"), {"c": int(cid)})}
-        messages = [(row.seq, row.sender_id) for row in await conn.execute(text(
-            "SELECT seq, sender_id FROM message WHERE conversation_id = :c ORDER BY seq"), {"c": int(cid)})]
+        last_seq = (
+            await conn.execute(text("SELECT last_seq FROM conversation WHERE id = :c"), {"c": int(cid)})
+        ).scalar_one()
+        members = {
+            row.user_id: row.last_read_seq
+            for row in await conn.execute(
+                text("SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c"),
+                {"c": int(cid)},
+            )
+        }
+        messages = [
+            (row.seq, row.sender_id)
+            for row in await conn.execute(
+                text("SELECT seq, sender_id FROM message WHERE conversation_id = :c ORDER BY seq"), {"c": int(cid)}
+            )
+        ]
     return last_seq, members, messages
 
 
-async def assert_read_state_consistent(races: Quiet, cid: str, viewer: int, *, check_every_member: bool,
-                                       seen_by_first: int) -> dict[int, int]:
+async def assert_read_state_consistent(
+    races: Quiet, cid: str, viewer: int, *, check_every_member: bool, seen_by_first: int
+) -> dict[int, int]:
     """The invariants of (b), recomputed from the database, once everything has settled."""
     last_seq, members, messages = await db_state(races.engine, cid)
     client = races.client
@@ -298,8 +350,12 @@ async def assert_read_state_consistent(races: Quiet, cid: str, viewer: int, *, c
     views = await asyncio.gather(*(client.data(MINE, {"c": cid}, user=u) for u in askers))
     for user, view in zip(askers, views, strict=True):
         mine = view["conversation"]
-        assert mine == {"lastSeq": last_seq, "lastReadSeq": members[user],
-                        "unreadCount": last_seq - members[user], "memberCount": len(members)}, (user, mine)
+        assert mine == {
+            "lastSeq": last_seq,
+            "lastReadSeq": members[user],
+            "unreadCount": last_seq - members[user],
+            "memberCount": len(members),
+        }, (user, mine)
 
     # Seen: recomputed from the watermarks, for every message.
     got: list[dict] = []
@@ -327,8 +383,18 @@ async def test_membership_churn_racing_sends_and_reads_keeps_member_count_unread
     pool = list(range(100, 160))
     cid = await create_group(races.client, owner, [keeper, *originals])
 
-    result = await churn(races, cid, owner=owner, keeper=keeper, originals=originals, pool=pool, seed=7,
-                         rounds=25, batch=5, allowed={"NOT_FOUND"})
+    result = await churn(
+        races,
+        cid,
+        owner=owner,
+        keeper=keeper,
+        originals=originals,
+        pool=pool,
+        seed=7,
+        rounds=25,
+        batch=5,
+        allowed={"NOT_FOUND"},
+    )
 
     # The churn really happened: every kind of call succeeded many times.
     assert min(result.done[k] for k in ("add", "remove", "leave", "send", "read")) >= 5, result.done
@@ -346,8 +412,18 @@ async def test_membership_churn_at_the_1000_member_limit_never_passes_1000_and_s
     monitor = asyncio.ensure_future(monitor_member_count(races.engine, cid, stop))
 
     try:
-        result = await churn(races, cid, owner=owner, keeper=keeper, originals=originals, pool=pool, seed=13,
-                             rounds=15, batch=8, allowed={"NOT_FOUND", "LIMIT_EXCEEDED"})
+        result = await churn(
+            races,
+            cid,
+            owner=owner,
+            keeper=keeper,
+            originals=originals,
+            pool=pool,
+            seed=13,
+            rounds=15,
+            batch=8,
+            allowed={"NOT_FOUND", "LIMIT_EXCEEDED"},
+        )
     finally:
         stop.set()
         sampled = await monitor

@@ -93,6 +93,7 @@ async def read_events(engine: AsyncEngine) -> list:
 # so every call opens its own connection and none reuses a keep-alive connection that the
 # server is closing just as the request goes out (uvicorn drops idle ones after 5 s).
 
+
 @pytest.fixture(scope="module")
 async def quiet_server(migrated_url: str) -> AsyncIterator[Quiet]:
     async with open_quiet_server(migrated_url, "reads") as running:
@@ -130,15 +131,23 @@ async def test_seq_beyond_last_seq_is_clamped_to_last_seq(client, engine):
     await fill(client, cid, 1)
     conv = (await client.data(CONVERSATION, {"id": cid}, user=1))["conversation"]
     assert conv == {"lastSeq": 4, "lastReadSeq": 3, "unreadCount": 1}
-    assert await mark(client, 1, cid, 999) == {"conversationId": cid, "lastReadSeq": 4, "advanced": True,
-                                               "unreadCount": 0}
+    assert await mark(client, 1, cid, 999) == {
+        "conversationId": cid,
+        "lastReadSeq": 4,
+        "advanced": True,
+        "unreadCount": 0,
+    }
 
 
 async def test_largest_long_seq_is_clamped_to_last_seq(client, engine):
     cid = await make_group(client, 1, 2)
     await fill(client, cid, 2)
-    assert await mark(client, 1, cid, MAX_LONG) == {"conversationId": cid, "lastReadSeq": 2, "advanced": True,
-                                                    "unreadCount": 0}
+    assert await mark(client, 1, cid, MAX_LONG) == {
+        "conversationId": cid,
+        "lastReadSeq": 2,
+        "advanced": True,
+        "unreadCount": 0,
+    }
     assert await watermark(engine, cid, 1) == 2
 
 
@@ -146,16 +155,24 @@ async def test_mark_read_at_the_current_watermark_is_not_advanced(client, engine
     cid = await make_group(client, 1, 2)
     await fill(client, cid, 5)
     assert (await mark(client, 1, cid, 2))["advanced"] is True
-    assert await mark(client, 1, cid, 2) == {"conversationId": cid, "lastReadSeq": 2, "advanced": False,
-                                             "unreadCount": 3}
+    assert await mark(client, 1, cid, 2) == {
+        "conversationId": cid,
+        "lastReadSeq": 2,
+        "advanced": False,
+        "unreadCount": 3,
+    }
     assert (await mark(client, 1, cid, 3))["advanced"] is True
     assert await watermark(engine, cid, 1) == 3
 
 
 async def test_mark_read_without_messages_stays_at_zero_and_is_not_advanced(client, engine):
     cid = await make_group(client, 1, 2)
-    assert await mark(client, 1, cid, 5) == {"conversationId": cid, "lastReadSeq": 0, "advanced": False,
-                                             "unreadCount": 0}
+    assert await mark(client, 1, cid, 5) == {
+        "conversationId": cid,
+        "lastReadSeq": 0,
+        "advanced": False,
+        "unreadCount": 0,
+    }
     assert await watermark(engine, cid, 1) == 0
 
 
@@ -189,9 +206,9 @@ async def test_read_updated_outbox_row_is_written_once_per_advance_and_never_for
     await fill(quiet.client, cid, 5)
     assert await read_events(quiet.engine) == []  # user 2 sent them all: nothing was unread for them
 
-    await mark(quiet.client, 1, cid, 2)    # advances to 2
-    await mark(quiet.client, 1, cid, 1)    # lower: no-op
-    await mark(quiet.client, 1, cid, 2)    # equal: no-op
+    await mark(quiet.client, 1, cid, 2)  # advances to 2
+    await mark(quiet.client, 1, cid, 1)  # lower: no-op
+    await mark(quiet.client, 1, cid, 2)  # equal: no-op
     await mark(quiet.client, 1, cid, 999)  # advances, clamped to 5
     await mark(quiet.client, 1, cid, 999)  # already at lastSeq: no-op
 
@@ -235,16 +252,19 @@ def device_tokens(settings, user: int, devices: int) -> list[str]:
     return [issue_token(settings, user, ttl_seconds=3600 * (d + 1)) for d in range(devices)]
 
 
-async def storm(server: RunningServer, engine: AsyncEngine, cid: str, user: int, seqs: list[int],
-                devices: int = 5) -> list[dict]:
+async def storm(
+    server: RunningServer, engine: AsyncEngine, cid: str, user: int, seqs: list[int], devices: int = 5
+) -> list[dict]:
     """markRead(seq) for every seq at once, spread over `devices` tokens of `user`."""
     tokens = device_tokens(server.settings, user, devices)
     assert len(set(tokens)) == devices
 
     async with wave(server) as burst:
+
         async def one(i: int, seq: int) -> dict:
-            body = await burst.execute(MARK_READ, {"cid": cid, "seq": seq},
-                                       headers={"authorization": f"Bearer {tokens[i % devices]}"})
+            body = await burst.execute(
+                MARK_READ, {"cid": cid, "seq": seq}, headers={"authorization": f"Bearer {tokens[i % devices]}"}
+            )
             assert "errors" not in body, body["errors"]
             return body["data"]["markRead"]
 

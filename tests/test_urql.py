@@ -29,8 +29,15 @@ async def test_urql_recipe_creates_sends_reads_history_subscribes_and_marks_read
     assert (URQL / "node_modules" / "@urql" / "core").is_dir(), "run `npm ci` in tests/urql (scripts/test does)"
     api = ChatApi.of(server, http)
     process = await asyncio.create_subprocess_exec(
-        node, "recipe.mjs", server.url, server.ws_url, api.token(1), api.token(2),
-        cwd=URQL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        node,
+        "recipe.mjs",
+        server.url,
+        server.ws_url,
+        api.token(1),
+        api.token(2),
+        cwd=URQL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
@@ -47,13 +54,19 @@ async def test_urql_recipe_creates_sends_reads_history_subscribes_and_marks_read
     assert report["live"] == {"seq": 2, "body": "live from urql", "senderId": "1"}, report
     assert report["markRead"] == {"lastReadSeq": 2, "unreadCount": 0, "advanced": True}, report
     assert report["historyAfter"] == ["hello from urql", "live from urql"]
-    for check in ("the subscription receives the message sent after it started", "exactly once",
-                  "Graphcache: the event updated the cached conversation, with no refetch",
-                  "nothing is unread after markRead"):
+    for check in (
+        "the subscription receives the message sent after it started",
+        "exactly once",
+        "Graphcache: the event updated the cached conversation, with no refetch",
+        "nothing is unread after markRead",
+    ):
         assert check in report["checks"], report
     # What the script did is what the server holds.
-    history = await api.data("query($c: ID!) { messages(conversationId: $c, first: 10) { nodes { seq body } } }",
-                             {"c": report["conversationId"]}, user=2)
+    history = await api.data(
+        "query($c: ID!) { messages(conversationId: $c, first: 10) { nodes { seq body } } }",
+        {"c": report["conversationId"]},
+        user=2,
+    )
     assert [m["body"] for m in history["messages"]["nodes"]] == ["hello from urql", "live from urql"]
 
 

@@ -33,8 +33,9 @@ DB_POOL = 25  # database connections of each server made here
 
 
 def server_settings(database_url: str) -> Any:
-    return make_settings(database_url, run_relay=False, request_timeout_seconds=TIMEOUT,
-                         db_pool_size=DB_POOL, db_max_overflow=0)
+    return make_settings(
+        database_url, run_relay=False, request_timeout_seconds=TIMEOUT, db_pool_size=DB_POOL, db_max_overflow=0
+    )
 
 
 @contextlib.asynccontextmanager
@@ -65,10 +66,14 @@ async def gated(engine: AsyncEngine, table: str, calls: list[Awaitable[Any]]) ->
             if task.done():
                 break  # a call failed before reaching the gate: its error is raised below
             async with engine.connect() as probe:
-                waiting = (await probe.execute(text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                ))).scalar_one()
+                waiting = (
+                    await probe.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                        )
+                    )
+                ).scalar_one()
             if waiting >= waiters:
                 break
             await asyncio.sleep(0.02)

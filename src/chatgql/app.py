@@ -87,9 +87,11 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(metrics.watch_gc())
-        stack.callback(collector.freeze_survivors(
-            settings.gc_young_threshold, settings.gc_freeze_every_young, run=validation.between_validations
-        ))
+        stack.callback(
+            collector.freeze_survivors(
+                settings.gc_young_threshold, settings.gc_freeze_every_young, run=validation.between_validations
+            )
+        )
         url = runtime.database_url = await _database_url(settings, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)
@@ -104,6 +106,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         stack.push_async_callback(bus.disconnect)
 
         if api:
+
             async def load_members(conversation_id: int) -> frozenset[int]:
                 async with database.connection() as conn:
                     return frozenset(await conversations.member_user_ids(conn, conversation_id))

@@ -99,8 +99,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
         for name, value in overrides.items():
             os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
         logging.getLogger("chatgql").info("%s · workers: %d", startup_line(settings), settings.workers)
-        uvicorn.run("chatgql.app:create_app_from_environment", factory=True, workers=settings.workers,
-                    **server_options)
+        uvicorn.run("chatgql.app:create_app_from_environment", factory=True, workers=settings.workers, **server_options)
     finally:
         if embedded is not None:
             embedded.cleanup()
@@ -185,9 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=migrate)
 
     commands.add_parser("relay", help="run only the outbox relay").set_defaults(func=relay)
-    commands.add_parser("consume", help="run only the Kafka consumer (feeds a redis:// bus)").set_defaults(
-        func=consume
-    )
+    commands.add_parser("consume", help="run only the Kafka consumer (feeds a redis:// bus)").set_defaults(func=consume)
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")

@@ -28,7 +28,14 @@ import orjson
 from . import datadir
 
 __all__ = [
-    "Connection", "Database", "EmbeddedPostgres", "Row", "start_embedded_postgres", "asyncpg_url", "dsn", "upgrade",
+    "Connection",
+    "Database",
+    "EmbeddedPostgres",
+    "Row",
+    "start_embedded_postgres",
+    "asyncpg_url",
+    "dsn",
+    "upgrade",
 ]
 
 log = logging.getLogger(__name__)

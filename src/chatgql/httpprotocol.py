@@ -53,9 +53,10 @@ def _refusal(status: bytes, message: str, reason: str | None = None) -> bytes:
     """A GraphQL-shaped LIMIT_EXCEEDED answer that closes the connection."""
     extensions = {"code": "LIMIT_EXCEEDED"} | ({"reason": reason} if reason else {})
     body = orjson.dumps({"data": None, "errors": [{"message": message, "extensions": extensions}]})
-    return (
-        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, len(body), body)
+    return b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (
+        status,
+        len(body),
+        body,
     )
 
 
@@ -107,8 +108,10 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
             if self._header_bytes > self.max_header_bytes:  # a flood: no lingering, closed at once
                 self._cancel_timers()
                 self.transport.write(
-                    _refusal(b"431 Request Header Fields Too Large",
-                             f"the request headers are larger than {self.max_header_bytes} bytes")
+                    _refusal(
+                        b"431 Request Header Fields Too Large",
+                        f"the request headers are larger than {self.max_header_bytes} bytes",
+                    )
                 )
                 self.transport.close()
 

@@ -20,13 +20,15 @@ import time
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-_UVICORN_STARTUP = frozenset({
-    "Started server process [%d]",
-    "Waiting for application startup.",
-    "Application startup complete.",
-    "Waiting for application shutdown.",
-    "Application shutdown complete.",
-})
+_UVICORN_STARTUP = frozenset(
+    {
+        "Started server process [%d]",
+        "Waiting for application startup.",
+        "Application startup complete.",
+        "Waiting for application shutdown.",
+        "Application shutdown complete.",
+    }
+)
 
 
 def configure(level: int = logging.INFO, *, migrations: bool = False) -> None:

@@ -18,9 +18,7 @@ class Metrics:
         self.outbox_oldest_age = Gauge(
             "chatgql_outbox_oldest_age_seconds", "Age of the oldest outbox row", registry=self.registry
         )
-        self.events_relayed = Counter(
-            "chatgql_events_relayed", "Events the relay published", registry=self.registry
-        )
+        self.events_relayed = Counter("chatgql_events_relayed", "Events the relay published", registry=self.registry)
         self.consumer_lag = Gauge(
             "chatgql_consumer_lag", "Kafka records not yet handed to the bus", registry=self.registry
         )
@@ -34,16 +32,21 @@ class Metrics:
         # Python's collector stops the event loop while it runs: every pause is latency for
         # whatever the process was doing (requests, relay, websockets).
         self.gc_pause = Histogram(
-            "chatgql_gc_pause_seconds", "Garbage collector pauses, by generation", ["generation"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0), registry=self.registry,
+            "chatgql_gc_pause_seconds",
+            "Garbage collector pauses, by generation",
+            ["generation"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=self.registry,
         )
         self.gc_pause_longest = Gauge(
-            "chatgql_gc_pause_longest_seconds", "The longest collector pause since the process started",
+            "chatgql_gc_pause_longest_seconds",
+            "The longest collector pause since the process started",
             registry=self.registry,
         )
 
         self.gc_frozen = Gauge(
-            "chatgql_gc_frozen_objects", "Objects frozen out of the collector's passes (collector.py)",
+            "chatgql_gc_frozen_objects",
+            "Objects frozen out of the collector's passes (collector.py)",
             registry=self.registry,
         )
         self.gc_frozen.set_function(gc.get_freeze_count)
@@ -69,7 +72,6 @@ class Metrics:
         gc.callbacks.append(on_gc)
         return lambda: gc.callbacks.remove(on_gc)
 
-
     def watch_planner(self, stats: Any) -> None:
         """Report the plan-once executor's counters (graphql/plan/: a PlanStats it keeps itself)."""
         self.registry.register(_PlannerCollector(stats))
@@ -83,7 +85,9 @@ class _PlannerCollector:
         stats = self.stats
         yield CounterMetricFamily("chatgql_plans_built", "Execution plans compiled", value=stats.built)
         yield CounterMetricFamily(
-            "chatgql_plan_executions", "Operations (HTTP requests, subscription events) run by plan", value=stats.executions
+            "chatgql_plan_executions",
+            "Operations (HTTP requests, subscription events) run by plan",
+            value=stats.executions,
         )
         fallbacks = CounterMetricFamily(
             "chatgql_plan_fallbacks",

@@ -140,9 +140,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
-            raise ValueError(
-                "CHATGQL_JWT_SECRET must be set to a secret of your own when CHATGQL_ENV=production"
-            )
+            raise ValueError("CHATGQL_JWT_SECRET must be set to a secret of your own when CHATGQL_ENV=production")
         return self
 
     @model_validator(mode="after")

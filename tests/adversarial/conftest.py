@@ -61,7 +61,7 @@ class ServeProcess:
     def settings(self) -> Any:
         """The settings the process runs with (to issue its tokens)."""
         env = self.environment()
-        return load_settings(**{k[len("CHATGQL_"):].lower(): v for k, v in env.items() if k.startswith("CHATGQL_")})
+        return load_settings(**{k[len("CHATGQL_") :].lower(): v for k, v in env.items() if k.startswith("CHATGQL_")})
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}

@@ -113,7 +113,8 @@ async def test_the_probe_of_30_groups_of_1000_stops_at_the_default_burst(prod: S
     async with httpx.AsyncClient(timeout=60) as http, Bystander(prod) as bystander:
         for i in range(30):
             response = await http.post(
-                prod.url, json={"query": CREATE_GROUP, "variables": {"t": f"spam {i}", "m": members}},
+                prod.url,
+                json={"query": CREATE_GROUP, "variables": {"t": f"spam {i}", "m": members}},
                 headers=prod.headers(7001),
             )
             assert response.status_code == 200, response.text[:300]
@@ -145,9 +146,7 @@ async def test_the_daily_group_cap_holds_across_processes_and_restarts(migrated_
     async with httpx.AsyncClient(timeout=60) as http:
         async with serve_process(migrated_url, **env) as a, serve_process(migrated_url, **env) as b:
             # 10 at once, spread over two processes: exactly 3 get through
-            answers = await asyncio.gather(
-                *(_create_group(http, (a, b)[i % 2], owner, f"g{i}") for i in range(10))
-            )
+            answers = await asyncio.gather(*(_create_group(http, (a, b)[i % 2], owner, f"g{i}") for i in range(10)))
             made = [x for x in answers if "errors" not in x]
             refused = [x["errors"][0] for x in answers if "errors" in x]
             assert len(made) == 3, answers

@@ -33,7 +33,8 @@ def chain(depth: int, *, on: str = "Query", leaf: str = "__typename", spread: st
 # name -> (document with {op} where the operation's name goes, needs a token to be meaningful)
 DOCUMENTS: dict[str, str] = {
     "fragment chain 2^30": chain(30) + "\nquery {op} { ...F30 }",
-    "inline fragments": chain(30, spread="... on Query {{ ...F{prev} }} ... {{ ...F{prev} }}") + "\nquery {op} { ...F30 }",
+    "inline fragments": chain(30, spread="... on Query {{ ...F{prev} }} ... {{ ...F{prev} }}")
+    + "\nquery {op} { ...F30 }",
     "aliases": chain(30, leaf="a: __typename b: __typename") + "\nquery {op} { ...F30 }",
     "directives": chain(30, spread="...F{prev} @include(if: true) ...F{prev} @skip(if: false)")
     + "\nquery {op} { ...F30 }",
@@ -86,11 +87,13 @@ async def test_a_sustained_attack_with_new_documents_does_not_starve_other_clien
     heavy_but_allowed = "query {op} {" + " inbox { nodes { id } }" * 100 + " }"
     templates = [heavy_but_allowed, DOCUMENTS["fragment chain 2^30"], DOCUMENTS["500 copies of viewer"]]
     owner, member = 501, 502
-    group = (await http.post(
-        prod.url,
-        json={"query": 'mutation { createGroup(title: "live", memberIds: ["502"]) { id } }'},
-        headers=prod.headers(owner),
-    )).json()["data"]["createGroup"]["id"]
+    group = (
+        await http.post(
+            prod.url,
+            json={"query": 'mutation { createGroup(title: "live", memberIds: ["502"]) { id } }'},
+            headers=prod.headers(owner),
+        )
+    ).json()["data"]["createGroup"]["id"]
     subscriber = await WsClient.connect(prod.ws_url, f"Bearer {prod.token(member)}")
     live = await subscriber.subscribe("subscription { messageNew { seq message { body } } }")
     answered = 0
@@ -100,7 +103,7 @@ async def test_a_sustained_attack_with_new_documents_does_not_starve_other_clien
         attack = RawHttp(prod)
         headers = prod.headers(index + 1)
         try:
-            for template in itertools.cycle(templates[index % 3:] + templates[: index % 3]):
+            for template in itertools.cycle(templates[index % 3 :] + templates[: index % 3]):
                 status, body = await attack.post(json.dumps({"query": _document(template)}).encode(), headers)
                 assert status == 200, body
                 answered += 1
@@ -122,9 +125,11 @@ async def test_a_sustained_attack_with_new_documents_does_not_starve_other_clien
         body = f"after the attack {uuid.uuid4()}"
         response = await http.post(
             prod.url,
-            json={"query": "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, "
-                           "clientMsgId: $m, body: $b) { message { seq } } }",
-                  "variables": {"c": group, "m": str(uuid.uuid4()), "b": body}},
+            json={
+                "query": "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, "
+                "clientMsgId: $m, body: $b) { message { seq } } }",
+                "variables": {"c": group, "m": str(uuid.uuid4()), "b": body},
+            },
             headers=prod.headers(owner),
         )
         assert "errors" not in response.json(), response.text
@@ -160,7 +165,10 @@ def test_a_fragment_counts_each_time_it_is_spread():
     assert _refusal(f"{{ ...V ...V ...V ...V ...V }} {fragment}") is None  # 10 fields
     assert _refusal(f"{{ ...V ...V ...V ...V ...V ...V }} {fragment}") == "fields"
     assert _refusal("{ inbox { nodes { ...C } } } fragment C on Conversation { lastMessage { seq } }") is None
-    assert _refusal("{ inbox { nodes { ...C } } } fragment C on Conversation { lastMessage { seenBy { userId } } }") == "depth"
+    assert (
+        _refusal("{ inbox { nodes { ...C } } } fragment C on Conversation { lastMessage { seenBy { userId } } }")
+        == "depth"
+    )
 
 
 def test_spreads_and_empty_selections_count_toward_the_expanded_size():
@@ -181,9 +189,15 @@ def test_every_operation_and_every_fragment_is_held_to_the_limits():
 
 def test_introspection_counts_but_its_depth_does_not():
     limits = OperationLimits(max_depth=10, max_aliases=20, max_fields=300, max_selections=2000)
-    standard = parse(get_introspection_query(descriptions=True, specified_by_url=True,
-                                             directive_is_repeatable=True, schema_description=True,
-                                             input_value_deprecation=True))
+    standard = parse(
+        get_introspection_query(
+            descriptions=True,
+            specified_by_url=True,
+            directive_is_repeatable=True,
+            schema_description=True,
+            input_value_deprecation=True,
+        )
+    )
     assert check_document(standard, limits) is None  # GraphiQL's query, nine ofType levels deep
     assert _refusal("{ __schema { types {" + " name" * 10 + " } } }") == "fields"
 
@@ -193,7 +207,10 @@ def test_fragment_cycles_are_left_to_validation():
 
 
 def test_a_chain_of_hundreds_of_fragments_is_priced_without_recursion():
-    chain_ = "\n".join(f"fragment G{i} on Query {{ ...G{i + 1} }}" for i in range(2000)) + "\nfragment G2000 on Query { __typename }"
+    chain_ = (
+        "\n".join(f"fragment G{i} on Query {{ ...G{i + 1} }}" for i in range(2000))
+        + "\nfragment G2000 on Query { __typename }"
+    )
     started = time.perf_counter()
     assert check_document(parse(chain_ + "\n{ ...G0 }"), LIMITS).extensions["limit"] == "selections"
     assert time.perf_counter() - started < 1.0

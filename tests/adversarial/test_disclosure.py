@@ -171,7 +171,9 @@ async def test_a_huge_unknown_operation_name_over_a_websocket_is_echoed_cut(prod
         await ws.send(json.dumps({"type": "connection_init", "payload": {"Authorization": token}}))
         assert json.loads(await ws.recv())["type"] == "connection_ack"
         query = "subscription Known { messageNew { seq } }"
-        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query, "operationName": HUGE_NAME}}))
+        await ws.send(
+            json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query, "operationName": HUGE_NAME}})
+        )
         answer = await ws.recv()
     assert len(answer) < 1000, answer[:400]
     assert json.loads(answer)["payload"][0]["extensions"]["code"] == "BAD_USER_INPUT", answer

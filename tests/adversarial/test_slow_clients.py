@@ -57,8 +57,14 @@ def attacker(n: int) -> str:
 
 async def open_ws(server: ServeProcess, protocol: str, address: str, *, compression: str | None = None):
     return await websockets.connect(
-        server.ws_url, subprotocols=[protocol], local_addr=(address, 0), compression=compression,
-        ping_interval=None, proxy=None, open_timeout=30, max_size=None,
+        server.ws_url,
+        subprotocols=[protocol],
+        local_addr=(address, 0),
+        compression=compression,
+        ping_interval=None,
+        proxy=None,
+        open_timeout=30,
+        max_size=None,
     )
 
 
@@ -132,9 +138,7 @@ async def test_unauthenticated_websockets_past_the_per_address_limit_are_closed_
     address = attacker(100)
     async with Bystander(server) as bystander:
         # The limit's worth of sockets waiting for connection_init, both protocols mixed...
-        waiting = await asyncio.gather(
-            *(open_ws(server, PROTOCOLS[i % 2], address) for i in range(PER_ADDRESS))
-        )
+        waiting = await asyncio.gather(*(open_ws(server, PROTOCOLS[i % 2], address) for i in range(PER_ADDRESS)))
         # ...and the next ones from the same address are closed at once, with a code that says why.
         for protocol in PROTOCOLS:
             refused = await open_ws(server, protocol, address)
@@ -292,10 +296,12 @@ async def test_connections_past_the_cap_are_answered_503_and_served_again_when_t
     """No bystander here: past the cap everyone is refused, which is the cap's point. What the
     server's other clients get is an immediate 503 rather than a wait, and service once it ends."""
     cap = 40
-    async with serve_process(migrated_url, CHATGQL_MAX_CONNECTIONS=str(cap),
-                             CHATGQL_HTTP_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT)) as server:
-        idle = [await asyncio.open_connection("127.0.0.1", server.port, local_addr=(attacker(i), 0))
-                for i in range(cap)]
+    async with serve_process(
+        migrated_url, CHATGQL_MAX_CONNECTIONS=str(cap), CHATGQL_HTTP_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT)
+    ) as server:
+        idle = [
+            await asyncio.open_connection("127.0.0.1", server.port, local_addr=(attacker(i), 0)) for i in range(cap)
+        ]
         await asyncio.sleep(0.5)
         async with httpx.AsyncClient(timeout=10) as http:
             started = time.monotonic()

@@ -27,9 +27,7 @@ def _token(claims: dict, secret: str = SECRET) -> str:
 
 async def _ask(server: ServeProcess, token: str) -> dict:
     async with httpx.AsyncClient(timeout=30) as http:
-        response = await http.post(
-            server.url, json={"query": QUERY}, headers={"authorization": f"Bearer {token}"}
-        )
+        response = await http.post(server.url, json={"query": QUERY}, headers={"authorization": f"Bearer {token}"})
     assert response.status_code == 200, response.text[:300]
     return response.json()
 
@@ -106,8 +104,12 @@ def _cli_token(*args: str, **env: str) -> subprocess.CompletedProcess:
     child = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
     child.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "chatgql.cli", "token", *args], cwd=REPO, env=child,
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "chatgql.cli", "token", *args],
+        cwd=REPO,
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

@@ -43,8 +43,9 @@ READ_UPDATED = "subscription($c: ID) { readUpdated(conversationId: $c) { convers
 # --- bounded waits -------------------------------------------------------------------
 
 
-async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float, what: str,
-                     interval: float = 0.05) -> None:
+async def wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, what: str, interval: float = 0.05
+) -> None:
     """Poll predicate until true; fail with `what` after timeout seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -61,16 +62,20 @@ async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: f
 async def wait_active_subscriptions(server: Any, count: int, timeout: float = 10) -> None:
     """Wait until the server's dispatcher holds `count` live subscriptions."""
     dispatcher = server.runtime.deps.dispatcher
-    await wait_until(lambda: dispatcher.active == count, timeout,
-                     f"{count} active subscriptions (have {dispatcher.active})")
+    await wait_until(
+        lambda: dispatcher.active == count, timeout, f"{count} active subscriptions (have {dispatcher.active})"
+    )
 
 
 async def wait_leader(server: Any, timeout: float = 15) -> None:
     """Fail clearly if this server's relay never leads (another relay holds the lock)."""
     relay = server.runtime.relay
     assert relay is not None, "this server runs no relay"
-    await wait_until(lambda: relay.is_leader, timeout,
-                     "the relay to take the outbox lock (is another chatgql relay running on this database?)")
+    await wait_until(
+        lambda: relay.is_leader,
+        timeout,
+        "the relay to take the outbox lock (is another chatgql relay running on this database?)",
+    )
 
 
 def dedupe(events: Iterable[dict]) -> list[dict]:
@@ -200,9 +205,9 @@ class WsClient:
     async def subscribe(self, query: str, variables: dict | None = None) -> Operation:
         op_id = str(next(self._ids))
         start = "subscribe" if self.protocol == TRANSPORT_WS else "start"
-        await self.ws.send(json.dumps(
-            {"id": op_id, "type": start, "payload": {"query": query, "variables": variables or {}}}
-        ))
+        await self.ws.send(
+            json.dumps({"id": op_id, "type": start, "payload": {"query": query, "variables": variables or {}}})
+        )
         return Operation(self, op_id)
 
     async def stop(self, op_id: str) -> None:
@@ -278,6 +283,7 @@ class Operation:
 
     async def collect(self, count: int, timeout: float = 30) -> list[dict]:
         """The next `count` events' data, all within timeout seconds."""
+
         async def run() -> list[dict]:
             return [await self._next() for _ in range(count)]
 
@@ -371,8 +377,7 @@ class ChatApi(GraphQLClient):
             user=user,
         )
 
-    async def send(self, user: int, conversation_id: str, body: str = "hi",
-                   client_msg_id: str | None = None) -> int:
+    async def send(self, user: int, conversation_id: str, body: str = "hi", client_msg_id: str | None = None) -> int:
         """Send a message; returns its seq."""
         data = await self.data(
             "mutation($c: ID!, $m: UUID!, $b: String!) "
@@ -409,9 +414,13 @@ async def metrics(http: httpx.AsyncClient, server: Any) -> dict[str, float]:
     return samples
 
 
-async def collect_messages(op: Operation, expected: dict[str, int], timeout: float,
-                           first: dict[str, int] | None = None,
-                           duplicates: list[tuple[str, int]] | None = None) -> dict[str, list[int]]:
+async def collect_messages(
+    op: Operation,
+    expected: dict[str, int],
+    timeout: float,
+    first: dict[str, int] | None = None,
+    duplicates: list[tuple[str, int]] | None = None,
+) -> dict[str, list[int]]:
     """Read messageNew events until every conversation c has each seq first[c]..expected[c].
 
     Returns, per conversation, the seqs in arrival order after dedupe by
@@ -465,6 +474,7 @@ async def read_topic(bootstrap: str, topic: str, done: Callable[[list[Any]], boo
     await asyncio.wait_for(consumer.start(), 30)
     records: list[Any] = []
     try:
+
         async def run() -> None:
             while not done(records):
                 batches = await consumer.getmany(timeout_ms=500)

@@ -71,9 +71,9 @@ async def test_a_slow_subscriber_is_cut_off_with_resync_while_a_fast_one_gets_ev
         fast = await ws_connect(server, 3)
         slow_op = await subscribe_messages(slow, cid)
         fast_op = await subscribe_messages(fast, cid)
-        fast_task = asyncio.create_task(fast_op.collect_until(
-            lambda got: len(dedupe(e["messageNew"] for e in got)) >= total, timeout=90
-        ))
+        fast_task = asyncio.create_task(
+            fast_op.collect_until(lambda got: len(dedupe(e["messageNew"] for e in got)) >= total, timeout=90)
+        )
         try:
             await wait_active_subscriptions(server, 2)
 
@@ -197,8 +197,10 @@ async def test_a_server_stops_promptly_while_kafka_is_down_and_its_backlog_is_pu
         await wait_leader(second)
         await wait_until(lambda: outbox_empty(engine), 60, "the next relay to drain the outbox")
     records = await read_topic(
-        kafka.bootstrap, topic,
-        lambda got: len({r.value["seq"] for r in got if r.value["type"] == "message.new"}) >= 5, timeout=30,
+        kafka.bootstrap,
+        topic,
+        lambda got: len({r.value["seq"] for r in got if r.value["type"] == "message.new"}) >= 5,
+        timeout=30,
     )
     seqs: list[int] = []
     for record in records:

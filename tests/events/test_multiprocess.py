@@ -49,8 +49,19 @@ def redis_url() -> Iterator[str]:
         for _ in range(3):  # the free port may be taken before redis binds it
             port = free_port()
             proc = subprocess.Popen(
-                [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", scratch],
+                [
+                    REDIS_SERVER,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    scratch,
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.STDOUT,
             )

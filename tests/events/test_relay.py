@@ -54,8 +54,7 @@ async def test_two_relays_keep_per_conversation_order_and_the_standby_takes_over
     migrated_url, kafka, topic, http, engine
 ):
     servers = [
-        RunningServer(kafka_settings(migrated_url, kafka, topic, run_relay=True, run_consumer=False))
-        for _ in range(2)
+        RunningServer(kafka_settings(migrated_url, kafka, topic, run_relay=True, run_consumer=False)) for _ in range(2)
     ]
     async with contextlib.AsyncExitStack() as stack:
         for server in servers:
@@ -88,18 +87,20 @@ async def test_two_relays_keep_per_conversation_order_and_the_standby_takes_over
                     await api.send(user, cid, f"{user}:{i}")
                     sent += 1
 
-            await asyncio.wait_for(asyncio.gather(*(
-                sender(apis[k], members[k], cid, 10) for cid in conversations for k in range(2)
-            )), 60)
+            await asyncio.wait_for(
+                asyncio.gather(*(sender(apis[k], members[k], cid, 10) for cid in conversations for k in range(2))), 60
+            )
             assert leader.runtime.relay.is_leader and not standby.runtime.relay.is_leader
             assert (await metrics(http, leader))["chatgql_events_relayed_total"] > 0
             assert (await metrics(http, standby))["chatgql_events_relayed_total"] == 0
 
             # Phase 2: sends continue through the standby while the leader goes away, and after.
             standby_api = apis[servers.index(standby)]
-            later = asyncio.create_task(asyncio.wait_for(asyncio.gather(*(
-                sender(standby_api, members[2], cid, 10) for cid in conversations
-            )), 60))
+            later = asyncio.create_task(
+                asyncio.wait_for(
+                    asyncio.gather(*(sender(standby_api, members[2], cid, 10) for cid in conversations)), 60
+                )
+            )
             await wait_until(lambda: sent >= 80 + 5, 30, "the standby to take some sends")
             assert not later.done(), "the leader must go away while sends are still coming"
             await leader.__aexit__(None, None, None)
@@ -107,9 +108,9 @@ async def test_two_relays_keep_per_conversation_order_and_the_standby_takes_over
             await later
             # The old leader relays until it has stopped (what it committed before may all be gone
             # by then); these come after, so only the new leader can relay them.
-            await asyncio.wait_for(asyncio.gather(*(
-                sender(standby_api, members[3], cid, 10) for cid in conversations
-            )), 60)
+            await asyncio.wait_for(
+                asyncio.gather(*(sender(standby_api, members[3], cid, 10) for cid in conversations)), 60
+            )
             await wait_until(lambda: outbox_empty(engine), 30, "the outbox to drain")
             assert (await metrics(http, standby))["chatgql_events_relayed_total"] > 0
         finally:

@@ -61,8 +61,10 @@ async def test_per_conversation_order_from_20_concurrent_senders_is_kept_at_the_
     per_sender = 10
     total = len(senders) * per_sender
     cid = await api.create_group(1, senders[1:])
-    async with await ws_connect(kafka_server, 1, TRANSPORT_WS) as ws_new, \
-            await ws_connect(kafka_server, 2, LEGACY_WS) as ws_legacy:
+    async with (
+        await ws_connect(kafka_server, 1, TRANSPORT_WS) as ws_new,
+        await ws_connect(kafka_server, 2, LEGACY_WS) as ws_legacy,
+    ):
         ops = [await subscribe_messages(ws_new, cid), await subscribe_messages(ws_legacy)]
         await wait_active_subscriptions(kafka_server, 2)
 

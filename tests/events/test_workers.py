@@ -30,8 +30,9 @@ SENDS = 40
 
 
 @contextlib.asynccontextmanager
-async def workers_server(migrated_url: str, tmp_path: Path, kafka_bootstrap: str | None, topic: str
-                         ) -> AsyncIterator[SimpleNamespace]:
+async def workers_server(
+    migrated_url: str, tmp_path: Path, kafka_bootstrap: str | None, topic: str
+) -> AsyncIterator[SimpleNamespace]:
     name = f"workers_{uuid.uuid4().hex[:8]}"
     url = await scratch_database(migrated_url, name)
     redis = FaultRedis(tmp_path / "redis.log")
@@ -40,15 +41,26 @@ async def workers_server(migrated_url: str, tmp_path: Path, kafka_bootstrap: str
     env["CHATGQL_WORKERS"] = "2"
     if kafka_bootstrap is None:
         env.pop("CHATGQL_KAFKA_BOOTSTRAP_SERVERS")
-    serve = ChatProcess("serve", ["serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-                        env, tmp_path, port=port)
+    serve = ChatProcess(
+        "serve",
+        ["serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        env,
+        tmp_path,
+        port=port,
+    )
     engine = create_engine(url, pool_size=2, max_overflow=0)
     try:
         serve.start()
         await serve.wait_ready()
         settings = load_settings(database_url=url, jwt_secret=JWT_SECRET, kafka_bootstrap_servers=None)
-        yield SimpleNamespace(process=serve, port=port, engine=engine, settings=settings,
-                              url=f"http://127.0.0.1:{port}/graphql", ws_url=f"ws://127.0.0.1:{port}/graphql")
+        yield SimpleNamespace(
+            process=serve,
+            port=port,
+            engine=engine,
+            settings=settings,
+            url=f"http://127.0.0.1:{port}/graphql",
+            ws_url=f"ws://127.0.0.1:{port}/graphql",
+        )
     finally:
         serve.stop()
         await engine.dispose()
@@ -69,15 +81,19 @@ def sockets_by_worker(process: ChatProcess, port: int) -> dict[int, set[int]]:
             connections = psutil.Process(pid).net_connections("tcp")
         except psutil.Error:
             continue
-        held[pid] = {c.raddr.port for c in connections
-                     if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port and c.raddr}
+        held[pid] = {
+            c.raddr.port
+            for c in connections
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port and c.raddr
+        }
     return held
 
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("with_kafka", [True, False], ids=["kafka", "bus-only"])
 async def test_two_workers_deliver_every_message_to_every_subscriber_whichever_worker_holds_it(
-        migrated_url, kafka, topic, tmp_path, with_kafka):
+    migrated_url, kafka, topic, tmp_path, with_kafka
+):
     async with workers_server(migrated_url, tmp_path, kafka.bootstrap if with_kafka else None, topic) as server:
         assert len(worker_pids(server.process)) >= 2, tail(server.process.log)
         # new connections each request: sends are spread over both workers too
@@ -88,6 +104,7 @@ async def test_two_workers_deliver_every_message_to_every_subscriber_whichever_w
             # the subscriber (user 1, several devices), with websockets on both workers
             clients, ops = [], []
             try:
+
                 async def open_some(n: int) -> None:
                     for _ in range(n):
                         client = await WsClient.connect(server.ws_url, bearer(server.settings, 1))

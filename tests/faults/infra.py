@@ -259,8 +259,7 @@ class FaultRedis:
 class ChatProcess:
     """One `python -m chatgql.cli ...` process (serve, relay or consume), killable with SIGKILL."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path,
-                 port: int | None = None) -> None:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path, port: int | None = None) -> None:
         self.name = name
         self.args = args
         self.env = env
@@ -459,8 +458,13 @@ class LoopbackProxy:
             self._tasks.discard(task)
 
     @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: asyncio.Event,
-                    record: list[bytes] | None, holding: list[bytes]) -> None:
+    async def _pump(
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        gate: asyncio.Event,
+        record: list[bytes] | None,
+        holding: list[bytes],
+    ) -> None:
         try:
             while True:
                 data = await reader.read(65536)

@@ -38,9 +38,7 @@ SEND = (
     "mutation($c: ID!, $m: UUID!, $b: String!) "
     "{ sendMessage(conversationId: $c, clientMsgId: $m, body: $b) { duplicate message { seq } } }"
 )
-MARK_READ = (
-    "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced } }"
-)
+MARK_READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced } }"
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
 SYNC = (
     "query($c: [SyncCursor!]!) { sync(cursors: $c, limit: 100) "
@@ -135,8 +133,9 @@ class Api:
             raise Retryable(f"HTTP {response.status_code}")
         return body["data"]
 
-    async def call_until_done(self, user: int, query: str, variables: dict, deadline: float,
-                              stats: LoadStats) -> tuple[dict, int]:
+    async def call_until_done(
+        self, user: int, query: str, variables: dict, deadline: float, stats: LoadStats
+    ) -> tuple[dict, int]:
         """Retry the same request with backoff until it succeeds; (data, attempts)."""
         attempts = 0
         while True:
@@ -154,8 +153,9 @@ class Api:
 class Load:
     """K senders (one task per user) over the scenario's conversations."""
 
-    def __init__(self, api: Api, users: list[int], conversations: list[str], *, pace: float = 0.05,
-                 read_every: int = 8) -> None:
+    def __init__(
+        self, api: Api, users: list[int], conversations: list[str], *, pace: float = 0.05, read_every: int = 8
+    ) -> None:
         self.api = api
         self.users = users
         self.conversations = conversations
@@ -187,8 +187,9 @@ class Load:
         if attempts > 1:
             self.stats.retried += 1
         payload = data["sendMessage"]
-        ack = SendAck(conversation_id, client_msg_id, user, body, payload["message"]["seq"],
-                      payload["duplicate"], attempts)
+        ack = SendAck(
+            conversation_id, client_msg_id, user, body, payload["message"]["seq"], payload["duplicate"], attempts
+        )
         self.acks.append(ack)
         return ack
 
@@ -339,8 +340,9 @@ class Subscriber:
                 await ws.send(json.dumps({"id": op, "type": "subscribe", "payload": {"query": MESSAGE_NEW}}))
 
 
-async def catch_up(api: Api, user: int, held: dict[str, list[int]], conversations: list[str],
-                   deadline: float, stats: LoadStats) -> list[dict]:
+async def catch_up(
+    api: Api, user: int, held: dict[str, list[int]], conversations: list[str], deadline: float, stats: LoadStats
+) -> list[dict]:
     """What a client holding `held` fetches with sync: from the end of the
     contiguous run it holds in each conversation (a gap is refetched, as a
     client does when it holds 40 and receives 43), until hasMore is false."""
@@ -393,9 +395,9 @@ class WatermarkMonitor:
 
     async def sample(self) -> None:
         async with self.engine.connect() as conn:
-            members = (await conn.execute(
-                text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member")
-            )).all()
+            members = (
+                await conn.execute(text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member"))
+            ).all()
             convs = (await conn.execute(text("SELECT id, last_seq FROM conversation"))).all()
         for cid, uid, value in members:
             before = self._last_read.get((cid, uid), 0)

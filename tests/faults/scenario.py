@@ -156,9 +156,18 @@ class Scenario:
     consumer_bus_via_proxy: the consumer process reaches Redis through it.
     """
 
-    def __init__(self, name: str, infra: Infra, *, topology: str = "single", relays: int = 1,
-                 kafka_via_proxy: bool = False, db_via_proxy: bool = False,
-                 relays_via_proxy: bool = False, consumer_bus_via_proxy: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        infra: Infra,
+        *,
+        topology: str = "single",
+        relays: int = 1,
+        kafka_via_proxy: bool = False,
+        db_via_proxy: bool = False,
+        relays_via_proxy: bool = False,
+        consumer_bus_via_proxy: bool = False,
+    ) -> None:
         self.name = name
         self.infra = infra
         self.topology = topology
@@ -217,23 +226,25 @@ class Scenario:
 
         port = stable_port()  # the API restarts on it
         if self.topology == "single":
-            self.api = ChatProcess("api", ["serve", "--port", str(port), "--log-level", "warning"],
-                                   api_env, self.log_dir, port)
+            self.api = ChatProcess(
+                "api", ["serve", "--port", str(port), "--log-level", "warning"], api_env, self.log_dir, port
+            )
         else:
             self.api = ChatProcess(
                 "api",
                 ["serve", "--port", str(port), "--log-level", "warning", "--no-relay", "--no-consumer"],
-                api_env, self.log_dir, port,
+                api_env,
+                self.log_dir,
+                port,
             )
-            self.relays = [ChatProcess(f"relay{i + 1}", ["relay"], relay_env, self.log_dir)
-                           for i in range(self.relay_count)]
+            self.relays = [
+                ChatProcess(f"relay{i + 1}", ["relay"], relay_env, self.log_dir) for i in range(self.relay_count)
+            ]
             self.consumer = ChatProcess("consumer", ["consume"], consumer_env, self.log_dir)
         for process in self.processes:
             process.start()
         await self.api.wait_ready()
-        self.http = httpx.AsyncClient(
-            timeout=httpx.Timeout(8.0, connect=3.0), limits=httpx.Limits(max_connections=100)
-        )
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(8.0, connect=3.0), limits=httpx.Limits(max_connections=100))
         self.client = Api(f"http://127.0.0.1:{port}/graphql", self.http, token_settings())
         self.ws_url = f"ws://127.0.0.1:{port}/graphql"
         return self
@@ -265,13 +276,20 @@ class Scenario:
         deadline = time.monotonic() + timeout
         while True:
             async with self.engine.connect() as conn:
-                ports = set((await conn.execute(text(
-                    """
+                ports = set(
+                    (
+                        await conn.execute(
+                            text(
+                                """
                     SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                      WHERE l.locktype = 'advisory' AND l.granted AND l.objid = :key
                        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                     """
-                ), {"key": RELAY_LOCK})).scalars())
+                            ),
+                            {"key": RELAY_LOCK},
+                        )
+                    ).scalars()
+                )
             for relay in self.relays:
                 if relay.alive and relay.local_ports() & ports:
                     return relay
@@ -337,8 +355,14 @@ class Scenario:
 
     # --- the run ------------------------------------------------------------------------
 
-    async def run(self, fault: Callable[[Scenario], Awaitable[None]], *, load_seconds: float = 15,
-                  after_fault: float = 5, retry_for: float = 150) -> Result:
+    async def run(
+        self,
+        fault: Callable[[Scenario], Awaitable[None]],
+        *,
+        load_seconds: float = 15,
+        after_fault: float = 5,
+        retry_for: float = 150,
+    ) -> Result:
         result = self.result
         client = self.client
         conversations = await create_groups(client, OWNER, USERS, CONVERSATIONS)
@@ -386,6 +410,7 @@ class Scenario:
 
                 await wait_for(live_complete, 120)
             else:
+
                 async def quiet() -> bool:
                     return time.monotonic() - subscriber.last_event_at > 3
 
@@ -406,8 +431,10 @@ class Scenario:
 
         check(result, load, subscriber, monitor, stored, self._last_seqs, self._watermarks, fetched)
         result.notes = "; ".join(self.events)
-        result.notes += (f"; {len(load.reads)} markRead answers, {monitor.samples} watermark samples "
-                         f"({monitor.failed_samples} failed while the fault lasted)")
+        result.notes += (
+            f"; {len(load.reads)} markRead answers, {monitor.samples} watermark samples "
+            f"({monitor.failed_samples} failed while the fault lasted)"
+        )
         errors = ", ".join(f"{k} x{v}" for k, v in load.stats.errors.most_common(6))
         if errors:
             result.notes += f"; client saw: {errors}"
@@ -433,8 +460,7 @@ class Scenario:
                 await asyncio.sleep(0.1)
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"{self.name}: the live path did not work before the fault "
-                    f"(logs in {self.log_dir})"
+                    f"{self.name}: the live path did not work before the fault (logs in {self.log_dir})"
                 )
 
     async def _stored_keys(self) -> set[tuple[str, int]]:
@@ -442,26 +468,43 @@ class Scenario:
 
     async def _stored(self) -> list[dict]:
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(text(
-                "SELECT conversation_id, seq, sender_id, client_msg_id, body FROM message "
-                "ORDER BY conversation_id, seq"
-            ))).all()
+            rows = (
+                await conn.execute(
+                    text(
+                        "SELECT conversation_id, seq, sender_id, client_msg_id, body FROM message "
+                        "ORDER BY conversation_id, seq"
+                    )
+                )
+            ).all()
             self._last_seqs = dict((await conn.execute(text("SELECT id, last_seq FROM conversation"))).all())
             self._watermarks = {
-                (cid, uid): seq for cid, uid, seq in (await conn.execute(text(
-                    "SELECT conversation_id, user_id, last_read_seq FROM conversation_member"
-                ))).all()
+                (cid, uid): seq
+                for cid, uid, seq in (
+                    await conn.execute(text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member"))
+                ).all()
             }
         return [
-            {"conversationId": str(r.conversation_id), "seq": r.seq, "senderId": str(r.sender_id),
-             "clientMsgId": str(r.client_msg_id), "body": r.body}
+            {
+                "conversationId": str(r.conversation_id),
+                "seq": r.seq,
+                "senderId": str(r.sender_id),
+                "clientMsgId": str(r.client_msg_id),
+                "body": r.body,
+            }
             for r in rows
         ]
 
 
-def check(result: Result, load: Load, subscriber: Subscriber, monitor: WatermarkMonitor,
-          stored: list[dict], last_seqs: dict[int, int], watermarks: dict[tuple[int, int], int],
-          fetched: list[dict]) -> None:
+def check(
+    result: Result,
+    load: Load,
+    subscriber: Subscriber,
+    monitor: WatermarkMonitor,
+    stored: list[dict],
+    last_seqs: dict[int, int],
+    watermarks: dict[tuple[int, int], int],
+    fetched: list[dict],
+) -> None:
     """Fill in result's counts from what the clients recorded and what the
     database holds (stored messages in (conversation, seq) order, last_seq per
     conversation, watermark per (conversation, user)); every broken promise
@@ -492,10 +535,16 @@ def check(result: Result, load: Load, subscriber: Subscriber, monitor: Watermark
     if lost:
         fail(f"{len(lost)} acknowledged messages not stored, e.g. {lost[:3]}")
     wrong = [
-        (a, by_cmid[a.client_msg_id][0]) for a in acks
-        if a.client_msg_id in by_cmid and by_cmid[a.client_msg_id][0] != {
-            "conversationId": a.conversation_id, "seq": a.seq, "senderId": str(a.sender),
-            "clientMsgId": a.client_msg_id, "body": a.body,
+        (a, by_cmid[a.client_msg_id][0])
+        for a in acks
+        if a.client_msg_id in by_cmid
+        and by_cmid[a.client_msg_id][0]
+        != {
+            "conversationId": a.conversation_id,
+            "seq": a.seq,
+            "senderId": str(a.sender),
+            "clientMsgId": a.client_msg_id,
+            "body": a.body,
         }
     ]
     if wrong:
@@ -523,7 +572,8 @@ def check(result: Result, load: Load, subscriber: Subscriber, monitor: Watermark
     result.duplicates = len(subscriber.events) - len(live)
     result.drops = subscriber.disconnects + sum(subscriber.resyncs.values())
     different = [
-        (e, live[(e["conversationId"], e["seq"])]) for e in subscriber.events
+        (e, live[(e["conversationId"], e["seq"])])
+        for e in subscriber.events
         if e != live[(e["conversationId"], e["seq"])]
     ]
     if different:
@@ -550,10 +600,11 @@ def check(result: Result, load: Load, subscriber: Subscriber, monitor: Watermark
     if merged != stored:
         extra = [m for m in merged if m not in stored][:3]
         missing = [m for m in stored if m not in merged][:3]
-        fail(f"the subscriber holds {len(merged)} messages, the database {len(stored)}: "
-             f"extra {extra}, missing {missing}")
+        fail(
+            f"the subscriber holds {len(merged)} messages, the database {len(stored)}: extra {extra}, missing {missing}"
+        )
     if not subscriber.interrupted:
-        missed = len({(m['conversationId'], m['seq']) for m in stored} - live.keys())
+        missed = len({(m["conversationId"], m["seq"]) for m in stored} - live.keys())
         if missed:
             fail(f"the subscriber stayed connected yet {missed} messages never came live")
 
@@ -566,8 +617,10 @@ def check(result: Result, load: Load, subscriber: Subscriber, monitor: Watermark
         key = (r.user, r.conversation_id)
         if r.last_read_seq < answered.get(key, 0):
             result.watermark_back += 1
-            fail(f"markRead answered {r.last_read_seq} to user {r.user} in {r.conversation_id} "
-                 f"after answering {answered[key]}")
+            fail(
+                f"markRead answered {r.last_read_seq} to user {r.user} in {r.conversation_id} "
+                f"after answering {answered[key]}"
+            )
         answered[key] = max(answered.get(key, 0), r.last_read_seq)
     floor = dict(answered)
     for a in acks:
@@ -585,8 +638,9 @@ def check(result: Result, load: Load, subscriber: Subscriber, monitor: Watermark
         fail("the watermark monitor never got a sample")
 
 
-async def run_scenario(name: str, infra: Infra, fault: Callable[[Scenario], Awaitable[None]], *,
-                       load_seconds: float = 15, **options) -> Result:
+async def run_scenario(
+    name: str, infra: Infra, fault: Callable[[Scenario], Awaitable[None]], *, load_seconds: float = 15, **options
+) -> Result:
     started = time.monotonic()
     result = Result(name)
     try:

@@ -45,8 +45,9 @@ class Record:
     def result(self) -> Result:
         result = Result("synthetic")
         result.outbox_end = self.outbox_end
-        check(result, self.load, self.subscriber, self.monitor, self.stored, self.last_seqs, self.watermarks,
-              self.fetched)
+        check(
+            result, self.load, self.subscriber, self.monitor, self.stored, self.last_seqs, self.watermarks, self.fetched
+        )
         return result
 
 
@@ -56,7 +57,12 @@ def test_a_clean_record_passes_and_is_counted() -> None:
     result = record.result()
     assert result.failures == []
     assert (result.sent, result.acked, result.stored, result.delivered, result.duplicates, result.via_sync) == (
-        3, 3, 3, 3, 1, 0
+        3,
+        3,
+        3,
+        3,
+        1,
+        0,
     )
 
 

@@ -89,9 +89,11 @@ async def test_relay_processes_killed_mid_stream_with_a_standby(infra: Infra) ->
         await asyncio.sleep(1)
         await s.restart(leader)
 
-    assert_ok(await run_scenario(
-        "relay_sigkill", infra, fault, topology="split", relays=2, relays_via_proxy=True, load_seconds=25
-    ))
+    assert_ok(
+        await run_scenario(
+            "relay_sigkill", infra, fault, topology="split", relays=2, relays_via_proxy=True, load_seconds=25
+        )
+    )
 
 
 async def test_consumer_process_killed_mid_stream_and_restarted(infra: Infra) -> None:
@@ -111,9 +113,11 @@ async def test_consumer_process_killed_mid_stream_and_restarted(infra: Infra) ->
         await asyncio.sleep(1)
         await s.restart(s.consumer)
 
-    assert_ok(await run_scenario(
-        "consumer_sigkill", infra, fault, topology="split", consumer_bus_via_proxy=True, load_seconds=25
-    ))
+    assert_ok(
+        await run_scenario(
+            "consumer_sigkill", infra, fault, topology="split", consumer_bus_via_proxy=True, load_seconds=25
+        )
+    )
 
 
 async def test_redis_bus_between_split_processes_killed_and_restarted(infra: Infra) -> None:

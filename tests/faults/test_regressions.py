@@ -142,6 +142,7 @@ async def test_a_task_publishing_on_a_redis_bus_ends_when_cancelled(infra: Infra
     hung = 0
     try:
         for _ in range(150):
+
             async def publish_forever() -> None:
                 while True:
                     await bus.publish('{"type": "bus.heartbeat", "from": "test"}')

@@ -139,6 +139,7 @@ class _Registration:
             if not subs:
                 del self._index[self._key]
 
+
 class MembershipCache:
     """conversation id -> member ids, LRU-bounded, loaded on first use."""
 
@@ -163,9 +164,7 @@ class MembershipCache:
 
 
 class Dispatcher:
-    def __init__(
-        self, membership: MembershipCache, buffer: int, on_drop: Callable[[], None] = lambda: None
-    ) -> None:
+    def __init__(self, membership: MembershipCache, buffer: int, on_drop: Callable[[], None] = lambda: None) -> None:
         self._membership = membership
         self._buffer = buffer
         self._on_drop = on_drop

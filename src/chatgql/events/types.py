@@ -14,9 +14,7 @@ MEMBERS_ADDED = "member.added"
 MEMBER_REMOVED = "member.removed"
 
 
-def message_new(
-    *, conversation_id: int, sender_id: int, client_msg_id: UUID, body: str
-) -> tuple[str, dict]:
+def message_new(*, conversation_id: int, sender_id: int, client_msg_id: UUID, body: str) -> tuple[str, dict]:
     """Carries every common field of Message, so fanout needs no query per
     subscriber. "seq" and "createdAt" are added by chat_send() when stored."""
     return str(conversation_id), {
@@ -29,7 +27,7 @@ def message_new(
 
 
 def read_updated(*, conversation_id: int, user_id: int) -> tuple[str, dict]:
-    """"lastReadSeq" is added by the statement that moved the watermark."""
+    """ "lastReadSeq" is added by the statement that moved the watermark."""
     return str(conversation_id), {
         "type": READ_UPDATED,
         "conversationId": conversation_id,

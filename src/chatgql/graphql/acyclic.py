@@ -28,7 +28,9 @@ def _weakly(method: Any) -> Any:
     ref = weakref.WeakMethod(method)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        return ref()(*args, **kwargs)
+        bound = ref()
+        assert bound is not None  # the executor outlives every call of its helpers
+        return bound(*args, **kwargs)
 
     return call
 

@@ -47,9 +47,7 @@ class Deps:
         self.read_limiter = RateLimiter("markRead", s.rate_read_per_second, s.rate_read_burst)
         self.group_limiter = RateLimiter("createGroup", s.rate_group_per_second, s.rate_group_burst)
         self.direct_limiter = RateLimiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst)
-        self.add_members_limiter = RateLimiter(
-            "addMembers", s.rate_add_members_per_second, s.rate_add_members_burst
-        )
+        self.add_members_limiter = RateLimiter("addMembers", s.rate_add_members_per_second, s.rate_add_members_burst)
         self.membership_policy = load_policy(s.membership_policy, s)
 
 
@@ -165,7 +163,10 @@ class ChatOperation(SchemaExtension):
             errors: list[GraphQLError] = []
         else:
             errors = await validate_once(
-                execution_context.query, execution_context.schema._schema, document, self.limits,
+                execution_context.query,
+                execution_context.schema._schema,
+                document,
+                self.limits,
                 execution_context.validation_rules,
             )
             unlink_tokens(document)

@@ -37,6 +37,4 @@ class GraphiQLFiles:
         path = self.assets.get(request.path_params["name"])
         if path is None:
             return PlainTextResponse("Not Found", status_code=404)
-        return FileResponse(
-            path, media_type=_MEDIA_TYPES[path.suffix], headers={"cache-control": _CACHE_FOREVER}
-        )
+        return FileResponse(path, media_type=_MEDIA_TYPES[path.suffix], headers={"cache-control": _CACHE_FOREVER})

@@ -142,7 +142,7 @@ class _Reads:
 
     __slots__ = ("_database", "_viewer_id")
 
-    def __init__(self, database: Database, viewer_id: int | None) -> None:
+    def __init__(self, database: Database, viewer_id: int) -> None:
         self._database = database
         self._viewer_id = viewer_id
 
@@ -176,7 +176,8 @@ class _Reads:
         """Pages fetched with one extra row (to tell whether more exist), ascending."""
         async with self._database.connection() as conn:
             found = await messages.pages(
-                conn, [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys]
+                conn,
+                [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys],
             )
         return found
 

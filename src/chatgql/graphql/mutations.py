@@ -86,9 +86,7 @@ class Mutation:
     @strawberry.mutation(
         description="Idempotent on (conversationId, clientMsgId). Returns only after the message is durably stored."
     )
-    async def send_message(
-        self, info: Info, conversation_id: ID, client_msg_id: UUID, body: str
-    ) -> SendMessagePayload:
+    async def send_message(self, info: Info, conversation_id: ID, client_msg_id: UUID, body: str) -> SendMessagePayload:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")

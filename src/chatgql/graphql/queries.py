@@ -85,9 +85,7 @@ class Query:
     ) -> MessageConnection:
         _ = info.context.viewer_id
         conversation = await load_conversation(info, check_id(conversation_id, "conversationId"))
-        return await load_message_page(
-            info, int(conversation.id), conversation.last_seq, first, after, last, before
-        )
+        return await load_message_page(info, int(conversation.id), conversation.last_seq, first, after, last, before)
 
     @strawberry.field(
         description="The object with this global id (Node.id), or null when there is none the viewer may see."

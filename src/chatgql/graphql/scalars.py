@@ -28,12 +28,7 @@ def _parse_long(value: object) -> int:
     # bool is an int in Python; JSON true is not a number.
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif (
-        isinstance(value, str)
-        and len(value) <= _MAX_LONG_CHARS
-        and value.lstrip("-").isdigit()
-        and value.isascii()
-    ):
+    elif isinstance(value, str) and len(value) <= _MAX_LONG_CHARS and value.lstrip("-").isdigit() and value.isascii():
         number = int(value)
     else:
         raise GraphQLError("Long must be an integer")

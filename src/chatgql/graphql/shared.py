@@ -49,7 +49,9 @@ CHILD: dict[tuple[str, str], str] = {
 VARIABLE_ONLY_DIRECTIVES = frozenset({"include", "skip"})  # their value is part of the key
 
 
-def _sharable(selection_set: SelectionSetNode | None, type_name: str, fragments: dict[str, Any], depth: int = 0) -> bool:
+def _sharable(
+    selection_set: SelectionSetNode | None, type_name: str, fragments: dict[str, Any], depth: int = 0
+) -> bool:
     if selection_set is None or depth > 8:
         return selection_set is None
     allowed = SHARABLE.get(type_name)

@@ -168,8 +168,7 @@ class Message(Node):
         return [ID(str(uid)) for uid in roster.seen_by(self.seq, int(self.sender_id), limit)]
 
     @strawberry.field(
-        description="True when every member other than the sender has read it "
-        "(in a DIRECT chat: the other person)."
+        description="True when every member other than the sender has read it (in a DIRECT chat: the other person)."
     )
     async def seen(self, info: Info) -> bool:
         roster = await self._loaders(info).roster.load(int(self.conversation_id))
@@ -377,9 +376,7 @@ class Viewer(Node):
 @strawberry.type
 class ConversationSync:
     conversation_id: ID
-    messages: list[Message] = strawberry.field(
-        description="Messages with seq > afterSeq, ascending, at most `limit`."
-    )
+    messages: list[Message] = strawberry.field(description="Messages with seq > afterSeq, ascending, at most `limit`.")
     has_more: bool = strawberry.field(description="More messages remain after the last one returned.")
     last_seq: Long
     last_read_seq: Long
@@ -388,7 +385,9 @@ class ConversationSync:
 @strawberry.input
 class SyncCursor:
     conversation_id: ID
-    after_seq: Long = strawberry.field(description="The highest seq the client holds for this conversation (0 for none).")
+    after_seq: Long = strawberry.field(
+        description="The highest seq the client holds for this conversation (0 for none)."
+    )
 
 
 @strawberry.type

@@ -15,8 +15,8 @@ Documents accepted before are not validated again (context.ChatOperation).
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError

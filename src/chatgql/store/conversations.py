@@ -27,14 +27,17 @@ async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: i
          WHERE c.id = $1
            FOR NO KEY UPDATE OF c
         """,
-        conversation_id, user_id,
+        conversation_id,
+        user_id,
     )
 
 
 async def insert_conversation(conn: Connection, type_: str, title: str | None, created_by: int | None = None) -> Row:
     return await conn.fetchrow(
         "INSERT INTO conversation (type, title, created_by) VALUES ($1, $2, $3) RETURNING id, created_at",
-        type_, title, created_by,
+        type_,
+        title,
+        created_by,
     )
 
 
@@ -58,7 +61,8 @@ async def groups_created_since(conn: Connection, user_id: int, seconds: float) -
          WHERE type = 'GROUP' AND created_by = $1
            AND created_at > clock_timestamp() - make_interval(secs => $2)
         """,
-        user_id, float(seconds),
+        user_id,
+        float(seconds),
     )
 
 
@@ -79,7 +83,10 @@ async def insert_members(
         ON CONFLICT (conversation_id, user_id) DO NOTHING
         RETURNING user_id
         """,
-        conversation_id, [uid for uid, _ in members], [role for _, role in members], last_read_seq,
+        conversation_id,
+        [uid for uid, _ in members],
+        [role for _, role in members],
+        last_read_seq,
     )
     return sorted(row.user_id for row in rows)
 
@@ -87,7 +94,8 @@ async def insert_members(
 async def member_ids_among(conn: Connection, conversation_id: int, user_ids: Iterable[int]) -> set[int]:
     rows = await conn.fetch(
         "SELECT user_id FROM conversation_member WHERE conversation_id = $1 AND user_id = ANY($2::bigint[])",
-        conversation_id, list(user_ids),
+        conversation_id,
+        list(user_ids),
     )
     return {row.user_id for row in rows}
 
@@ -100,7 +108,8 @@ async def delete_member(conn: Connection, conversation_id: int, user_id: int) ->
     """Remove a member; returns the role they had, or None if they were not a member."""
     return await conn.fetchval(
         "DELETE FROM conversation_member WHERE conversation_id = $1 AND user_id = $2 RETURNING role",
-        conversation_id, user_id,
+        conversation_id,
+        user_id,
     )
 
 
@@ -136,7 +145,9 @@ async def claim_direct_pair(conn: Connection, user_low: int, user_high: int, con
         ON CONFLICT (user_low, user_high) DO NOTHING
         RETURNING conversation_id
         """,
-        user_low, user_high, conversation_id,
+        user_low,
+        user_high,
+        conversation_id,
     )
     return claimed is not None
 
@@ -150,7 +161,8 @@ async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id:
           JOIN conversation_member m ON m.conversation_id = c.id AND m.user_id = $2
          WHERE c.id = ANY($1::bigint[])
         """,
-        list(conversation_ids), user_id,
+        list(conversation_ids),
+        user_id,
     )
 
 

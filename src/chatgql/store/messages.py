@@ -30,7 +30,12 @@ async def send(
     """
     return await conn.fetchrow(
         "SELECT * FROM chat_send($1, $2, $3, $4, $5, $6)",
-        conversation_id, sender_id, client_msg_id, body, message_event, read_event,
+        conversation_id,
+        sender_id,
+        client_msg_id,
+        body,
+        message_event,
+        read_event,
     )
 
 

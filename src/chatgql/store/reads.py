@@ -30,7 +30,10 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
         )
         SELECT last_read_seq, last_seq FROM moved
         """,
-        conversation_id, user_id, seq, event,
+        conversation_id,
+        user_id,
+        seq,
+        event,
     )
 
 
@@ -43,5 +46,6 @@ async def watermark(conn: Connection, conversation_id: int, user_id: int) -> Row
           JOIN conversation c ON c.id = m.conversation_id
          WHERE m.conversation_id = $1 AND m.user_id = $2
         """,
-        conversation_id, user_id,
+        conversation_id,
+        user_id,
     )

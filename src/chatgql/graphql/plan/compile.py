@@ -118,7 +118,9 @@ class OperationPlan:
     execute: Any = None  # codegen.object_executor(fields), for a query's root fields
 
 
-def compile_operation(schema: Any, operation: Any, fragment_definitions: dict, fragments: dict, variables: Any) -> OperationPlan:
+def compile_operation(
+    schema: Any, operation: Any, fragment_definitions: dict, fragments: dict, variables: Any
+) -> OperationPlan:
     """schema: the Strawberry schema; variables: graphql-core VariableValues of a request (only
     what @skip/@include read matters here: the plan is reused for requests that agree on those)."""
     core = schema._schema

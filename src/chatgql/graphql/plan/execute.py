@@ -255,7 +255,9 @@ async def _await_item(run: Run, done: Any, path: Path, non_null: bool, field: An
         return None
 
 
-async def _complete_awaitable_item(run: Run, item: Completer, value: Any, path: Path, non_null: bool, field: Any) -> Any:
+async def _complete_awaitable_item(
+    run: Run, item: Completer, value: Any, path: Path, non_null: bool, field: Any
+) -> Any:
     try:
         completed = item(run, await value, path)
         if is_awaitable(completed):
@@ -290,7 +292,9 @@ def field_runner(field: Any, resolve: Callable[[Run, Any, Path], Any], complete:
     return run_field
 
 
-async def _complete_awaitable(run: Run, field: Any, complete: Completer, result: Any, path: Path, non_null: bool) -> Any:
+async def _complete_awaitable(
+    run: Run, field: Any, complete: Completer, result: Any, path: Path, non_null: bool
+) -> Any:
     try:
         completed = complete(run, await result, path)
         if is_awaitable(completed):
@@ -339,5 +343,3 @@ def attribute_leaf_runner(field: Any, exact_types: frozenset[type], coerce: Any,
 
 def typename_runner(name: str) -> FieldRunner:
     return lambda run, source, parent_path: name
-
-

@@ -99,7 +99,9 @@ class Planner:
         if isinstance(planned, str):
             return await self._fall_back(planned, schema, document, variables, operation_name, context)
         core = schema._schema
-        coerced = get_variable_values(core, planned.operation.variable_definitions or (), variables or {}, max_errors=50)
+        coerced = get_variable_values(
+            core, planned.operation.variable_definitions or (), variables or {}, max_errors=50
+        )
         if isinstance(coerced, list):  # variable errors: what graphql-core answers, no plan needed
             self.stats.variable_errors += 1
             schema.process_errors(coerced)
@@ -186,7 +188,9 @@ async def run_plan(schema: Any, plan: OperationPlan, context: Any, variables: An
     run = Run(schema._schema, plan, context, variables)
     try:
         try:
-            data = execute_fields_serially(run, plan.fields, None, None) if plan.serial else plan.execute(run, None, None)
+            data = (
+                execute_fields_serially(run, plan.fields, None, None) if plan.serial else plan.execute(run, None, None)
+            )
             if is_awaitable(data):
                 data = await data
         except GraphQLError as error:
