@@ -12,12 +12,11 @@ package-lock.json; scripts/test installs them (`npm ci`).
 
 from __future__ import annotations
 
-import asyncio
-import json
 import shutil
 
 from .conftest import REPO
 from .events.helpers import ChatApi
+from .recipes import run_node_report
 
 APOLLO = REPO / "tests" / "apollo"
 
@@ -30,29 +29,9 @@ async def test_apollo_client_normalises_the_history_and_live_events_update_it(se
     cid = await api.create_group(1, [2], title="apollo")
     for i in range(3):
         await api.send(1, cid, f"history {i}")
-    process = await asyncio.create_subprocess_exec(
-        node,
-        "cache.mjs",
-        server.url,
-        server.ws_url,
-        api.token(1),
-        api.token(2),
-        cid,
-        cwd=APOLLO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    report = await run_node_report(
+        node, APOLLO, "cache.mjs", server.url, server.ws_url, api.token(1), api.token(2), cid, timeout=90
     )
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), 90)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    lines = stdout.decode().strip().splitlines()
-    assert lines, stderr.decode()
-    report = json.loads(lines[-1])
-    assert report["ok"], (report, stderr.decode())
-    assert process.returncode == 0
     for check in (
         "the history holds references, not copies",
         "the history gained exactly the new message",

@@ -12,13 +12,11 @@ installs them (`npm ci`).
 
 from __future__ import annotations
 
-import asyncio
-import json
 import shutil
 
 from .conftest import REPO
 from .events.helpers import ChatApi
-from .recipes import README, recipe
+from .recipes import README, recipe, run_node_report
 
 URQL = REPO / "tests" / "urql"
 
@@ -28,28 +26,9 @@ async def test_urql_recipe_creates_sends_reads_history_subscribes_and_marks_read
     assert node is not None, "Node.js is needed (20 or later)"
     assert (URQL / "node_modules" / "@urql" / "core").is_dir(), "run `npm ci` in tests/urql (scripts/test does)"
     api = ChatApi.of(server, http)
-    process = await asyncio.create_subprocess_exec(
-        node,
-        "recipe.mjs",
-        server.url,
-        server.ws_url,
-        api.token(1),
-        api.token(2),
-        cwd=URQL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    report = await run_node_report(
+        node, URQL, "recipe.mjs", server.url, server.ws_url, api.token(1), api.token(2), timeout=60
     )
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    lines = stdout.decode().strip().splitlines()
-    assert lines, stderr.decode()
-    report = json.loads(lines[-1])
-    assert report["ok"], (report, stderr.decode())
-    assert process.returncode == 0
     assert report["history"] == ["hello from urql"]
     assert report["live"] == {"seq": 2, "body": "live from urql", "senderId": "1"}, report
     assert report["markRead"] == {"lastReadSeq": 2, "unreadCount": 0, "advanced": True}, report
