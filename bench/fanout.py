@@ -1,5 +1,5 @@
 """fanout: one message to a group whose every member holds a messageNew subscription
-on it; time from the send request's start until the last member has the event.
+on it, selecting seen and seenByCount as a group chat's read receipts do; time from the send request's start until the last member has the event.
 
 The members' websockets are spread over several client processes (one Python
 process reading 1,000 sockets would itself add tens of ms); each process
@@ -18,7 +18,7 @@ import orjson
 from . import layout
 from .infra import CpuMeter, die_with_parent, log, process_cpu, queue_get, use_uvloop
 from .live import stats_ms
-from .queries import SUB_CONVERSATION, send_body, token
+from .queries import SUB_FANOUT, send_body, token
 from .rawhttp import Pool
 
 
@@ -29,7 +29,7 @@ def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> N
 
     async def main() -> None:
         tokens = [token(u) for u in user_ids]
-        sockets, errors = await open_many(url, tokens, SUB_CONVERSATION, {"c": str(conversation_id)})
+        sockets, errors = await open_many(url, tokens, SUB_FANOUT, {"c": str(conversation_id)})
         out.put(("ready", len(sockets), errors[:3]))
         times: dict[int, list[int]] = {}
         n = len(sockets)

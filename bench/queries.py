@@ -25,9 +25,11 @@ INBOX = (
     "query Inbox($n: Int) { inbox(first: $n) { nodes { id title unreadCount lastMessage { seq senderId body createdAt } }"
     " pageInfo { hasNextPage endCursor } } }"
 )
-SUB_CONVERSATION = (
+# fanout: what a group chat's UI shows under each message (read receipts), so one event
+# also costs the roster read that seen/seenByCount need (issue 10: at most 2 statements per event)
+SUB_FANOUT = (
     "subscription Live($c: ID) { messageNew(conversationId: $c) { conversationId seq"
-    " message { senderId clientMsgId body createdAt } } }"
+    " message { senderId clientMsgId body createdAt seen seenByCount } } }"
 )
 SUB_ALL = "subscription Live { messageNew { conversationId seq message { senderId clientMsgId body createdAt } } }"
 

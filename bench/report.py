@@ -362,7 +362,7 @@ def render(r: dict) -> str:
         fo = None
     if fo and "fanout_last_ms" in verdicts:
         add(
-            f"| fanout: last of {fo['subscribed']:,} subscribed members has it | median {_f(fo['last_ms_median'])} ms, "
+            f"| fanout: last of {fo['subscribed']:,} subscribed members (selecting seen, seenByCount) has it | median {_f(fo['last_ms_median'])} ms, "
             f"worst {_f(fo['last_ms_max'])} ms over {len(fo['rounds'])} rounds | - | **{_f(fo['last_ms_median'])} ms** "
             f"| {verdicts['fanout_last_ms']['target']} | {_yes(verdicts['fanout_last_ms']['met'])} |"
         )
