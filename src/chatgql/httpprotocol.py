@@ -28,7 +28,9 @@ What it uses of HttpToolsProtocol beyond the asyncio.Protocol interface:
 data_received, the parser callbacks (on_message_begin,
 on_headers_complete, on_message_complete), handle_websocket_upgrade, and the attributes
 transport, parser, cycle (response_started), connections, tasks,
-limit_concurrency, loop, logger. uvicorn is pinned in pyproject.toml and
+limit_concurrency, loop, logger; the private pokes are compat.py's
+(upgrading_to_websocket, abandon_request_cycle, release_http_parser). uvicorn is
+pinned in pyproject.toml, tests/test_compat.py checks the surface and
 tests/test_slow_client_protocol.py pins the behaviour.
 """
 
@@ -39,8 +41,8 @@ import functools
 from typing import Any
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from . import compat
 from .settings import Settings
 
 _SERVICE_UNAVAILABLE = (
@@ -69,7 +71,7 @@ def _timeout_response(message: str) -> bytes:
     return _refusal(b"408 Request Timeout", message, "TIMEOUT")
 
 
-class DeadlineHttpProtocol(HttpToolsProtocol):
+class DeadlineHttpProtocol(compat.HttpToolsProtocol):
     """HttpToolsProtocol whose request headers and body must arrive in time."""
 
     def __init__(
@@ -127,7 +129,7 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
         super().on_headers_complete()
-        if not (self.parser.should_upgrade() and self._should_upgrade()):
+        if not compat.upgrading_to_websocket(self):
             self._body_timer = self.loop.call_later(self.body_timeout, self._body_late)
 
     def on_message_complete(self) -> None:
@@ -146,7 +148,7 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         super().handle_websocket_upgrade()
-        self.parser = None  # type: ignore[assignment]  # the websocket protocol has the transport now
+        compat.release_http_parser(self)  # the websocket protocol has the transport now
 
     def _cancel_timers(self) -> None:
         for timer in (self._header_timer, self._body_timer):
@@ -182,8 +184,7 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         The request's handler gets http.disconnect on its next receive() and sends nothing."""
         self._cancel_timers()
         if self.cycle is not None:
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()
+            compat.abandon_request_cycle(self.cycle)
         self.transport.write(answer)
         if not self.transport.can_write_eof():
             self.transport.close()

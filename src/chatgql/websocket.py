@@ -15,7 +15,8 @@ each one kept its permessage-deflate state (~35 KB of zlib buffers):
 measured, 1,000 closed sockets held 50 MB, still there 10 s later.
 
 Everything else (framing, keepalive pings, close handshake, flow control)
-is uvicorn's own code; uvicorn and websockets are pinned in pyproject.toml.
+is uvicorn's own code. What it touches of uvicorn's and websockets' internals is in
+compat.py (replace_websocket_waiters, end_websocket_parser, drop_websocket_handshake).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from . import compat
 
 
 class _Inbox:
@@ -119,24 +120,19 @@ class _Flag:
                 self._waiters.remove(waiter)
 
 
-class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
+class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.queue = _Inbox()  # type: ignore[assignment]
-        self.writable = _Flag()  # type: ignore[assignment]
+        compat.replace_websocket_waiters(self, _Inbox(), _Flag())
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         # uvicorn does not touch the sans-I/O protocol once the connection is lost (send() raises
         # ClientDisconnected first): end its parser, whose frame is what refers back to it.
-        self.conn.parser.close()
+        compat.end_websocket_parser(self)
 
     async def send(self, message: Any) -> None:
         await super().send(message)
-        if message["type"] == "websocket.accept" and self.handshake_complete and self.request is not None:
-            # Only the handshake reads these (the scope has its own copy of the request's
-            # headers). websockets' parser generator keeps the request as a local for the
-            # connection's lifetime, hence the headers are emptied, not just let go.
-            self.request.headers.clear()
-            self.request = None  # type: ignore[assignment]
-            self.response = None  # type: ignore[assignment]
+        if message["type"] == "websocket.accept":
+            # Only the handshake reads them (the scope has its own copy of the request's headers).
+            compat.drop_websocket_handshake(self)

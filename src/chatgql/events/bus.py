@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import orjson
 from broadcaster import Broadcast
 
+from ..compat import subscribe_then_listen_redis_backend
 from .dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -27,28 +28,10 @@ CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
 
 
-def _redis_backend(url: str):
-    """broadcaster's RedisBackend, with its start-up race fixed.
-
-    Its subscribe() wakes the listener task before SUBSCRIBE has completed;
-    the listener then finds no channel subscribed yet, its listen() loop ends
-    at once and it waits for a wake-up that never comes again: nothing
-    published is ever received. Here the listener is woken only once the
-    channel is subscribed.
-    """
-    from broadcaster._backends.redis import RedisBackend
-
-    class SubscribeThenListen(RedisBackend):
-        async def subscribe(self, channel: str) -> None:
-            await self._pubsub.subscribe(channel)
-            self._ready.set()
-
-    return SubscribeThenListen(url)
-
-
 def _new_broadcast(url: str) -> Broadcast:
     if urlsplit(url).scheme in ("redis", "rediss"):
-        return Broadcast(backend=_redis_backend(url))
+        # broadcaster's RedisBackend with its start-up race fixed (see compat.py)
+        return Broadcast(backend=subscribe_then_listen_redis_backend(url))
     return Broadcast(url)
 
 

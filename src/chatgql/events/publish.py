@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from .. import compat
 from .bus import Bus
 
 
@@ -102,11 +103,9 @@ async def _stop(producer: AIOKafkaProducer, flush_seconds: float = 5.0) -> None:
         await asyncio.wait_for(producer.flush(), flush_seconds)
     except TimeoutError:
         # No public "stop now": end the sender first (so nothing is re-queued), then fail what is left.
-        sender = producer._sender.sender_task
-        if sender is not None:
-            sender.cancel()
-            await asyncio.wait({sender}, timeout=flush_seconds)
-        producer._message_accumulator.fail_all(KafkaError("producer stopped before Kafka acknowledged"))
+        await compat.abandon_unacknowledged(
+            producer, KafkaError("producer stopped before Kafka acknowledged"), flush_seconds
+        )
     await producer.stop()
 
 

@@ -17,30 +17,15 @@ and once its last user lets go it is freed at once.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
-from graphql.type.definition import GraphQLResolveInfoHelpers
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+from .. import compat
 
 
-def _weakly(method: Any) -> Any:
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        bound = ref()
-        assert bound is not None  # the executor outlives every call of its helpers
-        return bound(*args, **kwargs)
-
-    return call
-
-
-class AcyclicExecutionContext(StrawberryGraphQLCoreExecutionContext):
+class AcyclicExecutionContext(compat.ExecutionContextBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.async_helpers = GraphQLResolveInfoHelpers(
-            gather=_weakly(self.gather_async_work), track=_weakly(self.track_async_work)
-        )
+        compat.break_async_helpers_cycle(self)
 
 
 def unlink_tokens(document: Any) -> None:

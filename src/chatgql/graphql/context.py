@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
+from .. import compat
 from ..auth import user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
@@ -164,7 +165,7 @@ class ChatOperation(SchemaExtension):
         else:
             errors = await validate_once(
                 execution_context.query,
-                execution_context.schema._schema,
+                compat.core_schema(execution_context.schema),
                 document,
                 self.limits,
                 execution_context.validation_rules,
@@ -179,12 +180,11 @@ class ChatOperation(SchemaExtension):
                     execution_context.graphql_document = document = kept
         if (
             not errors
-            and execution_context._provided_operation_name is None
+            and compat.provided_operation_name(execution_context) is None
             and sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
         ):
             errors = [GraphQLError("operationName is required when the document has several operations")]
-        # Strawberry validates only while this is None.
-        execution_context.pre_execution_errors = errors
+        compat.set_validation_result(execution_context, errors)
         yield
 
     def on_execute(self) -> Iterator[None]:

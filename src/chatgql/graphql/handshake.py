@@ -15,9 +15,8 @@ import asyncio
 from typing import Any
 
 from starlette.websockets import WebSocket
-from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
-from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
+from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from .context import Context
 
 INIT_TIMEOUT_CODE = 4408
@@ -79,7 +78,7 @@ class _Pending:
             self._pending_address = None
 
 
-class TransportWSHandler(_Pending, BaseGraphQLTransportWSHandler[Context, None]):
+class TransportWSHandler(_Pending, TransportWSHandlerBase[Context, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -95,13 +94,10 @@ class TransportWSHandler(_Pending, BaseGraphQLTransportWSHandler[Context, None])
             await super().handle_connection_init(message)
         finally:
             self._release()  # acknowledged, or refused and closing
-        task = self.connection_init_timeout_task
-        if self.connection_init_received and task is not None and (task.done() or task.cancelling()):
-            # Cancelled (its job is over): let it go rather than keep it as long as the connection.
-            self.connection_init_timeout_task = None
+        forget_cancelled_init_timeout(self)  # its job is over: not kept as long as the connection
 
 
-class LegacyWSHandler(_Pending, BaseGraphQLWSHandler[Context, None]):
+class LegacyWSHandler(_Pending, LegacyWSHandlerBase[Context, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None

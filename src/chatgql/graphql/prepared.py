@@ -25,18 +25,16 @@ source. tests/test_prepared.py checks that both ways answer alike.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeGuard, cast
+from typing import Any, cast
 
 from graphql import DocumentNode, GraphQLError, execute, get_operation_ast
 from graphql import ExecutionResult as CoreExecutionResult
 from graphql import OperationType as CoreOperationType
 from graphql.language import Node
-from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult
 
-# Strawberry annotates optimized_is_awaitable as returning bool: it is the TypeGuard graphql-core asks for.
-is_awaitable = cast("Callable[[Any], TypeGuard[Awaitable[Any]]]", optimized_is_awaitable)
+from .. import compat
+from ..compat import is_awaitable
 
 _EXECUTABLE = (CoreOperationType.QUERY, CoreOperationType.MUTATION)
 
@@ -114,7 +112,7 @@ async def execute_accepted(
     """What Schema.execute does after validation, for a document that passed it."""
     try:
         outcome = execute(
-            schema._schema,
+            compat.core_schema(schema),
             document,
             root_value=None,
             middleware=None,
@@ -123,7 +121,7 @@ async def execute_accepted(
             context_value=context,
             is_awaitable=is_awaitable,
             executor_class=schema.execution_context_class,
-            **schema._get_custom_context_kwargs(None),
+            **compat.custom_context_kwargs(schema),
         )
         # (a TypeGuard narrows only where it holds)
         result = await outcome if is_awaitable(outcome) else cast("CoreExecutionResult", outcome)

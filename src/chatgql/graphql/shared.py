@@ -27,6 +27,7 @@ from graphql import (
     SelectionSetNode,
 )
 
+from .. import compat
 from .acyclic import AcyclicExecutionContext
 
 # Fields, by parent type, whose value is the same for every subscriber of an event.
@@ -168,7 +169,7 @@ class SharedEventExecutor(AcyclicExecutionContext):
     def _execute(self, serially: bool | None) -> Any:
         """A subscription event by plan when the planner has one (graphql/plan/), else graphql-core."""
         if self.operation.operation is OperationType.SUBSCRIPTION and self.abort_signal is None:
-            planner = getattr(getattr(self.schema, "_strawberry_schema", None), "planner", None)
+            planner = getattr(compat.strawberry_schema_of(self.schema), "planner", None)
             if planner is not None:
                 result = planner.execute_event(self)
                 if result is not None:
@@ -192,7 +193,7 @@ class SharedEventExecutor(AcyclicExecutionContext):
             verdict = self._verdict = _sharable(self.operation.selection_set, "Subscription", self.fragment_definitions)
         if not verdict:
             return None
-        return getattr(getattr(self.schema, "_strawberry_schema", None), "shared_results", None)
+        return getattr(compat.strawberry_schema_of(self.schema), "shared_results", None)
 
     def execute_operation(self, serially: bool | None = None) -> Any:
         shared = self._shared

@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError
-from strawberry.schema.schema import validate_document
 
 from .. import collector
+from ..compat import validate_document
 from .limits import OperationLimits, check_document
 
 # Its thread starts on first use and lives as long as the process.

@@ -13,7 +13,8 @@ operationName) and runs closures afterwards:
 - info.py     the `info` resolvers get (a Strawberry Info, built lazily)
 - planner.py  the cache of plans, fallback to graphql-core's executor, counters for /metrics;
               HTTP queries and mutations (execute) and subscription events (execute_event)
-- compat.py   the non-public API this relies on, in one place
+
+The non-public API of graphql-core and Strawberry it relies on is in chatgql/compat.py.
 
 The API's meaning stays in types.py, queries.py and mutations.py: the plan
 calls the same resolver functions. tests/test_planner_differential.py runs

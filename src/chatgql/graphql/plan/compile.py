@@ -2,7 +2,7 @@
 
 For one (document, operationName) and one assignment of the variables that
 @skip/@include read, the selection is collected once with graphql-core's own
-collect_fields (compat.py), and every field is decided once:
+collect_fields (chatgql/compat.py), and every field is decided once:
 
 - which function produces its value: `getattr(source, python_name)` for a
   field without resolver (most of the schema), else the resolver function
@@ -38,7 +38,7 @@ from graphql import (
     visit,
 )
 
-from . import compat
+from ... import compat
 from .codegen import Constant, InlineLeaf, object_executor
 from .execute import (
     Completer,
@@ -59,7 +59,6 @@ _UNCHANGED: dict[Any, frozenset[type]] = {
     GraphQLID: frozenset({str}),
     GraphQLBoolean: frozenset({bool}),
 }
-_STRAWBERRY_RESOLVERS = frozenset({"_resolver", "_async_resolver"})
 
 
 class Unsupported(Exception):
@@ -123,7 +122,7 @@ def compile_operation(
 ) -> OperationPlan:
     """schema: the Strawberry schema; variables: graphql-core VariableValues of a request (only
     what @skip/@include read matters here: the plan is reused for requests that agree on those)."""
-    core = schema._schema
+    core = compat.core_schema(schema)
     root_type = core.get_root_type(operation.operation)
     if root_type is None:
         raise Unsupported("operation_type")
@@ -145,7 +144,7 @@ def event_plan_key(operation: Any) -> int:
 class _Compiler:
     def __init__(self, schema: Any, operation: Any, fragments: dict, variables: Any) -> None:
         self.schema = schema
-        self.core = schema._schema
+        self.core = compat.core_schema(schema)
         self.operation = operation
         self.fragments = fragments
         self.variables = variables
@@ -211,7 +210,7 @@ class _Compiler:
         """A subscription's root field, run per event: its value is the event (Strawberry's resolver
         there is `lambda event, *_, **__: event`); its arguments are coerced as graphql-core does."""
         field_def = plan.field_def
-        if getattr(field_def.resolve, "__name__", None) != "<lambda>":
+        if not compat.is_event_passthrough(field_def):
             raise Unsupported("resolver")
         if not field_def.args and not node.arguments:
             return lambda run, source, path: source
@@ -249,7 +248,7 @@ class _Compiler:
         sf, field_def = plan.strawberry_field, plan.field_def
         if sf.extensions or compat.has_exception_handlers(self.schema, sf):
             raise Unsupported("field_extensions")
-        if getattr(field_def.resolve, "__name__", None) not in _STRAWBERRY_RESOLVERS:
+        if not compat.is_strawberry_resolver(field_def):
             raise Unsupported("resolver")
         shape = compat.resolver_call_shape(sf)
         if shape is None:

@@ -21,7 +21,8 @@ from typing import Any
 
 from graphql import GraphQLError, located_error
 from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_iterable
-from strawberry.execution import optimized_is_awaitable as is_awaitable
+
+from ...compat import is_awaitable
 
 _background: set[asyncio.Future] = set()  # settling awaitables abandoned by an error (see settle)
 

@@ -16,19 +16,17 @@ from typing import Any
 
 from graphql import GraphQLResolveInfo
 from graphql.pyutils import Path
-from strawberry.types import Info
 from strawberry.types.nodes import convert_selections
 
-from ..prepared import is_awaitable
+from ...compat import LazyInfo, is_awaitable
 
 
-class PlanInfo(Info):
-    # A subclass of a dataclass: its own __init__, and the raw info made on demand.
+class PlanInfo(LazyInfo):
     def __init__(self, run: Any, field: Any, path: Path) -> None:  # noqa: D107
+        super().__init__(field.strawberry_field)
         self._run = run
         self._plan_field = field
         self._path = path
-        self._field = field.strawberry_field
 
     @property
     def context(self) -> Any:
@@ -46,25 +44,22 @@ class PlanInfo(Info):
             self._run.variables.coerced, lambda: convert_selections(self._raw_info, self._plan_field.nodes)
         )
 
-    @property
-    def _raw_info(self) -> GraphQLResolveInfo:  # type: ignore[override]
-        raw = self.__dict__.get("_raw")
-        if raw is None:
-            field, run = self._plan_field, self._run
-            raw = self.__dict__["_raw"] = GraphQLResolveInfo(
-                field.field_name,
-                field.nodes,
-                field.return_type,
-                field.parent_type,
-                self._path,
-                run.schema,
-                run.plan.fragment_definitions,
-                None,
-                run.plan.operation,
-                run.variables.coerced,  # what Strawberry's resolve info carries
-                run.context,
-                is_awaitable,
-                None,
-                None,  # type: ignore[arg-type]  # graphql-core's async helpers: plans run no graphql-core executor
-            )
-        return raw
+    def build_raw_info(self) -> GraphQLResolveInfo:
+        """What graphql-core would have built for this field."""
+        field, run = self._plan_field, self._run
+        return GraphQLResolveInfo(
+            field.field_name,
+            field.nodes,
+            field.return_type,
+            field.parent_type,
+            self._path,
+            run.schema,
+            run.plan.fragment_definitions,
+            None,
+            run.plan.operation,
+            run.variables.coerced,  # what Strawberry's resolve info carries
+            run.context,
+            is_awaitable,
+            None,
+            None,  # type: ignore[arg-type]  # graphql-core's async helpers: plans run no graphql-core executor
+        )

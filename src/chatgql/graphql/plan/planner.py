@@ -22,8 +22,8 @@ from graphql import ExecutionResult as CoreExecutionResult
 from graphql.execution import get_variable_values
 from strawberry.types import ExecutionResult
 
+from ... import compat
 from ..prepared import execute_accepted
-from . import compat
 from .compile import OperationPlan, Unsupported, compile_operation, condition_variables, event_plan_key
 from .execute import Run, execute_fields_serially, is_awaitable
 
@@ -98,7 +98,7 @@ class Planner:
         planned = self._planned(document, query, operation_name)
         if isinstance(planned, str):
             return await self._fall_back(planned, schema, document, variables, operation_name, context)
-        core = schema._schema
+        core = compat.core_schema(schema)
         coerced = get_variable_values(
             core, planned.operation.variable_definitions or (), variables or {}, max_errors=50
         )
@@ -185,7 +185,7 @@ def run_event(plan: OperationPlan, executor: Any) -> Any:
 
 async def run_plan(schema: Any, plan: OperationPlan, context: Any, variables: Any) -> ExecutionResult:
     """Executor.execute_operation + execute_accepted's error handling, for a plan."""
-    run = Run(schema._schema, plan, context, variables)
+    run = Run(compat.core_schema(schema), plan, context, variables)
     try:
         try:
             data = (

@@ -1,0 +1,388 @@
+"""Every use chatgql makes of a dependency's non-public API, in one place.
+
+Each access below buys something measured or exact (the docstrings say what)
+and would break, loudly or silently, on an upgrade of the library it reaches
+into. So: every library named in PINNED is pinned exactly in pyproject.toml;
+tests/test_compat.py exercises each access against the installed library and
+fails with the access's name when it is gone or behaves otherwise, and fails
+first of all when an installed version is not the one this module was written
+for. docs/scale/compat.md says how to move a pin.
+
+A chatgql class that subclasses a library class and relies on more than its
+published interface takes its base class from here (the docstring lists what it
+relies on), so that a reader of this module sees the whole surface.
+
+Public API (what a library exports and documents) is used directly elsewhere,
+not through this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from importlib.metadata import version
+from typing import Any, TypeGuard, cast
+
+import graphql
+import strawberry
+from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
+from graphql.type.definition import GraphQLResolveInfoHelpers
+from strawberry.execution import optimized_is_awaitable
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, validate_document
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
+from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
+from strawberry.types import Info
+from strawberry.types.arguments import convert_arguments
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+# The versions this module was written for (distribution name -> version); pyproject.toml pins the same.
+PINNED: dict[str, str] = {
+    "graphql-core": "3.3.2",
+    "strawberry-graphql": "0.341.2",
+    "uvicorn": "0.54.0",
+    "websockets": "17.4",
+    "httptools": "0.9.0",
+    "aiokafka": "0.14.0",
+    "broadcaster": "0.3.1",
+}
+
+__all__ = [
+    "PINNED",
+    "version_mismatches",
+    # graphql-core
+    "FragmentDetails",
+    "collect_fields",
+    "collect_subfields",
+    "break_async_helpers_cycle",
+    # Strawberry
+    "ExecutionContextBase",
+    "core_schema",
+    "strawberry_schema_of",
+    "custom_context_kwargs",
+    "provided_operation_name",
+    "set_validation_result",
+    "validate_document",
+    "is_awaitable",
+    "convert_arguments",
+    "strawberry_field",
+    "is_strawberry_type_check",
+    "is_default_resolver",
+    "is_strawberry_resolver",
+    "is_event_passthrough",
+    "has_exception_handlers",
+    "resolver_call_shape",
+    "LazyInfo",
+    "TransportWSHandlerBase",
+    "LegacyWSHandlerBase",
+    "forget_cancelled_init_timeout",
+    # uvicorn, websockets, httptools
+    "HttpToolsProtocol",
+    "upgrading_to_websocket",
+    "abandon_request_cycle",
+    "release_http_parser",
+    "WebSocketsSansIOProtocol",
+    "replace_websocket_waiters",
+    "end_websocket_parser",
+    "drop_websocket_handshake",
+    # aiokafka
+    "abandon_unacknowledged",
+    # broadcaster
+    "subscribe_then_listen_redis_backend",
+]
+
+
+def version_mismatches() -> list[str]:
+    """What is installed other than PINNED says, one line per library (empty: all as written for)."""
+    found = []
+    for name, wanted in PINNED.items():
+        installed = version(name)
+        if installed != wanted:
+            found.append(f"{name} {installed} is installed; chatgql.compat was written for {wanted}")
+    return found
+
+
+# --- graphql-core --------------------------------------------------------------------------------
+
+# graphql.execution.collect_fields (FragmentDetails, collect_fields, collect_subfields), not exported by
+# graphql.execution: the executor's own field collection (response-name grouping, fragment type
+# conditions, @skip/@include). A plan (graphql/plan/) is compiled from their output, so its grouping
+# and order are graphql-core's by construction: exactness. An upgrade may rename the module or change
+# the positional signature (schema, fragments, variables, type, operation/selection, hide-suggestions).
+
+
+def break_async_helpers_cycle(executor: Any) -> None:
+    """Rebuild an executor's `async_helpers` (its gather_async_work and track_async_work bound
+    methods) so they reach the executor through weak references (graphql/acyclic.py).
+
+    Buys memory: the tuple of bound methods is a cycle executor -> helpers -> method -> executor,
+    so every operation's executor and ~25 containers waited for the collector (6,000 objects per
+    young pass in a 2,000-subscription soak). Breaks if graphql-core renames the attribute or the
+    methods, or starts keeping them elsewhere too (the executor then lives until a full pass)."""
+    executor.async_helpers = GraphQLResolveInfoHelpers(
+        gather=_weakly(executor.gather_async_work), track=_weakly(executor.track_async_work)
+    )
+
+
+def _weakly(method: Any) -> Any:
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = ref()
+        assert bound is not None  # the executor outlives every call of its helpers
+        return bound(*args, **kwargs)
+
+    return call
+
+
+# --- Strawberry ----------------------------------------------------------------------------------
+
+ExecutionContextBase = StrawberryGraphQLCoreExecutionContext
+"""Strawberry's graphql-core executor (strawberry.schema.schema, not exported), the base of
+acyclic.AcyclicExecutionContext and shared.SharedEventExecutor. Those override graphql-core's
+Executor methods `execute_operation(serially)` and `build_per_event_executor(payload)` (one
+execution per subscription event shared by its subscribers: speed) and read its `operation`,
+`fragment_definitions`, `variable_values.coerced`, `root_value`, `abort_signal`, `is_awaitable`
+and `schema`. An upgrade that renames a hook leaves the override uncalled: results are still right,
+sharing silently stops (tests/test_shared_results.py and test_compat.py catch it)."""
+
+
+def core_schema(schema: strawberry.Schema) -> graphql.GraphQLSchema:
+    """The graphql-core schema a Strawberry schema built (`Schema._schema`): what validation and
+    graphql-core's execute() take. Used by the direct paths (prepared.py, graphql/plan/,
+    context.py). Breaks if Strawberry renames it."""
+    return schema._schema
+
+
+def strawberry_schema_of(core: graphql.GraphQLSchema) -> Any:
+    """The Strawberry schema that built a graphql-core schema (`_strawberry_schema`, which Strawberry
+    sets on it), or None: how an executor finds chatgql's schema (its planner and shared results).
+    If Strawberry stops setting it, events run through graphql-core unshared: slower, not wrong."""
+    return getattr(core, "_strawberry_schema", None)
+
+
+def custom_context_kwargs(schema: strawberry.Schema) -> dict[str, Any]:
+    """The keyword arguments Strawberry passes graphql-core's execute() for its execution context
+    class (`Schema._get_custom_context_kwargs`): prepared.execute_accepted calls execute() as
+    Schema.execute does, without its per-request pipeline (speed: about a fifth of a send's CPU).
+    Breaks if the method is renamed or its result changes meaning."""
+    return schema._get_custom_context_kwargs(None)
+
+
+def provided_operation_name(execution_context: Any) -> str | None:
+    """The operationName the request carried (`ExecutionContext._provided_operation_name`), None if
+    none: `operation_name` is Strawberry's guess when it is absent. context.ChatOperation refuses a
+    document with several operations and no name (exactness: GraphQL's GetOperation rule)."""
+    return execution_context._provided_operation_name
+
+
+def set_validation_result(execution_context: Any, errors: list[graphql.GraphQLError]) -> None:
+    """Hand Strawberry the validation errors an extension found (none: valid). Strawberry's
+    _run_validation validates only while `pre_execution_errors` is None; context.ChatOperation
+    validates off the event loop and skips documents accepted before (speed). If Strawberry stops
+    honouring it, every document is validated twice and in the event loop."""
+    execution_context.pre_execution_errors = errors
+
+
+# strawberry.schema.schema.validate_document (not exported): graphql-core's validate() with the
+# rules Strawberry adds, what Strawberry itself runs; validation.py runs it in a worker thread.
+
+is_awaitable = cast("Callable[[Any], TypeGuard[Awaitable[Any]]]", optimized_is_awaitable)
+"""strawberry.execution.optimized_is_awaitable (speed: a type check before inspect's), the
+is_awaitable Strawberry gives graphql-core; annotated bool, it is the TypeGuard graphql-core asks
+for. The direct paths pass the same one so they behave as Strawberry's executor."""
+
+# strawberry.types.arguments.convert_arguments (not exported): what Strawberry's generated
+# resolver calls to turn graphql-core's coerced arguments into the resolver's Python values.
+# A plan calls it the same way (exactness).
+
+
+def strawberry_field(field_def: graphql.GraphQLField) -> Any:
+    """The StrawberryField a graphql-core field was built from (its `strawberry-definition`
+    extension), or None."""
+    return (field_def.extensions or {}).get("strawberry-definition")
+
+
+def is_strawberry_type_check(is_type_of: Any) -> bool:
+    """Whether an object type's is_type_of is the one Strawberry builds for a type implementing an
+    interface (`GraphQLCoreConverter.from_object.<locals>...`): an isinstance check that never
+    reads its info, so a plan can call it with none (speed). Another qualified name: no plan."""
+    qualname = getattr(is_type_of, "__qualname__", "")
+    return qualname.split(".<locals>")[0] == "GraphQLCoreConverter.from_object"
+
+
+def is_default_resolver(field_def: graphql.GraphQLField) -> bool:
+    """A field without resolver: Strawberry's `_get_basic_result` (marked `_is_default`), which
+    reads the attribute; a plan reads it itself (speed)."""
+    return bool(getattr(field_def.resolve, "_is_default", False))
+
+
+# The names of the functions Strawberry's schema converter makes a resolver field's `resolve`.
+_STRAWBERRY_RESOLVERS = frozenset({"_resolver", "_async_resolver"})
+
+
+def is_strawberry_resolver(field_def: graphql.GraphQLField) -> bool:
+    """The field's resolve is Strawberry's generated `_resolver`/`_async_resolver` (get_arguments,
+    then the resolver): only then may a plan call the resolver itself, the way they do."""
+    return getattr(field_def.resolve, "__name__", None) in _STRAWBERRY_RESOLVERS
+
+
+def is_event_passthrough(field_def: graphql.GraphQLField) -> bool:
+    """A subscription root field's resolve is Strawberry's `lambda event, *_, **__: event`: per
+    event, its value is the event itself."""
+    return getattr(field_def.resolve, "__name__", None) == "<lambda>"
+
+
+def has_exception_handlers(schema: strawberry.Schema, field: Any) -> bool:
+    """Strawberry's field exception handlers (`schema_converter._get_field_exception_handlers`;
+    none in chatgql) change a resolver's call path: such a field is not planned."""
+    return bool(schema.schema_converter._get_field_exception_handlers(field))
+
+
+def resolver_call_shape(field: Any) -> tuple[Any, bool, tuple[str, ...], str | None] | None:
+    """(function, pass source positionally, names taking the source, name taking info), or None
+    when the resolver is not a plain function Strawberry calls with these (StrawberryResolver's
+    self/root/parent/info parameters and wrapped_func, as get_arguments in
+    strawberry/schema/schema_converter.py uses them): a plan calls the resolver without building a
+    Strawberry Info and a GraphQLResolveInfo per call (speed), with what Strawberry would pass."""
+    resolver = field.base_resolver
+    if resolver is None or not callable(resolver.wrapped_func):
+        return None
+    source_names = tuple(p.name for p in (resolver.root_parameter, resolver.parent_parameter) if p is not None)
+    info = resolver.info_parameter
+    return resolver.wrapped_func, resolver.self_parameter is not None, source_names, info.name if info else None
+
+
+class LazyInfo(Info):
+    """A Strawberry Info (isinstance holds) whose graphql-core GraphQLResolveInfo (Info's private
+    `_raw_info`) is built by `build_raw_info()` only when something reads it, and whose
+    StrawberryField (Info's private `_field`) is given: plan/info.PlanInfo. Buys a plan's resolver
+    calls their speed (most read only `context`). Breaks if Info stops reading these two."""
+
+    def __init__(self, field: Any) -> None:  # an Info dataclass's own __init__ is not called
+        self._field = field
+
+    def build_raw_info(self) -> graphql.GraphQLResolveInfo:
+        raise NotImplementedError
+
+    @property
+    def _raw_info(self) -> graphql.GraphQLResolveInfo:  # type: ignore[override]
+        raw = self.__dict__.get("_raw")
+        if raw is None:
+            raw = self.__dict__["_raw"] = self.build_raw_info()
+        return raw
+
+
+TransportWSHandlerBase = BaseGraphQLTransportWSHandler
+"""Strawberry's graphql-transport-ws handler, the base of handshake.TransportWSHandler, which
+overrides `handle()` and `handle_connection_init(message)` and reads `view`, `context`,
+`websocket`, `connection_init_received` and `connection_init_timeout_task` (a per-address cap on
+sockets before connection_init: memory). A renamed hook leaves the cap uncounted."""
+
+LegacyWSHandlerBase = BaseGraphQLWSHandler
+"""Strawberry's legacy graphql-ws handler, the base of handshake.LegacyWSHandler (the same hooks
+and attributes, and its own connection_init deadline, which Strawberry gives only the other)."""
+
+
+def forget_cancelled_init_timeout(handler: Any) -> None:
+    """Once connection_init is handled, drop the graphql-transport-ws handler's finished
+    `connection_init_timeout_task` instead of keeping it as long as the connection (memory per idle
+    websocket). Breaks (keeps it again) if Strawberry renames the two attributes."""
+    task = handler.connection_init_timeout_task
+    if handler.connection_init_received and task is not None and (task.done() or task.cancelling()):
+        handler.connection_init_timeout_task = None
+
+
+# --- uvicorn, websockets (sans-I/O) and httptools -------------------------------------------------
+
+# uvicorn.protocols.http.httptools_impl.HttpToolsProtocol: the base of httpprotocol.DeadlineHttpProtocol
+# (deadlines for slow clients, a header cap, the connection limit on upgrades: memory and
+# availability). What it overrides and reads is in httpprotocol.py's docstring; test_compat.py checks
+# that each overridden method is still called by uvicorn's and each attribute is still set.
+
+
+def upgrading_to_websocket(protocol: Any) -> bool:
+    """Whether the request whose headers just completed is a websocket upgrade uvicorn will take
+    (httptools' `should_upgrade()` and uvicorn's private `_should_upgrade()`, as uvicorn asks it):
+    such a request gets no body deadline."""
+    return bool(protocol.parser.should_upgrade() and protocol._should_upgrade())
+
+
+def abandon_request_cycle(cycle: Any) -> None:
+    """Tell a request's handler that its client is gone, as uvicorn's connection_lost does: its
+    next receive() gets http.disconnect and what it sends is dropped (`disconnected`,
+    `message_event`). Used when a request is refused for a late body (408)."""
+    cycle.disconnected = True
+    cycle.message_event.set()
+
+
+def release_http_parser(protocol: Any) -> None:
+    """After a websocket upgrade, drop the HTTP protocol's httptools parser: it refers back to the
+    protocol (uvicorn breaks that cycle in connection_lost, which an upgraded connection never
+    reaches), so each upgraded connection's HTTP protocol waited for a full collection (memory)."""
+    protocol.parser = None
+
+
+# uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol: the base of
+# websocket.LeanWebSocketProtocol (memory per idle websocket, see websocket.py).
+
+
+def replace_websocket_waiters(protocol: Any, queue: Any, writable: Any) -> None:
+    """Swap the protocol's `queue` (an asyncio.Queue, ~3 KB even when empty) and `writable` (an
+    asyncio.Event) for chatgql's lighter equivalents (websocket._Inbox, _Flag), which offer what
+    uvicorn calls of them. Breaks if uvicorn renames them or calls more of their methods."""
+    protocol.queue = queue
+    protocol.writable = writable
+
+
+def end_websocket_parser(protocol: Any) -> None:
+    """A closed connection's websockets ServerProtocol (`conn`): end its parser generator, whose
+    frame refers back to it, so it is freed with its permessage-deflate buffers (~35 KB) at once,
+    not at a full collection (measured: 1,000 closed sockets held 50 MB)."""
+    protocol.conn.parser.close()
+
+
+def drop_websocket_handshake(protocol: Any) -> None:
+    """Once accepted, let go of the handshake's request and response (`request`, `response`);
+    the request's headers are emptied too, since websockets' parser generator keeps the request as
+    a local for the connection's lifetime (memory per idle websocket)."""
+    if protocol.handshake_complete and protocol.request is not None:
+        protocol.request.headers.clear()
+        protocol.request = None
+        protocol.response = None
+
+
+# --- aiokafka ------------------------------------------------------------------------------------
+
+
+async def abandon_unacknowledged(producer: Any, error: BaseException, timeout: float) -> None:
+    """aiokafka has no public "stop now": its stop() waits until every pending batch is
+    acknowledged, forever during a Kafka outage. End the sender task (`_sender.sender_task`, so
+    nothing is re-queued), then fail what is left (`_message_accumulator.fail_all`), after which
+    stop() returns. Buys a shutdown that does not hang; what Kafka did not acknowledge is still in
+    the outbox. Breaks (shutdown hangs again) if either attribute is renamed."""
+    sender = producer._sender.sender_task
+    if sender is not None:
+        sender.cancel()
+        await asyncio.wait({sender}, timeout=timeout)
+    producer._message_accumulator.fail_all(error)
+
+
+# --- broadcaster ---------------------------------------------------------------------------------
+
+
+def subscribe_then_listen_redis_backend(url: str) -> Any:
+    """broadcaster's RedisBackend (broadcaster._backends.redis, private; needs the redis extra),
+    with its start-up race fixed: its subscribe() wakes the listener (`_ready`) before SUBSCRIBE
+    (`_pubsub`) has completed, the listener finds no channel yet, its listen() loop ends and nothing
+    published is ever received. Here the listener is woken once the channel is subscribed.
+    Exactness; breaks if broadcaster moves the backend or renames the two attributes."""
+    from broadcaster._backends.redis import RedisBackend
+
+    class SubscribeThenListen(RedisBackend):
+        async def subscribe(self, channel: str) -> None:
+            await self._pubsub.subscribe(channel)
+            self._ready.set()
+
+    return SubscribeThenListen(url)

@@ -1,0 +1,664 @@
+"""Each use of a dependency's non-public API (chatgql/compat.py), against the installed library.
+
+One test per access: it fails, naming the access, when the private attribute,
+function or module is gone or behaves otherwise. The first test fails on any
+installed version other than the one compat.py was written for: read
+docs/scale/compat.md before moving a pin. No servers: protocols are driven over
+a socketpair, a Kafka producer is never started; Redis is the one real server
+(the backend fix can only be shown on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import inspect
+import re
+import socket
+import tomllib
+import weakref
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import graphql
+import pytest
+import strawberry
+import uvicorn
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
+from broadcaster import Broadcast
+from graphql import GraphQLError, GraphQLResolveInfo, parse
+from graphql.execution import get_variable_values
+from strawberry.extensions import SchemaExtension
+from strawberry.types import Info
+from uvicorn.server import ServerState
+from websockets.client import ClientProtocol
+from websockets.uri import parse_uri
+
+from chatgql import compat
+from chatgql.websocket import _Flag, _Inbox
+
+from .events.test_multiprocess import redis_url  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- versions ------------------------------------------------------------------------------------
+
+
+def test_installed_versions_are_the_ones_compat_was_written_for():
+    mismatches = compat.version_mismatches()
+    assert not mismatches, (
+        "chatgql.compat reaches into these libraries' private API and was written for other versions: "
+        + "; ".join(mismatches)
+        + ". Run tests/test_compat.py against the new version, fix compat.py, then update PINNED "
+        "and pyproject.toml together (docs/scale/compat.md)."
+    )
+
+
+def test_pyproject_pins_exactly_what_compat_was_written_for():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins: dict[str, str] = {}
+    for requirement in project["dependencies"]:
+        name, sep, pinned = requirement.partition("==")
+        if sep:
+            pins[re.sub(r"\[.*\]", "", name).strip().lower()] = pinned.strip()
+    for name, wanted in compat.PINNED.items():
+        assert pins.get(name) == wanted, (
+            f"pyproject.toml must pin {name}=={wanted} (compat.PINNED), found {pins.get(name)!r}"
+        )
+
+
+# --- a small Strawberry schema -------------------------------------------------------------------
+
+
+@strawberry.interface
+class Named:
+    name: str
+
+
+@strawberry.input
+class Filter:
+    prefix: str = ""
+
+
+@strawberry.type
+class Item(Named):
+    size: int
+
+    @strawberry.field
+    def label(self, info: Info, upper: bool = False) -> str:
+        return self.name.upper() if upper else self.name
+
+    @strawberry.field
+    async def later(self) -> int:
+        return self.size
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def items(self, filter: Filter | None = None) -> list[Item]:
+        names = ["apple", "avocado", "banana"]
+        prefix = filter.prefix if filter else ""
+        return [Item(name=n, size=len(n)) for n in names if n.startswith(prefix)]
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription
+    async def tick(self, upto: int) -> AsyncIterator[int]:
+        for n in range(upto):
+            yield n
+
+
+def small_schema(**kwargs: Any) -> strawberry.Schema:
+    return strawberry.Schema(query=Query, subscription=Subscription, types=[Item], **kwargs)
+
+
+def field_def(schema: strawberry.Schema, type_name: str, field_name: str) -> graphql.GraphQLField:
+    return compat.core_schema(schema).type_map[type_name].fields[field_name]  # type: ignore[union-attr]
+
+
+# --- graphql-core --------------------------------------------------------------------------------
+
+
+def test_collect_fields_groups_by_response_name_and_honours_skip():
+    core = compat.core_schema(small_schema())
+    document = parse(
+        "query($skip: Boolean!) { a: items { name } a: items { size } b: items @skip(if: $skip) { name } ...F }"
+        " fragment F on Query { items { label } }"
+    )
+    operation = document.definitions[0]
+    fragment_definition = document.definitions[1]
+    variables = get_variable_values(core, operation.variable_definitions, {"skip": True})
+    assert not isinstance(variables, list), variables
+    fragments = {"F": compat.FragmentDetails(fragment_definition, None)}
+    collected = compat.collect_fields(core, fragments, variables, core.query_type, operation, False)
+    assert list(collected.grouped_field_set) == ["a", "items"], (
+        "graphql.execution.collect_fields.collect_fields no longer groups by response name / honours @skip"
+    )
+    assert not collected.new_defer_usages
+    details = collected.grouped_field_set["a"]
+    assert [d.node.name.value for d in details] == ["items", "items"]
+    sub = compat.collect_subfields(core, fragments, variables, operation, core.type_map["Item"], details, False)
+    assert list(sub.grouped_field_set) == ["name", "size"], "collect_subfields changed shape or meaning"
+
+
+def test_break_async_helpers_cycle_lets_reference_counting_free_the_executor():
+    core = compat.core_schema(small_schema())
+    seen: list[weakref.ref] = []
+
+    class Acyclic(compat.ExecutionContextBase):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            assert isinstance(self.async_helpers, graphql.GraphQLResolveInfoHelpers), (
+                "graphql-core executors no longer keep `async_helpers`"
+            )
+            assert self.async_helpers.gather.__func__ is type(self).gather_async_work  # type: ignore[attr-defined]
+            assert self.async_helpers.track.__func__ is type(self).track_async_work  # type: ignore[attr-defined]
+            compat.break_async_helpers_cycle(self)
+            seen.append(weakref.ref(self))
+
+    gc.disable()
+    try:
+        result = graphql.execute_sync(core, parse("{ items { name } }"), executor_class=Acyclic)
+        assert result.errors is None, result.errors
+        assert seen and seen[0]() is None, "break_async_helpers_cycle: the executor is still in a cycle"
+    finally:
+        gc.enable()
+
+
+# --- Strawberry ----------------------------------------------------------------------------------
+
+
+def test_core_schema_and_back():
+    schema = small_schema()
+    core = compat.core_schema(schema)
+    assert isinstance(core, graphql.GraphQLSchema), "Strawberry's Schema._schema is not the graphql-core schema"
+    assert compat.strawberry_schema_of(core) is schema, "Strawberry no longer sets _strawberry_schema on its schema"
+
+
+async def test_execution_context_base_hooks_are_called_per_subscription_event():
+    calls: list[tuple[str, Any]] = []
+
+    class Recording(compat.ExecutionContextBase):
+        def build_per_event_executor(self, payload: Any) -> Any:
+            calls.append(("build_per_event_executor", payload))
+            return super().build_per_event_executor(payload)
+
+        def execute_operation(self, serially: bool | None = None) -> Any:
+            # what shared.SharedEventExecutor reads
+            calls.append(("execute_operation", (self.root_value, self.variable_values.coerced)))
+            assert self.operation.operation is graphql.OperationType.SUBSCRIPTION
+            assert self.fragment_definitions == {}
+            assert self.abort_signal is None
+            assert self.is_awaitable(1) is False
+            assert compat.strawberry_schema_of(self.schema) is schema
+            return super().execute_operation(serially)
+
+    schema = small_schema(execution_context_class=Recording)
+    results = [r async for r in await schema.subscribe("subscription { tick(upto: 2) }")]
+    assert [r.data for r in results] == [{"tick": 0}, {"tick": 1}]
+    assert calls == [
+        ("build_per_event_executor", 0),
+        ("execute_operation", (0, {})),
+        ("build_per_event_executor", 1),
+        ("execute_operation", (1, {})),
+    ], f"graphql-core's per-event executor hooks changed: {calls}"
+
+
+async def test_custom_context_kwargs_let_graphql_core_execute_as_strawberry_does():
+    schema = small_schema()
+    kwargs = compat.custom_context_kwargs(schema)
+    assert set(kwargs) == {"operation_extensions"}, f"Schema._get_custom_context_kwargs changed: {kwargs}"
+    outcome = graphql.execute(
+        compat.core_schema(schema),
+        parse("{ items { label(upper: true) later } }"),
+        executor_class=schema.execution_context_class,
+        is_awaitable=compat.is_awaitable,
+        **kwargs,
+    )
+    result = await outcome if compat.is_awaitable(outcome) else outcome
+    assert result.errors is None, result.errors
+    assert result.data == {
+        "items": [{"label": "APPLE", "later": 5}, {"label": "AVOCADO", "later": 7}, {"label": "BANANA", "later": 6}]
+    }
+
+
+async def test_provided_operation_name_is_what_the_request_carried():
+    seen: list[Any] = []
+
+    class Record(SchemaExtension):
+        def on_validate(self):  # type: ignore[override]
+            seen.append(compat.provided_operation_name(self.execution_context))
+            yield
+
+    schema = small_schema(extensions=[Record])
+    assert (await schema.execute("query A { items { name } }")).errors is None
+    assert (await schema.execute("query A { items { name } }", operation_name="A")).errors is None
+    assert seen == [None, "A"], f"ExecutionContext._provided_operation_name changed: {seen}"
+
+
+async def test_set_validation_result_stops_strawberry_validating():
+    class Refuse(SchemaExtension):
+        def on_validate(self):  # type: ignore[override]
+            compat.set_validation_result(self.execution_context, [GraphQLError("from the extension")])
+            yield
+
+    result = await small_schema(extensions=[Refuse]).execute("{ items { name } }")
+    assert [e.message for e in result.errors or ()] == ["from the extension"], (
+        "Strawberry validated although an extension had set pre_execution_errors"
+    )
+
+
+def test_validate_document_is_strawberrys_validation():
+    core = compat.core_schema(small_schema())
+    rules = (*graphql.specified_rules, graphql.validation.NoSchemaIntrospectionCustomRule)
+    assert compat.validate_document(core, parse("{ items { name } }"), rules) == []
+    errors = compat.validate_document(core, parse("{ items { nope } }"), rules)
+    assert [e.message.split(".")[0] for e in errors] == ["Cannot query field 'nope' on type 'Item'"], errors
+    assert compat.validate_document(core, parse("{ __schema { types { name } } }"), rules), "rules not applied"
+
+
+async def test_is_awaitable():
+    async def coroutine() -> None:
+        pass
+
+    awaitable = coroutine()
+    assert compat.is_awaitable(awaitable) and not compat.is_awaitable(1) and not compat.is_awaitable(None)
+    await awaitable
+
+
+def test_convert_arguments_turns_coerced_arguments_into_python_values():
+    schema = small_schema()
+    sf = compat.strawberry_field(field_def(schema, "Query", "items"))
+    converted = compat.convert_arguments(
+        {"filter": {"prefix": "a"}},
+        sf.arguments,
+        scalar_registry=schema.schema_converter.scalar_registry,
+        config=schema.config,
+    )
+    assert converted == {"filter": Filter(prefix="a")}, f"strawberry.types.arguments.convert_arguments: {converted}"
+
+
+def test_strawberry_field_is_the_fields_definition():
+    schema = small_schema()
+    sf = compat.strawberry_field(field_def(schema, "Item", "label"))
+    assert isinstance(sf, strawberry.types.field.StrawberryField), "no 'strawberry-definition' extension"
+    assert sf.python_name == "label"
+
+
+def test_is_strawberry_type_check_for_a_type_implementing_an_interface():
+    is_type_of = compat.core_schema(small_schema()).type_map["Item"].is_type_of  # type: ignore[union-attr]
+    assert compat.is_strawberry_type_check(is_type_of), f"Strawberry's is_type_of is now {is_type_of.__qualname__}"
+    assert is_type_of(Item(name="a", size=1), None) is True  # never reads its info
+    assert is_type_of(object(), None) is False
+
+
+def test_is_default_resolver_reads_the_attribute():
+    schema = small_schema()
+    plain = field_def(schema, "Item", "size")
+    assert compat.is_default_resolver(plain), "Strawberry's _get_basic_result is no longer marked _is_default"
+    assert plain.resolve(Item(name="a", size=3), None) == 3  # type: ignore[misc]
+    assert not compat.is_default_resolver(field_def(schema, "Item", "label"))
+
+
+def test_is_strawberry_resolver_names_strawberrys_generated_resolvers():
+    schema = small_schema()
+    assert compat.is_strawberry_resolver(field_def(schema, "Item", "label")), "sync resolver no longer `_resolver`"
+    assert compat.is_strawberry_resolver(field_def(schema, "Item", "later")), "async one no longer `_async_resolver`"
+    assert not compat.is_strawberry_resolver(field_def(schema, "Item", "size"))
+
+
+def test_is_event_passthrough_for_a_subscription_root_field():
+    tick = field_def(small_schema(), "Subscription", "tick")
+    assert compat.is_event_passthrough(tick), "a subscription field's resolve is no longer a lambda"
+    event = object()
+    assert tick.resolve(event, None, upto=1) is event  # type: ignore[misc]
+
+
+def test_has_exception_handlers():
+    schema = small_schema()
+    sf = compat.strawberry_field(field_def(schema, "Item", "label"))
+    assert compat.has_exception_handlers(schema, sf) is False
+
+
+def test_resolver_call_shape():
+    schema = small_schema()
+    func, pass_self, source_names, info_name = compat.resolver_call_shape(
+        compat.strawberry_field(field_def(schema, "Item", "label"))
+    )  # type: ignore[misc]
+    assert (func.__name__, pass_self, source_names, info_name) == ("label", True, (), "info"), (
+        "StrawberryResolver's self/root/parent/info parameters changed"
+    )
+    assert compat.resolver_call_shape(compat.strawberry_field(field_def(schema, "Item", "size"))) is None
+
+
+def test_lazy_info_builds_the_raw_info_once_on_demand():
+    schema = small_schema()
+    built: list[int] = []
+    core_field = field_def(schema, "Item", "label")
+
+    class Lazy(compat.LazyInfo):
+        def build_raw_info(self) -> GraphQLResolveInfo:
+            built.append(1)
+            return GraphQLResolveInfo(
+                "label", [], core_field.type, compat.core_schema(schema).type_map["Item"], None, compat.core_schema(schema),
+                {}, None, None, {}, "the context", compat.is_awaitable, None, None,  # type: ignore[arg-type]
+            )  # fmt: skip
+
+    info = Lazy(compat.strawberry_field(core_field))
+    assert isinstance(info, Info)
+    assert info.python_name == "label", "Info no longer reads its StrawberryField from `_field`"
+    assert built == []
+    assert (info.field_name, info.context) == ("label", "the context"), "Info no longer reads `_raw_info`"
+    assert info.return_type is not None
+    assert built == [1]
+
+
+async def test_ws_handlers_keep_the_init_timeout_attributes():
+    from strawberry.asgi import GraphQL
+
+    view = GraphQL(small_schema())
+    for base in (compat.TransportWSHandlerBase, compat.LegacyWSHandlerBase):
+        for hook in ("handle", "handle_connection_init"):
+            assert inspect.iscoroutinefunction(getattr(base, hook, None)), f"{base.__name__}.{hook} is gone"
+    handler = compat.TransportWSHandlerBase(view, None, None, None, view.schema, __import__("datetime").timedelta(1))  # type: ignore[arg-type]
+    for name in ("view", "context", "websocket", "connection_init_received", "connection_init_timeout_task"):
+        assert hasattr(handler, name), f"Strawberry's graphql-transport-ws handler has no `{name}`"
+    handler.connection_init_received = True
+    handler.connection_init_timeout_task = task = asyncio.ensure_future(asyncio.sleep(0))
+    await task
+    compat.forget_cancelled_init_timeout(handler)
+    assert handler.connection_init_timeout_task is None
+
+
+# --- uvicorn, websockets, httptools --------------------------------------------------------------
+
+UPGRADE = (
+    b"GET / HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def _echo(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "websocket":
+        await receive()
+        await send({"type": "websocket.accept"})
+        while (message := await receive())["type"] == "websocket.receive":
+            await send({"type": "websocket.send", "text": message["text"]})
+        return
+    while (message := await receive()).get("more_body"):
+        pass
+    status = 499 if message["type"] == "http.disconnect" else 200
+    await send({"type": "http.response.start", "status": status, "headers": []})
+    await send({"type": "http.response.body", "body": message["type"].encode()})
+
+
+@contextlib.asynccontextmanager
+async def _connection(
+    http: type = compat.HttpToolsProtocol, ws: type = compat.WebSocketsSansIOProtocol, app: Any = _echo
+):
+    """One connection served by uvicorn's protocols over a socketpair: (the HTTP protocol, the client socket)."""
+    config = uvicorn.Config(app, http=http, ws=ws, lifespan="off", log_level="warning")
+    config.load()
+    state = ServerState()
+    server_side, client = socket.socketpair()
+    client.setblocking(False)
+    made: list[Any] = []
+
+    def factory() -> Any:
+        made.append(config.http_protocol_class(config=config, server_state=state, app_state={}))
+        return made[-1]
+
+    transport, _ = await asyncio.get_running_loop().connect_accepted_socket(factory, server_side)
+    try:
+        yield made[0], client
+    finally:
+        transport.close()
+        client.close()
+        for task in list(state.tasks):
+            task.cancel()
+
+
+async def _read(client: socket.socket) -> bytes:
+    return await asyncio.wait_for(asyncio.get_running_loop().sock_recv(client, 65536), 5)
+
+
+async def _websocket_echo(client: socket.socket) -> None:
+    """Handshake, one text message there and back, as a websockets client would."""
+    loop = asyncio.get_running_loop()
+    ws = ClientProtocol(parse_uri("ws://test/"))
+    ws.send_request(ws.connect())
+    await loop.sock_sendall(client, b"".join(ws.data_to_send()))
+    events: list[Any] = []
+    while not events:
+        ws.receive_data(await _read(client))
+        events += ws.events_received()
+    assert getattr(events[0], "status_code", None) == 101, events
+    ws.send_text(b"hello")
+    await loop.sock_sendall(client, b"".join(ws.data_to_send()))
+    frames: list[Any] = []
+    while not frames:
+        ws.receive_data(await _read(client))
+        frames += ws.events_received()
+    assert frames[0].data == b"hello", frames
+
+
+async def test_upgrading_to_websocket_tells_an_upgrade_from_a_request():
+    answers: list[bool] = []
+
+    class Recording(compat.HttpToolsProtocol):
+        def on_headers_complete(self) -> None:
+            answers.append(compat.upgrading_to_websocket(self))
+            super().on_headers_complete()
+
+    async with _connection(http=Recording) as (_, client):
+        await asyncio.get_running_loop().sock_sendall(client, b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert (await _read(client)).startswith(b"HTTP/1.1 200")
+    async with _connection(http=Recording) as (_, client):
+        await _websocket_echo(client)
+    assert answers == [False, True], f"upgrading_to_websocket (parser.should_upgrade, _should_upgrade): {answers}"
+
+
+async def test_abandon_request_cycle_ends_the_handlers_receive_with_a_disconnect():
+    async with _connection() as (protocol, client):
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(client, b"POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nab")
+        for _ in range(100):
+            if protocol.cycle is not None and protocol.cycle.body == b"" and protocol.cycle.more_body:
+                break
+            await asyncio.sleep(0.005)
+        compat.abandon_request_cycle(protocol.cycle)
+        tasks = list(protocol.tasks)
+        assert tasks, "no request task"
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        # uvicorn drops what a disconnected request's handler sends: nothing reaches the client
+        assert protocol.cycle.disconnected, "RequestResponseCycle.disconnected is gone"
+
+
+async def test_release_http_parser_after_an_upgrade_leaves_the_websocket_working():
+    class Releasing(compat.HttpToolsProtocol):
+        def handle_websocket_upgrade(self) -> None:
+            super().handle_websocket_upgrade()
+            compat.release_http_parser(self)
+
+    async with _connection(http=Releasing) as (protocol, client):
+        await _websocket_echo(client)
+        assert protocol.parser is None
+
+
+def test_uvicorn_calls_only_what_the_lighter_waiters_offer():
+    source = inspect.getsource(compat.WebSocketsSansIOProtocol)
+    queue_calls = set(re.findall(r"self\.queue\.(\w+)", source))
+    writable_calls = set(re.findall(r"self\.writable\.(\w+)", source))
+    assert queue_calls and queue_calls <= {"put_nowait", "get", "empty", "qsize"}, (
+        f"uvicorn's websockets-sansio protocol calls {queue_calls} of its queue (websocket._Inbox)"
+    )
+    assert writable_calls and writable_calls <= {"set", "clear", "is_set", "wait"}, (
+        f"uvicorn's websockets-sansio protocol calls {writable_calls} of `writable` (websocket._Flag)"
+    )
+
+
+async def test_replace_websocket_waiters_and_drop_websocket_handshake():
+    made: list[Any] = []
+
+    class Light(compat.WebSocketsSansIOProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            assert isinstance(self.queue, asyncio.Queue) and isinstance(self.writable, asyncio.Event)
+            compat.replace_websocket_waiters(self, _Inbox(), _Flag())
+            made.append(self)
+
+        async def send(self, message: Any) -> None:
+            await super().send(message)
+            if message["type"] == "websocket.accept":
+                assert self.request is not None and self.response is not None
+                compat.drop_websocket_handshake(self)
+
+    async with _connection(ws=Light) as (_, client):
+        await _websocket_echo(client)  # the session works on the lighter waiters, without the handshake
+        protocol = made[0]
+        assert isinstance(protocol.queue, _Inbox) and isinstance(protocol.writable, _Flag)
+        assert protocol.request is None and protocol.response is None, "drop_websocket_handshake"
+
+
+async def test_end_websocket_parser_breaks_the_server_protocols_cycle():
+    config = uvicorn.Config(_echo, lifespan="off", log_level="warning")
+    config.load()
+    protocol = compat.WebSocketsSansIOProtocol(config, ServerState(), {})
+    conn = protocol.conn
+    parser = conn.parser
+    assert inspect.isgenerator(parser), "websockets' ServerProtocol.parser is no longer a generator"
+    assert parser.gi_frame is not None and parser.gi_frame.f_locals.get("self") is conn, "no parser cycle"
+    compat.end_websocket_parser(protocol)
+    assert parser.gi_frame is None
+    gc.disable()
+    try:
+        ref = weakref.ref(conn)
+        del conn, parser, protocol
+        assert ref() is None, "the ServerProtocol still waits for the collector after its parser ended"
+    finally:
+        gc.enable()
+
+
+# --- aiokafka ------------------------------------------------------------------------------------
+
+
+async def test_abandon_unacknowledged_fails_what_kafka_did_not_acknowledge():
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9")  # never started: no broker needed
+    assert producer._sender.sender_task is None, "aiokafka's producer._sender.sender_task is gone"
+    future = await producer._message_accumulator.add_message(TopicPartition("t", 0), None, b"x", timeout=1)
+    error = KafkaError("stopped")
+    await compat.abandon_unacknowledged(producer, error, 1.0)
+    failed = future.exception() if future.done() else None
+    assert isinstance(failed, KafkaError) and failed.args == error.args, (
+        "producer._message_accumulator.fail_all changed"
+    )
+
+
+# --- broadcaster ---------------------------------------------------------------------------------
+
+
+async def test_subscribe_then_listen_redis_backend_receives_what_is_published(redis_url):  # noqa: F811
+    from broadcaster._backends.redis import RedisBackend
+
+    backend = compat.subscribe_then_listen_redis_backend(redis_url)
+    assert isinstance(backend, RedisBackend)
+    assert isinstance(backend._ready, asyncio.Event) and hasattr(backend._pubsub, "subscribe"), (
+        "broadcaster's RedisBackend no longer has _ready and _pubsub"
+    )
+    broadcast = Broadcast(backend=backend)
+    await broadcast.connect()
+    try:
+        async with broadcast.subscribe("compat") as subscriber:
+            await broadcast.publish("compat", "hello")
+            event = await asyncio.wait_for(subscriber.get(), 5)
+            assert event.message == "hello"
+    finally:
+        await broadcast.disconnect()
+
+
+# --- chatgql's subclasses of library classes -----------------------------------------------------
+
+
+def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
+    from strawberry.asgi import GraphQL
+    from strawberry.dataloader import DataLoader
+
+    from chatgql.graphql.context import ChatOperation
+    from chatgql.graphql.handshake import LegacyWSHandler, TransportWSHandler
+    from chatgql.graphql.loaders import _Loader
+    from chatgql.graphql.schema import ChatGraphQL, ChatSchema
+    from chatgql.graphql.shared import SharedEventExecutor
+    from chatgql.httpprotocol import DeadlineHttpProtocol
+    from chatgql.websocket import LeanWebSocketProtocol
+
+    return [
+        (
+            DeadlineHttpProtocol,
+            compat.HttpToolsProtocol,
+            (
+                "connection_made",
+                "connection_lost",
+                "data_received",
+                "on_message_begin",
+                "on_headers_complete",
+                "on_message_complete",
+                "handle_websocket_upgrade",
+            ),
+        ),  # fmt: skip
+        (LeanWebSocketProtocol, compat.WebSocketsSansIOProtocol, ("connection_lost", "send")),
+        (SharedEventExecutor, compat.ExecutionContextBase, ("build_per_event_executor", "execute_operation")),
+        (TransportWSHandler, compat.TransportWSHandlerBase, ("handle", "handle_connection_init")),
+        (LegacyWSHandler, compat.LegacyWSHandlerBase, ("handle", "handle_connection_init")),
+        (ChatSchema, strawberry.Schema, ("process_errors", "execute")),
+        (
+            ChatGraphQL,
+            GraphQL,
+            (
+                "render_graphql_ide",
+                "get_context",
+                "on_ws_connect",
+                "get_sub_response",
+                "process_result",
+                "create_response",
+                "encode_json",
+                "parse_json",
+                "decode_json",
+                "parse_http_body",
+                "execute_operation",
+            ),
+        ),  # fmt: skip
+        (ChatOperation, SchemaExtension, ("on_parse", "on_validate", "on_execute")),
+        (_Loader, DataLoader, ("load",)),
+    ]
+
+
+def test_every_library_method_chatgql_overrides_still_exists_with_its_parameters():
+    for ours, base, names in _overrides():
+        for name in names:
+            theirs = getattr(base, name, None)
+            assert theirs is not None, (
+                f"{base.__module__}.{base.__qualname__}.{name} is gone: {ours.__name__}'s override is dead"
+            )
+            mine = ours.__dict__.get(name) or next(
+                k.__dict__[name] for k in ours.__mro__ if name in k.__dict__ and k.__module__.startswith("chatgql")
+            )
+            their_params = [p for p in inspect.signature(theirs).parameters.values() if p.kind is not p.VAR_KEYWORD]
+            my_params = list(inspect.signature(mine).parameters.values())
+            if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in my_params):
+                continue  # takes whatever it is given
+            assert [p.name for p in my_params][: len(their_params)] == [p.name for p in their_params], (
+                f"{base.__qualname__}.{name}{inspect.signature(theirs)} no longer matches "
+                f"{ours.__qualname__}.{name}{inspect.signature(mine)}"
+            )
+
+
+@pytest.mark.parametrize("name", sorted(compat.__all__))
+def test_compat_exports_exist(name):
+    assert hasattr(compat, name), f"compat.__all__ names {name}, which compat does not define"
