@@ -75,11 +75,20 @@ async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None,
 
 
 async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
-    """Messages by (conversation_id, seq)."""
+    """Messages by (conversation_id, seq).
+
+    One probe per key, each in the one partition of its conversation: the LIMIT
+    (a no-op, the key is unique) keeps the LATERAL subquery from being flattened
+    into a join that the planner may answer by scanning every partition.
+    """
     return await conn.fetch(
         f"""
-        SELECT {_MESSAGE_COLUMNS} FROM message
-         WHERE (conversation_id, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+        SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, seq)
+        CROSS JOIN LATERAL (
+            SELECT {_MESSAGE_COLUMNS} FROM message
+             WHERE conversation_id = k.cid AND seq = k.seq
+             LIMIT 1
+        ) m
         """,
         [k[0] for k in keys],
         [k[1] for k in keys],
