@@ -368,7 +368,7 @@ async def test_every_hot_path_statement_touches_one_partition_per_conversation(s
         home = await partition_of(conn, ids)
         assert len(set(home.values())) > 1  # the test spans several partitions
         checked = 0
-        for name, pattern, conversation_ids in KNOWN:
+        for name, _, conversation_ids in KNOWN:
             for sql, args in kinds[name][:3]:
                 variants = [args]
                 if name.startswith("send"):  # the insert path too, not only the dedupe lookup
