@@ -47,6 +47,7 @@ NAMES_MESSAGE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+message\b|\bchat_send\s
 # Statement on message -> its conversation ids, from its parameters.
 KNOWN: list[tuple[str, re.Pattern[str], Callable[[tuple], list[int]]]] = [
     ("send (chat_send)", re.compile(r"chat_send\("), lambda args: [args[0]]),
+    ("history page", re.compile(r"ORDER BY seq (ASC|DESC)\s+LIMIT \$4"), lambda args: [args[0]]),
     ("history pages", re.compile(r"LIMIT k\.lim"), lambda args: list(args[1])),
     ("by_keys (lastMessage)", re.compile(r"seq = k\.seq"), lambda args: list(args[0])),
     ("after_many (sync)", re.compile(r"seq > k\.after_seq\s+ORDER BY seq\s+LIMIT \$3"), lambda args: list(args[0])),
@@ -340,6 +341,7 @@ async def test_every_hot_path_statement_touches_one_partition_per_conversation(s
             "query($c: ID!) { conversation(id: $c) { lastMessage { seq seenByCount } } }", {"c": cid}, user=other
         )
         await client.data("{ inbox(first: 20) { nodes { id lastMessage { seq body } } } }", user=other)
+        await client.data("{ inbox(first: 5) { nodes { messages(last: 2) { nodes { seq } } } } }", user=other)
         await client.data(
             "query($k: [SyncCursor!]!) { sync(cursors: $k, limit: 3) { conversationId hasMore messages { seq } } }",
             {"k": [{"conversationId": c, "afterSeq": 1} for c in conversations]},

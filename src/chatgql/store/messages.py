@@ -46,6 +46,9 @@ async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None,
     Each page comes back in the order taken (newest first when from_end).
     One statement per direction, whatever the number of pages."""
     found: list[list[Row]] = [[] for _ in requests]
+    if len(requests) == 1:
+        found[0] = await _page(conn, *requests[0])
+        return found
     for from_end in (False, True):
         wanted = [(i, r) for i, r in enumerate(requests) if r[4] is from_end]
         if not wanted:
@@ -72,6 +75,27 @@ async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None,
         for row in rows:
             found[row.i].append(row)
     return found
+
+
+async def _page(
+    conn: Connection, conversation_id: int, after: int, before: int | None, limit: int, from_end: bool
+) -> list[Row]:
+    """One page (what most requests ask for): the conversation id as a plain parameter, so
+    a partitioned table is pruned to one partition before execution (plan time, or the
+    executor's initial pruning with a generic plan), not once per LATERAL probe."""
+    order = "DESC" if from_end else "ASC"
+    return await conn.fetch(
+        f"""
+        SELECT {_MESSAGE_COLUMNS} FROM message
+         WHERE conversation_id = $1 AND seq > $2 AND seq < $3
+         ORDER BY seq {order}
+         LIMIT $4
+        """,
+        conversation_id,
+        after,
+        _NO_BOUND if before is None else before,
+        limit,
+    )
 
 
 async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
