@@ -161,6 +161,7 @@ async def _migration_round_trip(url: str) -> None:
         assert await conn.fetchval("SELECT relkind::text FROM pg_class WHERE relname = 'message'") == "p"
         assert await conn.fetch("SELECT * FROM message ORDER BY conversation_id, seq") == before
         assert await conn.fetch(_CONSTRAINTS) == constraints
+        assert await conn.fetchval(_CHAT_SEND_CONFIG) == ["plan_cache_mode=force_generic_plan"]
         spread = await conn.fetchval("SELECT count(DISTINCT tableoid) FROM message")
         assert spread > 8  # 40 conversations over 16 partitions
         # The keys hold on the new table, and a send works in a session that compiled chat_send before.
@@ -190,12 +191,14 @@ async def _migration_round_trip(url: str) -> None:
         assert await conn.fetch("SELECT * FROM message ORDER BY conversation_id, seq") == after
         await _send(conn, 3, retried, "duplicate")
         await _send(conn, 3, uuid.uuid4(), "stored")
+        assert await conn.fetchval(_CHAT_SEND_CONFIG) is None
         assert await conn.fetch(_CONSTRAINTS) == constraints
     finally:
         await conn.close()
     await asyncio.to_thread(_alembic, url, "upgrade", "head")
 
 
+_CHAT_SEND_CONFIG = "SELECT proconfig FROM pg_proc WHERE proname = 'chat_send'"
 _CONSTRAINTS = """
 SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg_constraint
  WHERE conrelid = 'message'::regclass ORDER BY conname
