@@ -66,6 +66,8 @@ message = Table(
     PrimaryKeyConstraint("conversation_id", "seq"),
     UniqueConstraint("conversation_id", "client_msg_id", name="message_client_msg_id_key"),
     CheckConstraint("seq > 0", name="message_seq_check"),
+    # 16 hash partitions (migration 0005); every key starts with the partition key
+    postgresql_partition_by="HASH (conversation_id)",
 )
 
 direct_pair = Table(

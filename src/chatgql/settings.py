@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     # Net allocations between young collections (CPython's default is 700).
     gc_young_threshold: int = Field(default=1_000, ge=100)
 
+    # Too far behind (docs/scale/partition.md): a client more than this many messages behind in one
+    # conversation (sync's afterSeq, messages(after:)) gets the newest page of it with a flag
+    # (ConversationSync.tooLong, MessageConnection.gapTooLong) instead of the page after its cursor;
+    # a resumable messageNew(cursors:) that far behind ends with the resync error.
+    max_catch_up: int = Field(default=1000, ge=1)
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

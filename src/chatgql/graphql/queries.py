@@ -111,6 +111,7 @@ class Query:
             parsed,
             limit,
             max_cursors=info.context.settings.max_sync_cursors,
+            max_catch_up=info.context.settings.max_catch_up,
         )
         return [
             ConversationSync(
@@ -119,6 +120,7 @@ class Query:
                 has_more=r.has_more,
                 last_seq=Long(r.last_seq),
                 last_read_seq=Long(r.last_read_seq),
+                too_long=r.too_long,
             )
             for r in results
         ]

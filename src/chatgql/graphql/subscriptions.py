@@ -24,8 +24,11 @@ and no duplicate. The order of the steps is what makes it gap-free:
    at-least-once delivery may bring, reach the client once.
 
 Too far behind (more than CHATGQL_SUBSCRIBER_BUFFER messages to replay in
-all), the subscription ends at once with the resync error (LIMIT_EXCEEDED,
-reason REPLAY_TOO_LONG, resync: true): catch up with sync, subscribe again.
+all, or more than CHATGQL_MAX_CATCH_UP in one conversation), the subscription
+ends at once with the resync error (LIMIT_EXCEEDED, reason REPLAY_TOO_LONG,
+resync: true), before any message is read: catch up with sync (which answers
+a conversation that far behind with its newest page and tooLong), subscribe
+again with the cursors sync gave.
 While the replay is delivered, live events wait in the same bounded buffer
 as always; a client too slow to take them is cut off with resync too.
 """
@@ -105,7 +108,9 @@ class Subscription:
             strawberry.argument(
                 description="Resume: first every message after these cursors (as sync takes them), "
                 "from the database, then live, with no gap and no duplicate (by conversationId and seq). "
-                "More than CHATGQL_SUBSCRIBER_BUFFER messages behind: LIMIT_EXCEEDED with resync: true."
+                "More than CHATGQL_SUBSCRIBER_BUFFER messages behind in all, or more than CHATGQL_MAX_CATCH_UP "
+                "in one conversation: LIMIT_EXCEEDED with resync: true (sync answers such a conversation with its "
+                "newest page and tooLong)."
             ),
         ] = strawberry.UNSET,
     ) -> AsyncGenerator[MessageNewEvent, None]:
@@ -131,6 +136,7 @@ class Subscription:
                 parsed,
                 bound=ctx.settings.subscriber_buffer,
                 max_cursors=ctx.settings.max_sync_cursors,
+                max_catch_up=ctx.settings.max_catch_up,
             )
             held = replay.held
             # The replay is one read of one moment: its messages share one set of loaders.

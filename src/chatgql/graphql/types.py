@@ -17,6 +17,7 @@ from strawberry.types.nodes import FragmentSpread, InlineFragment
 from ..db import Row
 from ..errors import BadUserInput, conversation_not_found
 from ..services.checks import MAX_ID, PageRequest, check_message_page
+from ..services.history import catch_up_page
 from . import ids
 from .loaders import Loaders, PageKey
 from .scalars import Long
@@ -192,9 +193,19 @@ class MessageConnection:
     edges: list[MessageEdge]
     nodes: list[Message]
     page_info: PageInfo
+    gap_too_long: bool = strawberry.field(
+        default=False,
+        description="True when `after` was more than CHATGQL_MAX_CATCH_UP (default 1,000) messages behind "
+        "the newest message the page could reach (lastSeq, or `before`): the gap is too long to fill, so "
+        "this is the newest page of that range (as `last` would give it), not the page after `after`, and "
+        "the messages in between were skipped. The client should drop what it holds of this conversation, "
+        "keep this page, and page backward with `before` only as far as it needs. False otherwise.",
+    )
 
     @classmethod
-    def from_page(cls, rows: list[Any], page: PageRequest, last_seq: int) -> MessageConnection:
+    def from_page(
+        cls, rows: list[Any], page: PageRequest, last_seq: int, gap_too_long: bool = False
+    ) -> MessageConnection:
         """rows: the page as fetched (limit + 1 rows at most, newest first when from_end)."""
         more = len(rows) > page.limit
         rows = rows[: page.limit]
@@ -213,6 +224,7 @@ class MessageConnection:
                 start_cursor=str(nodes[0].seq) if nodes else None,
                 end_cursor=str(nodes[-1].seq) if nodes else None,
             ),
+            gap_too_long=gap_too_long,
         )
 
 
@@ -234,8 +246,11 @@ async def load_message_page(
     before: str | None,
 ) -> MessageConnection:
     page = check_message_page(_given(first), _given(after), _given(last), _given(before))
+    too_long = False
+    if _given(after) is not None:  # catching up from a seq the client holds
+        page, too_long = catch_up_page(page, last_seq, info.context.settings.max_catch_up)
     rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
-    return MessageConnection.from_page(list(rows), page, last_seq)
+    return MessageConnection.from_page(list(rows), page, last_seq, too_long)
 
 
 @strawberry.type
@@ -380,6 +395,14 @@ class ConversationSync:
     has_more: bool = strawberry.field(description="More messages remain after the last one returned.")
     last_seq: Long
     last_read_seq: Long
+    too_long: bool = strawberry.field(
+        default=False,
+        description="True when afterSeq was more than CHATGQL_MAX_CATCH_UP (default 1,000) messages behind "
+        "lastSeq: the gap is too long to fill, so `messages` are the newest `limit` messages, not those right "
+        "after afterSeq, and the ones in between were skipped (as Telegram's channelDifferenceTooLong). The "
+        "client should drop what it holds of this conversation, keep these, use lastSeq as its next afterSeq, "
+        "and load older messages with messages(before:) only as far as it needs. False otherwise.",
+    )
 
 
 @strawberry.input

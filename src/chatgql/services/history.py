@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..db import Database, Row
 from ..errors import BadUserInput, LimitExceeded, conversation_not_found
 from ..store import conversations, messages
-from .checks import check_page_size, check_seq
+from .checks import PageRequest, check_page_size, check_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,13 @@ class SyncResult:
     has_more: bool
     last_seq: int
     last_read_seq: int
+    too_long: bool = False  # more than max_catch_up behind: messages are the newest page instead
+
+
+def too_far_behind(after_seq: int, newest_seq: int, max_catch_up: int) -> bool:
+    """More than max_catch_up messages between what the client holds and the newest one
+    it may get (the seq is gap-free: the difference is the number of messages)."""
+    return newest_seq - after_seq > max_catch_up
 
 
 async def read_sync(
@@ -28,10 +35,15 @@ async def read_sync(
     limit: int | None,
     *,
     max_cursors: int,
+    max_catch_up: int,
 ) -> list[SyncResult]:
     """Per (conversation_id, after_seq): the messages after it, at most limit, in
     two SQL statements whatever the number of cursors. Unknown or foreign
-    conversations are NOT_FOUND, like everywhere else."""
+    conversations are NOT_FOUND, like everywhere else.
+
+    A cursor more than max_catch_up messages behind its conversation's lastSeq
+    gets the newest `limit` messages instead, with too_long set: the client is
+    to drop what it holds of that conversation and start again from there."""
     limit = check_page_size(limit, "limit")
     if len(cursors) > max_cursors:
         raise LimitExceeded(f"at most {max_cursors} cursors in one sync")
@@ -46,7 +58,10 @@ async def read_sync(
         for cid, _ in cursors:
             if cid not in visible:
                 raise conversation_not_found(cid)
-        rows = await messages.after_many(conn, cursors, limit + 1)
+        too_long = {cid for cid, after in cursors if too_far_behind(after, visible[cid].last_seq, max_catch_up)}
+        # Too far behind: read from limit below lastSeq, the newest page.
+        reads = [(cid, max(0, visible[cid].last_seq - limit) if cid in too_long else after) for cid, after in cursors]
+        rows = await messages.after_many(conn, reads, limit + 1)
     by_conversation: dict[int, list[Row]] = defaultdict(list)
     for row in rows:
         by_conversation[row.conversation_id].append(row)
@@ -54,8 +69,22 @@ async def read_sync(
     for cid, _ in cursors:
         found = by_conversation[cid]
         conv = visible[cid]
-        results.append(SyncResult(cid, found[:limit], len(found) > limit, conv.last_seq, conv.last_read_seq))
+        results.append(
+            SyncResult(cid, found[:limit], len(found) > limit, conv.last_seq, conv.last_read_seq, cid in too_long)
+        )
     return results
+
+
+def catch_up_page(page: PageRequest, last_seq: int, max_catch_up: int) -> tuple[PageRequest, bool]:
+    """messages(after:) for a client more than max_catch_up messages behind (counted up to
+    `before`, or to lastSeq): the newest page of that range instead, and True (the gap was
+    too long to fill). Any other page as asked, and False."""
+    if page.from_end:
+        return page, False
+    newest = last_seq if page.before is None else min(last_seq, page.before - 1)
+    if not too_far_behind(page.after, newest, max_catch_up):
+        return page, False
+    return PageRequest(page.after, page.before, page.limit, from_end=True), True
 
 
 class ReplayTooLong(LimitExceeded):
@@ -77,14 +106,21 @@ class Replay:
 
 
 async def read_replay(
-    database: Database, viewer_id: int, cursors: Sequence[tuple[int, int]], *, bound: int, max_cursors: int
+    database: Database,
+    viewer_id: int,
+    cursors: Sequence[tuple[int, int]],
+    *,
+    bound: int,
+    max_cursors: int,
+    max_catch_up: int,
 ) -> Replay:
     """What a resumable subscription delivers before going live: per (conversation_id,
     after_seq), every message with after_seq < seq <= the conversation's last_seq.
 
     The seq is gap-free, so last_seq - after_seq is exactly how many there are:
-    when they add up to more than `bound`, ReplayTooLong (resync) before any
-    message is read. Otherwise the range read is exact (every seq up to last_seq
+    when they add up to more than `bound`, or one conversation's are more than
+    max_catch_up (sync would answer it with its newest page and tooLong),
+    ReplayTooLong (resync) before any message is read. Otherwise the range read is exact (every seq up to last_seq
     is committed). Unknown or foreign conversations are NOT_FOUND, as in sync.
     Two statements whatever the number of cursors.
     """
@@ -105,6 +141,9 @@ async def read_replay(
         backlog = sum(last - after for _, after, last in ranges)
         if backlog > bound:
             raise ReplayTooLong(backlog, bound)
+        for _, after, last in ranges:
+            if too_far_behind(after, last, max_catch_up):
+                raise ReplayTooLong(last - after, max_catch_up)
         pages = await messages.pages(conn, [(cid, after, last + 1, last - after, False) for cid, after, last in ranges])
     held = {cid: max(after, visible[cid].last_seq) for cid, after in cursors}
     return Replay([row for page in pages for row in page], held)

@@ -46,6 +46,9 @@ async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None,
     Each page comes back in the order taken (newest first when from_end).
     One statement per direction, whatever the number of pages."""
     found: list[list[Row]] = [[] for _ in requests]
+    if len(requests) == 1:
+        found[0] = await _page(conn, *requests[0])
+        return found
     for from_end in (False, True):
         wanted = [(i, r) for i, r in enumerate(requests) if r[4] is from_end]
         if not wanted:
@@ -74,12 +77,42 @@ async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None,
     return found
 
 
-async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
-    """Messages by (conversation_id, seq)."""
+async def _page(
+    conn: Connection, conversation_id: int, after: int, before: int | None, limit: int, from_end: bool
+) -> list[Row]:
+    """One page (what most requests ask for): the conversation id as a plain parameter, so
+    a partitioned table is pruned to one partition before execution (plan time, or the
+    executor's initial pruning with a generic plan), not once per LATERAL probe."""
+    order = "DESC" if from_end else "ASC"
     return await conn.fetch(
         f"""
         SELECT {_MESSAGE_COLUMNS} FROM message
-         WHERE (conversation_id, seq) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+         WHERE conversation_id = $1 AND seq > $2 AND seq < $3
+         ORDER BY seq {order}
+         LIMIT $4
+        """,
+        conversation_id,
+        after,
+        _NO_BOUND if before is None else before,
+        limit,
+    )
+
+
+async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
+    """Messages by (conversation_id, seq).
+
+    One probe per key, each in the one partition of its conversation: the LIMIT
+    (a no-op, the key is unique) keeps the LATERAL subquery from being flattened
+    into a join that the planner may answer by scanning every partition.
+    """
+    return await conn.fetch(
+        f"""
+        SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, seq)
+        CROSS JOIN LATERAL (
+            SELECT {_MESSAGE_COLUMNS} FROM message
+             WHERE conversation_id = k.cid AND seq = k.seq
+             LIMIT 1
+        ) m
         """,
         [k[0] for k in keys],
         [k[1] for k in keys],
