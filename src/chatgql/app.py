@@ -38,6 +38,7 @@ from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
 from .metrics import Metrics
+from .services.read_coalescing import ReadCoalescer
 from .settings import Settings
 from .store import conversations, health, outbox
 
@@ -98,6 +99,16 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         database = await Database(url, max_size=settings.db_pool_size + settings.db_max_overflow).open()
         stack.push_async_callback(database.close)
         runtime.deps.database = database
+        if settings.mark_read_coalescing:
+            coalescer = ReadCoalescer(
+                database,
+                window_seconds=settings.mark_read_window_ms / 1000,
+                max_keys=settings.mark_read_max_batch,
+                on_flush=metrics.mark_read_flushed,
+            )
+            coalescer.start()
+            stack.push_async_callback(coalescer.close)  # drained before the pool closes
+            runtime.deps.read_coalescer = coalescer
         wakeup = runtime.deps.wakeup = RelayWakeup(database)
         stack.push_async_callback(wakeup.close)
 

@@ -34,6 +34,7 @@ class Deps:
     database: Database
     dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
     wakeup: Any = None  # events.wakeup.RelayWakeup
+    read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
     send_limiter: RateLimiter = field(init=False)
     read_limiter: RateLimiter = field(init=False)
     group_limiter: RateLimiter = field(init=False)
