@@ -99,18 +99,19 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         database = await Database(url, max_size=settings.db_pool_size + settings.db_max_overflow).open()
         stack.push_async_callback(database.close)
         runtime.deps.database = database
+        wakeup = runtime.deps.wakeup = RelayWakeup(database)
+        stack.push_async_callback(wakeup.close)
         if settings.mark_read_coalescing:
             coalescer = ReadCoalescer(
                 database,
                 window_seconds=settings.mark_read_window_ms / 1000,
                 max_keys=settings.mark_read_max_batch,
                 on_flush=metrics.mark_read_flushed,
+                on_events=wakeup.wake,  # once per flush, not once per markRead (see ChatOperation)
             )
             coalescer.start()
             stack.push_async_callback(coalescer.close)  # drained before the pool closes
             runtime.deps.read_coalescer = coalescer
-        wakeup = runtime.deps.wakeup = RelayWakeup(database)
-        stack.push_async_callback(wakeup.close)
 
         bus = Bus(settings.broadcast_url)
         await bus.connect()

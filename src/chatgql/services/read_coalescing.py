@@ -57,11 +57,13 @@ class ReadCoalescer:
         window_seconds: float = 0.0,
         max_keys: int = 500,
         on_flush: Callable[[int, int], None] | None = None,
+        on_events: Callable[[], None] | None = None,
     ) -> None:
         self._database = database
         self._window = window_seconds
         self._max_keys = max_keys
         self._on_flush = on_flush  # (keys, calls) of every flush that committed
+        self._on_events = on_events  # after a flush that wrote read.updated rows (wakes the relay)
         self._pending: dict[Key, list[_Call]] = {}
         self._wake = asyncio.Event()
         self._closing = False
@@ -142,6 +144,8 @@ class ReadCoalescer:
             raise
         if self._on_flush is not None:
             self._on_flush(len(keys), sum(len(calls) for calls in batch.values()))
+        if self._on_events is not None and any(row.moved for row in rows):
+            self._on_events()
         found = {(row.conversation_id, row.user_id): row for row in rows}
         for key, calls in batch.items():
             row = found.get(key)
