@@ -142,10 +142,13 @@ class ReadCoalescer:
                 for call in calls:
                     call.future.cancel()
             raise
-        if self._on_flush is not None:
-            self._on_flush(len(keys), sum(len(calls) for calls in batch.values()))
-        if self._on_events is not None and any(row.moved for row in rows):
-            self._on_events()
+        try:
+            if self._on_flush is not None:
+                self._on_flush(len(keys), sum(len(calls) for calls in batch.values()))
+            if self._on_events is not None and any(row.moved for row in rows):
+                self._on_events()
+        except Exception:  # metrics and the relay's wake-up: never worth a caller's answer
+            log.exception("after a markRead flush")
         found = {(row.conversation_id, row.user_id): row for row in rows}
         for key, calls in batch.items():
             row = found.get(key)
