@@ -33,8 +33,16 @@ DB_POOL = 25  # database connections of each server made here
 
 
 def server_settings(database_url: str) -> Any:
+    # gated() holds each call at a lock inside PostgreSQL, one connection per call: markRead
+    # calls here run uncoalesced (coalesced calls reach PostgreSQL as one statement per flush;
+    # tests/test_read_coalescing.py races those).
     return make_settings(
-        database_url, run_relay=False, request_timeout_seconds=TIMEOUT, db_pool_size=DB_POOL, db_max_overflow=0
+        database_url,
+        run_relay=False,
+        request_timeout_seconds=TIMEOUT,
+        db_pool_size=DB_POOL,
+        db_max_overflow=0,
+        mark_read_coalescing=False,
     )
 
 

@@ -38,6 +38,7 @@ from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
 from .metrics import Metrics
+from .services.read_coalescing import ReadCoalescer
 from .settings import Settings
 from .store import conversations, health, outbox
 
@@ -100,6 +101,17 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         runtime.deps.database = database
         wakeup = runtime.deps.wakeup = RelayWakeup(database)
         stack.push_async_callback(wakeup.close)
+        if settings.mark_read_coalescing:
+            coalescer = ReadCoalescer(
+                database,
+                window_seconds=settings.mark_read_window_ms / 1000,
+                max_keys=settings.mark_read_max_batch,
+                on_flush=metrics.mark_read_flushed,
+                on_events=wakeup.wake,  # once per flush, not once per markRead (see ChatOperation)
+            )
+            coalescer.start()
+            stack.push_async_callback(coalescer.close)  # drained before the pool closes
+            runtime.deps.read_coalescer = coalescer
 
         bus = Bus(settings.broadcast_url)
         await bus.connect()

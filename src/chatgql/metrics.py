@@ -28,6 +28,13 @@ class Metrics:
         self.subscribers_dropped = Counter(
             "chatgql_subscribers_dropped", "Subscriptions ended because the client fell behind", registry=self.registry
         )
+        # Read-storm coalescing: flushes, and the markRead calls they answered
+        self.mark_read_flushes = Counter(
+            "chatgql_mark_read_flushes", "markRead flushes committed (one statement each)", registry=self.registry
+        )
+        self.mark_read_flushed_calls = Counter(
+            "chatgql_mark_read_flushed_calls", "markRead calls answered by those flushes", registry=self.registry
+        )
 
         # Python's collector stops the event loop while it runs: every pause is latency for
         # whatever the process was doing (requests, relay, websockets).
@@ -50,6 +57,10 @@ class Metrics:
             registry=self.registry,
         )
         self.gc_frozen.set_function(gc.get_freeze_count)
+
+    def mark_read_flushed(self, keys: int, calls: int) -> None:
+        self.mark_read_flushes.inc()
+        self.mark_read_flushed_calls.inc(calls)
 
     def track(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)

@@ -126,6 +126,16 @@ class Settings(BaseSettings):
     # answers 503 (keep it below the process's open-file limit, ulimit -n).
     max_connections: int = Field(default=15_000, ge=1)
 
+    # Read-storm coalescing (services/read_coalescing.py): markRead calls of one process are
+    # merged per (conversation, user) and written together, one statement and one commit per
+    # flush; each caller is answered after that commit. Off: one statement per call, as before.
+    mark_read_coalescing: bool = True
+    # Milliseconds a flush waits for more calls before it goes (0: an idle process adds no wait;
+    # calls arriving while a flush is in flight still share the next one).
+    mark_read_window_ms: float = Field(default=0.0, ge=0, le=1000)
+    # (conversation, user) keys in one flush at most; more wait for the next flush.
+    mark_read_max_batch: int = Field(default=500, ge=1, le=10_000)
+
     # Plan-once execution of accepted documents (graphql/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True

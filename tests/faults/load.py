@@ -428,3 +428,52 @@ async def create_groups(api: Api, owner: int, users: list[int], count: int) -> l
         data = await api.call(owner, CREATE_GROUP, {"t": f"fault group {i}", "m": [str(u) for u in users]})
         out.append(data["createGroup"]["id"])
     return out
+
+
+@dataclass
+class StormRead:
+    user: int
+    conversation_id: str
+    asked: int
+    seen: int  # the highest seq acknowledged to any sender before the call went out
+    sent_at: float  # the first attempt
+    received_at: float  # the answer (of the attempt that got one)
+    last_read_seq: int
+
+
+class ReadStorm:
+    """users x devices clients marking read as fast as they are answered, each retrying a
+    failed call (same conversation and seq) until it is answered, as Load's clients do."""
+
+    def __init__(self, api: Api, users: list[int], devices: int, conversations: list[str], load: Load) -> None:
+        self.api = api
+        self.users = users
+        self.devices = devices
+        self.conversations = conversations
+        self.load = load  # its acknowledged sends say what seqs exist
+        self.stats = LoadStats()
+        self.reads: list[StormRead] = []
+
+    async def _device(self, user: int, device: int, stop: asyncio.Event, give_up_at: float) -> None:
+        rng = random.Random(user * 100 + device)
+        while not stop.is_set():
+            cid = rng.choice(self.conversations)
+            top = self.load.max_acked_seq(cid)
+            asked = max(0, rng.choice([top - rng.randint(1, 10), top, top + rng.randint(1, 3)]))
+            self.stats.read_calls += 1
+            sent_at = time.monotonic()
+            try:
+                data, _ = await self.api.call_until_done(
+                    user, MARK_READ, {"c": cid, "s": asked}, give_up_at, self.stats
+                )
+            except Retryable:
+                return
+            except Refused as error:
+                self.stats.refusals.append(f"markRead {cid} {asked}: {error}")
+                return
+            result = data["markRead"]
+            self.reads.append(StormRead(user, cid, asked, top, sent_at, time.monotonic(), result["lastReadSeq"]))
+            await asyncio.sleep(rng.uniform(0, 0.01))
+
+    async def run(self, stop: asyncio.Event, give_up_at: float) -> None:
+        await asyncio.gather(*(self._device(u, d, stop, give_up_at) for u in self.users for d in range(self.devices)))

@@ -45,11 +45,13 @@ from .infra import (
     stable_port,
     topic_end,
 )
-from .load import Api, Load, Subscriber, WatermarkMonitor, catch_up, create_groups, token_settings
+from .load import Api, Load, ReadStorm, Subscriber, WatermarkMonitor, catch_up, create_groups, token_settings
 
 OWNER = 100  # the subscriber: a member of every conversation who never sends
 USERS = list(range(1, 9))  # eight senders, one client task each
 CONVERSATIONS = 4
+STORM_USERS = list(range(201, 231))  # read_storm: 30 more members, 3 devices each, marking read
+STORM_DEVICES = 3
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Result:
     gaps: int = 0
     reorders: int = 0
     watermark_back: int = 0
+    reads: int = 0
     drops: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
@@ -91,6 +94,7 @@ COLUMNS = [
     ("gaps", "seq gaps"),
     ("reorders", "reorders"),
     ("watermark_back", "watermark back"),
+    ("reads", "markRead answered"),
     ("drops", "sub drops/resyncs"),
     ("seconds", "s"),
 ]
@@ -167,8 +171,12 @@ class Scenario:
         db_via_proxy: bool = False,
         relays_via_proxy: bool = False,
         consumer_bus_via_proxy: bool = False,
+        read_storm: bool = False,
+        api_env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.read_storm = read_storm  # STORM_USERS x STORM_DEVICES clients mark read all along
+        self.api_env = api_env or {}  # more settings of the API process
         self.infra = infra
         self.topology = topology
         self.relay_count = relays
@@ -206,7 +214,7 @@ class Scenario:
 
         bus = "memory://" if self.topology == "single" else infra.redis.url
         env = chat_env(self.url, infra.kafka.bootstrap, self.topic, bus)
-        api_env = dict(env)
+        api_env = dict(env) | self.api_env
         relay_env = dict(env)
         consumer_env = dict(env)
         if self.consumer_bus_via_proxy:
@@ -365,8 +373,10 @@ class Scenario:
     ) -> Result:
         result = self.result
         client = self.client
-        conversations = await create_groups(client, OWNER, USERS, CONVERSATIONS)
+        members = USERS + (STORM_USERS if self.read_storm else [])
+        conversations = await create_groups(client, OWNER, members, CONVERSATIONS)
         load = Load(client, USERS, conversations)
+        storm = ReadStorm(client, STORM_USERS, STORM_DEVICES, conversations, load) if self.read_storm else None
         subscriber = self.subscriber = Subscriber(self.ws_url, client.authorization(OWNER))
         monitor = WatermarkMonitor(self.engine)
         subscriber.start()
@@ -379,6 +389,9 @@ class Scenario:
             # the fault is over (so sends are tested on the recovered system too).
             stop = asyncio.Event()
             load_task = asyncio.create_task(load.run(stop, time.monotonic() + 600), name="load")
+            if storm is not None:
+                storm_task = asyncio.create_task(storm.run(stop, time.monotonic() + 600), name="read-storm")
+                load_task = asyncio.create_task(_both(load_task, storm_task), name="load and storm")
             try:
                 await asyncio.gather(fault(self), asyncio.sleep(load_seconds - after_fault))
                 self.mark("fault over")
@@ -430,7 +443,16 @@ class Scenario:
         fetched = await catch_up(client, OWNER, held, conversations, time.monotonic() + 120, load.stats)
 
         check(result, load, subscriber, monitor, stored, self._last_seqs, self._watermarks, fetched)
+        result.reads = len(load.reads)
+        if storm is not None:
+            check_storm(result, storm, self._watermarks)
+            result.reads += len(storm.reads)
         result.notes = "; ".join(self.events)
+        if storm is not None:
+            result.notes += (
+                f"; read storm: {storm.stats.read_calls} markRead calls from {len(STORM_USERS) * STORM_DEVICES} "
+                f"clients, {len(storm.reads)} answered, {sum(storm.stats.errors.values())} attempts retried"
+            )
         result.notes += (
             f"; {len(load.reads)} markRead answers, {monitor.samples} watermark samples "
             f"({monitor.failed_samples} failed while the fault lasted)"
@@ -636,6 +658,46 @@ def check(
         fail(f"the outbox still holds {result.outbox_end} events")
     if monitor.samples == 0:
         fail("the watermark monitor never got a sample")
+
+
+async def _both(first: asyncio.Task, second: asyncio.Task) -> None:
+    try:
+        await asyncio.gather(first, second)
+    except BaseException:
+        first.cancel()
+        second.cancel()
+        raise
+
+
+def check_storm(result: Result, storm: ReadStorm, watermarks: dict[tuple[int, int], int]) -> None:
+    """The read storm's answers: every answered watermark is durable (the database ends at or
+    above it), none is below its clamped ask, and per (conversation, user) no answer is below
+    one received before its call went out (a watermark seen never moves back)."""
+    fail = result.failures.append
+    if storm.stats.refusals:
+        fail(f"{len(storm.stats.refusals)} valid markRead calls refused, e.g. {storm.stats.refusals[:3]}")
+    per_key: dict[tuple[int, int], list] = defaultdict(list)
+    for r in storm.reads:
+        per_key[(int(r.conversation_id), r.user)].append(r)
+        if r.last_read_seq < min(r.asked, r.seen):
+            fail(f"markRead({r.conversation_id}, {r.asked}) by {r.user} answered {r.last_read_seq}, below {r.seen}")
+    for key, reads in per_key.items():
+        final = watermarks.get(key)
+        top = max(r.last_read_seq for r in reads)
+        if final is None or final < top:
+            result.watermark_back += 1
+            fail(f"watermark of user {key[1]} in {key[0]} is {final}, below the answered {top}")
+        by_received = sorted(reads, key=lambda r: r.received_at)
+        floor, i = 0, 0
+        for r in sorted(reads, key=lambda r: r.sent_at):
+            while i < len(by_received) and by_received[i].received_at < r.sent_at:
+                floor = max(floor, by_received[i].last_read_seq)
+                i += 1
+            if r.last_read_seq < floor:
+                result.watermark_back += 1
+                fail(f"user {key[1]} in {key[0]}: answered {r.last_read_seq} after an answer of {floor}")
+    if not storm.reads:
+        fail("the read storm got no answer")
 
 
 async def run_scenario(

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from .load import Load, ReadAck, SendAck, Subscriber, WatermarkMonitor
-from .scenario import Result, check
+from .load import Load, ReadAck, ReadStorm, SendAck, StormRead, Subscriber, WatermarkMonitor
+from .scenario import Result, check, check_storm
 
 CID = "1"
 WATCHER = 100
@@ -166,3 +166,48 @@ def test_each_broken_promise_is_reported(breakage: Callable[[Record], None]) -> 
     clean = copy.deepcopy(Record().result())
     assert clean.failures == []
     assert record.result().failures, f"{breakage.__name__} went unnoticed"
+
+
+# --- the read storm's check (scenario.check_storm) -------------------------------------------
+
+
+def storm_record() -> tuple[ReadStorm, dict[tuple[int, int], int]]:
+    """Two devices of user 7 in conversation 1: answers 2, 3 (overlapping), then 3 again."""
+    storm = ReadStorm(None, [7], 2, [CID], Load(None, [1], [CID]))  # type: ignore[arg-type]
+    storm.reads += [
+        StormRead(7, CID, asked=2, seen=3, sent_at=0.0, received_at=2.0, last_read_seq=2),
+        StormRead(7, CID, asked=5, seen=3, sent_at=1.0, received_at=1.5, last_read_seq=3),  # clamped to 3
+        StormRead(7, CID, asked=1, seen=3, sent_at=3.0, received_at=3.5, last_read_seq=3),  # stale ask
+    ]
+    return storm, {(1, 7): 3}
+
+
+def test_a_clean_read_storm_passes() -> None:
+    storm, watermarks = storm_record()
+    result = Result("synthetic")
+    check_storm(result, storm, watermarks)
+    assert result.failures == []
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "answered above the final watermark",
+        "answered below the clamped ask",
+        "answered less than an earlier answer",
+        "refused",
+    ],
+)
+def test_the_read_storm_check_reports_each_broken_promise(plant: str) -> None:
+    storm, watermarks = storm_record()
+    if plant == "answered above the final watermark":
+        watermarks[(1, 7)] = 2  # the answered 3 was not durable
+    elif plant == "answered below the clamped ask":
+        storm.reads[1].last_read_seq = 2  # asked 5 of a lastSeq of 3: at least 3
+    elif plant == "answered less than an earlier answer":
+        storm.reads.append(StormRead(7, CID, asked=0, seen=3, sent_at=4.0, received_at=4.5, last_read_seq=2))
+    else:
+        storm.stats.refusals.append("markRead 1 2: NOT_FOUND")
+    result = Result("synthetic")
+    check_storm(result, storm, watermarks)
+    assert result.failures, plant

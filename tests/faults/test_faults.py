@@ -155,3 +155,26 @@ async def test_network_between_the_api_and_a_backend_cut_for_10_seconds(infra: I
 
     options = {"kafka_via_proxy": True} if link == "kafka" else {"db_via_proxy": True}
     assert_ok(await run_scenario(f"cut_api_{link}", infra, fault, **options))
+
+
+async def test_api_process_killed_with_sigkill_during_a_read_storm(infra: Infra) -> None:
+    """90 clients (30 more members, 3 devices each) mark read as fast as they are answered,
+    while the senders go on, and the API (coalescing markRead, a 10 ms window) is SIGKILLed
+    mid-storm and restarted: every markRead answered is durable (the database's watermark ends
+    at or above it) and no watermark, sampled or answered, moves back."""
+
+    async def fault(s: Scenario) -> None:
+        await asyncio.sleep(FAULT_AT)
+        await s.kill(s.api)
+        await asyncio.sleep(1)
+        await s.restart(s.api)
+
+    assert_ok(
+        await run_scenario(
+            "read_storm_sigkill",
+            infra,
+            fault,
+            read_storm=True,
+            api_env={"CHATGQL_MARK_READ_COALESCING": "true", "CHATGQL_MARK_READ_WINDOW_MS": "10"},
+        )
+    )

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphql import GraphQLError, OperationDefinitionNode
+from graphql import FieldNode, GraphQLError, OperationDefinitionNode
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
@@ -35,6 +35,7 @@ class Deps:
     database: Database
     dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
     wakeup: Any = None  # events.wakeup.RelayWakeup
+    read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
     send_limiter: RateLimiter = field(init=False)
     read_limiter: RateLimiter = field(init=False)
     group_limiter: RateLimiter = field(init=False)
@@ -194,5 +195,23 @@ class ChatOperation(SchemaExtension):
             self.execution_context.operation_type == OperationType.MUTATION
             and isinstance(context, Context)
             and context.deps.wakeup is not None
+            and not (context.deps.read_coalescer is not None and self._only_mark_read())
         ):
             context.deps.wakeup.wake()
+
+    def _only_mark_read(self) -> bool:
+        """Every root field of the operation is markRead: with coalescing, the flush that wrote
+        their events woke the relay once (a storm of them would otherwise wake it once each)."""
+        document = self.execution_context.graphql_document
+        name = self.execution_context.operation_name
+        if document is None:
+            return False
+        for definition in document.definitions:
+            if isinstance(definition, OperationDefinitionNode) and (
+                name is None or (definition.name is not None and definition.name.value == name)
+            ):
+                return all(
+                    isinstance(field, FieldNode) and field.name.value == "markRead"
+                    for field in definition.selection_set.selections
+                )
+        return False

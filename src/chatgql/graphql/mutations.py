@@ -105,7 +105,7 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         ctx.deps.read_limiter.check(viewer)
-        result = await do_mark_read(ctx.database, viewer, cid, seq)
+        result = await do_mark_read(ctx.database, viewer, cid, seq, coalescer=ctx.deps.read_coalescer)
         ctx.forget_conversation(cid)
         return MarkReadPayload(
             conversation_id=ID(str(cid)),

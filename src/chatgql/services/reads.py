@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..db import Database
 from ..errors import conversation_not_found
 from ..events import types as events
 from ..store import reads
 from .checks import check_seq
+
+if TYPE_CHECKING:
+    from .read_coalescing import ReadCoalescer
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,13 +23,20 @@ class MarkReadResult:
     advanced: bool
 
 
-async def do_mark_read(database: Database, viewer_id: int, conversation_id: int, seq: int) -> MarkReadResult:
+async def do_mark_read(
+    database: Database, viewer_id: int, conversation_id: int, seq: int, *, coalescer: ReadCoalescer | None = None
+) -> MarkReadResult:
     """Raise the viewer's watermark to min(seq, lastSeq); never lower it.
 
     The update and its read.updated event are one statement, so one
     transaction; the event is written only when the watermark moved.
+    With a coalescer, the call joins the process's next flush (many keys,
+    one statement; read_coalescing.py says what `advanced` then means); it is
+    answered after that flush committed.
     """
     check_seq(seq)
+    if coalescer is not None:
+        return await coalescer.mark_read(viewer_id, conversation_id, seq)
     _, event = events.read_updated(conversation_id=conversation_id, user_id=viewer_id)
     async with database.connection() as conn:
         moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)

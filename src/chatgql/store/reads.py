@@ -49,3 +49,68 @@ async def watermark(conn: Connection, conversation_id: int, user_id: int) -> Row
         conversation_id,
         user_id,
     )
+
+
+async def advance_watermarks(
+    conn: Connection, conversation_ids: list[int], user_ids: list[int], seqs: list[int], events: list[dict]
+) -> list[Row]:
+    """advance_watermark for many (conversation, user) keys in one statement (so one transaction
+    even in autocommit): the same monotonic, clamped guard per key, and one read.updated outbox
+    row (events[i], lastReadSeq filled in) per key whose watermark moved. Keys must be distinct.
+
+    One row per key that is a member (a key that is not, or whose row is deleted while this
+    statement waits for it, has none):
+    (conversation_id, user_id, last_seq, last_read_seq, moved, before)
+    - last_seq: the conversation's lastSeq the clamp used;
+    - moved: this statement raised the watermark, from `before` to last_read_seq;
+    - before: the watermark just before this statement raised it (the latest committed one: the
+      row is locked first), or, when it did not move, equal to last_read_seq.
+
+    Rows that will move are locked in key order (two flushes never deadlock; the locks are taken
+    before any update), then updated: the lock makes `before` exact even when another process
+    raised the watermark after this statement's snapshot. A key that does not move answers its
+    snapshot's watermark, which is at or above LEAST(seq, last_seq) (that is why it did not move)
+    and at or above everything committed before the statement began.
+    """
+    return await conn.fetch(
+        """
+        WITH req AS (
+            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
+        ), snap AS (
+            SELECT r.cid, r.uid, r.event, m.last_read_seq, c.last_seq, LEAST(r.seq, c.last_seq) AS target
+              FROM req r
+              JOIN conversation_member m ON m.conversation_id = r.cid AND m.user_id = r.uid
+              JOIN conversation c ON c.id = r.cid
+        ), locked AS (
+            SELECT m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq AS before, s.target, s.event
+              FROM snap s
+              JOIN conversation_member m ON m.conversation_id = s.cid AND m.user_id = s.uid
+             WHERE s.last_read_seq < s.target
+             ORDER BY m.conversation_id, m.user_id
+               FOR UPDATE OF m
+        ), moved AS (
+            UPDATE conversation_member m SET last_read_seq = l.target
+              FROM locked l
+             WHERE m.conversation_id = l.cid AND m.user_id = l.uid AND m.last_read_seq < l.target
+            RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq
+        ), event AS (
+            INSERT INTO outbox (msg_key, payload)
+            SELECT mv.cid::text, l.event || jsonb_build_object('lastReadSeq', mv.last_read_seq)
+              FROM moved mv JOIN locked l ON l.cid = mv.cid AND l.uid = mv.uid
+             ORDER BY mv.cid, mv.uid
+        )
+        SELECT s.cid AS conversation_id, s.uid AS user_id, s.last_seq,
+               COALESCE(mv.last_read_seq, l.before, s.last_read_seq) AS last_read_seq,
+               mv.cid IS NOT NULL AS moved,
+               COALESCE(l.before, s.last_read_seq) AS before
+          FROM snap s
+          LEFT JOIN locked l ON l.cid = s.cid AND l.uid = s.uid
+          LEFT JOIN moved mv ON mv.cid = s.cid AND mv.uid = s.uid
+         -- a row that was to move but could not be locked was deleted meanwhile (the member left)
+         WHERE NOT (s.last_read_seq < s.target AND l.cid IS NULL)
+        """,
+        conversation_ids,
+        user_ids,
+        seqs,
+        events,
+    )
