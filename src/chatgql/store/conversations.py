@@ -283,17 +283,23 @@ async def seen_state(
 
 async def seen_by_pages(conn: Connection, keys: Sequence[tuple[int, int, int, int, int]]) -> list[Row]:
     """(conversation_id, seq, sender_id, after_user_id, limit) -> rows (i, user_id): the members other
-    than the sender with last_read_seq >= seq and user_id > after, ascending, at most limit; one statement."""
+    than the sender with last_read_seq >= seq and user_id > after, ascending, at most limit; one
+    statement. Each page reads O(readers of seq) index entries (as seenByCount does), not O(members)."""
     return await conn.fetch(
         """
         SELECT k.i, s.user_id
           FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[])
                WITH ORDINALITY AS k(cid, seq, sender, after, lim, i)
           CROSS JOIN LATERAL (
-                SELECT m.user_id FROM conversation_member m
-                 WHERE m.conversation_id = k.cid AND m.last_read_seq >= k.seq
-                   AND m.user_id <> k.sender AND m.user_id > k.after
-                 ORDER BY m.user_id LIMIT k.lim) s
+                -- The readers from conversation_member_read_idx, then the first `lim` of them: without
+                -- the fence (OFFSET 0) the planner may walk the primary key in user_id order through
+                -- every member who has not read seq (all 100,000 of them for a new message).
+                SELECT r.user_id FROM (
+                    SELECT m.user_id FROM conversation_member m
+                     WHERE m.conversation_id = k.cid AND m.last_read_seq >= k.seq
+                       AND m.user_id <> k.sender AND m.user_id > k.after
+                    OFFSET 0) r
+                 ORDER BY r.user_id LIMIT k.lim) s
          ORDER BY k.i, s.user_id
         """,
         [k[0] for k in keys],
