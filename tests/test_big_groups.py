@@ -293,3 +293,73 @@ async def _big_group(server: RunningServer, engine: Any, http: Any) -> None:
         assert await received_within(ops["m10"], 0.5) == []
     finally:
         await asyncio.gather(*(c.close() for c in clients.values()), return_exceptions=True)
+
+
+async def test_at_the_threshold_reads_go_to_everyone_and_above_it_only_to_the_readers_own_devices(migrated_url, http):
+    async with own_database_server(migrated_url, "bigthreshold", big_group_threshold=3) as (server, engine):
+        api = ChatApi.of(server, http)
+        cid = await api.create_group(1, [2, 3])  # 3 members: not above the threshold
+        direct = (await api.data('mutation { createDirectConversation(userId: "2") { id } }', user=1))[
+            "createDirectConversation"
+        ]["id"]
+        for body in ("a", "b", "c"):
+            await api.send(2, cid, body)
+        await api.send(2, direct, "d")
+        clients = [await ws_connect(server, user) for user in (2, 3, 99, 1)]
+        try:
+            r2 = await clients[0].subscribe(READS, {"c": cid})
+            r3 = await clients[1].subscribe(READS, {})  # all of 3's conversations
+            m99 = await clients[2].subscribe(MESSAGES, {})  # a member of nothing here
+            r1 = await clients[3].subscribe(READS, {"c": cid})
+            await wait_active_subscriptions(server, 4)
+
+            # small: every move reaches every subscribed member, one by one, as before
+            for seq in (1, 2, 3):
+                await api.mark_read(1, cid, seq)
+            await api.mark_read(1, direct, 1)
+            one_by_one = [{"userId": "1", "lastReadSeq": s, "coalesced": False, "moves": 1} for s in (1, 2, 3)]
+            for op in (r2, r3):
+                got = [e["readUpdated"] for e in await op.collect(3, timeout=10)]
+                assert [{k: e[k] for k in one_by_one[0]} for e in got] == one_by_one
+            assert [e["readUpdated"]["lastReadSeq"] for e in await r1.collect(3, timeout=10)] == [1, 2, 3]
+            direct_read = await clients[0].subscribe(READS, {"c": direct})
+            await wait_active_subscriptions(server, 5)
+            await api.send(2, direct, "e")
+            await api.mark_read(1, direct, 2)
+            assert (await direct_read.next(timeout=10))["readUpdated"]["coalesced"] is False
+
+            # one more member: above the threshold
+            await api.add_members(1, cid, [4, 6])
+            seq = await api.send(4, cid, "now big")
+            listening = asyncio.create_task(received_within(r2, 2.5))
+            started = time.monotonic()
+            for user in (1, 3, 6):  # (4 sent it: 4 has read it)
+                await api.mark_read(user, cid, seq)
+            burst_seconds = time.monotonic() - started
+            got = [e["readUpdated"] for _, e in await listening]
+            assert got and all(e["coalesced"] for e in got), got
+            assert sum(e["moves"] for e in got) == 3 and got[-1]["userId"] == "6", got
+            # at most one at once and one an interval later: three moves, so some were folded
+            assert len(got) <= 2 + int(burst_seconds), (got, burst_seconds)
+            # 1's own device got 1's move at once, not coalesced; 3's all-conversations one got 3's own
+            own = [e["readUpdated"] for _, e in await received_within(r1, 2.0)]
+            assert {"userId": "1", "lastReadSeq": seq, "coalesced": False} in [
+                {k: e[k] for k in ("userId", "lastReadSeq", "coalesced")} for e in own
+            ], own
+            assert all(e["coalesced"] for e in own if e["userId"] != "1"), own
+            mine3 = [e["readUpdated"] for _, e in await received_within(r3, 1.0)]
+            assert {"userId": "3", "lastReadSeq": seq, "coalesced": False} in [
+                {k: e[k] for k in ("userId", "lastReadSeq", "coalesced")} for e in mine3
+            ], mine3
+
+            # a member added later and subscribed later is asked about and served; a non-member never
+            await api.add_members(1, cid, [5])
+            late = await ws_connect(server, 5)
+            clients.append(late)
+            m5 = await late.subscribe(MESSAGES, {})
+            await wait_active_subscriptions(server, 6)
+            seq = await api.send(1, cid, "hello 5")
+            assert (await m5.next(timeout=10))["messageNew"]["seq"] == seq
+            assert await received_within(m99, 0.3) == []
+        finally:
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     # readUpdated subscriptions at once; the conversation's other readUpdated subscribers get at most
     # one coalesced readUpdated (coalesced: true) per big_group_read_interval_seconds; and the live
     # path asks PostgreSQL only about the users subscribed in this process, never for the member list.
-    big_group_threshold: int = Field(default=200, ge=1)
+    big_group_threshold: int = Field(default=200, ge=2)  # 2 and up: a DIRECT chat is never big
     big_group_read_interval_seconds: float = Field(default=1.0, gt=0)
     # Conversation.members(first:) and Message.seenBy(first:): the most one call returns (members'
     # default `first` too; seenBy's stays 100). A larger `first` is capped to it.
