@@ -90,6 +90,20 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
     return found[1], found[2]
 
 
+# Recent read.updated events -> (event, its shared reads): a member row selected by many subscribers
+# (member { role joinedAt }) is read once per event, not once per subscriber.
+_recent_reads: OrderedDict[int, tuple[dict, EventReads]] = OrderedDict()
+
+
+def _reads_for(event: dict, database: Any) -> EventReads:
+    found = _recent_reads.get(id(event))
+    if found is None or found[0] is not event:
+        found = _recent_reads[id(event)] = (event, EventReads(database))
+        if len(_recent_reads) > _RECENT:
+            _recent_reads.popitem(last=False)
+    return found[1]
+
+
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
@@ -167,5 +181,5 @@ class Subscription:
                     coalesced=event.get("coalesced", False),
                     moves=event.get("moves", 1),
                     source=event,
-                    new_loaders=info.context.fresh_loaders,
+                    new_loaders=partial(info.context.fresh_loaders, _reads_for(event, info.context.database)),
                 )
