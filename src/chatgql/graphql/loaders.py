@@ -71,13 +71,18 @@ class EventReads:
     so nothing is cached across events.
     """
 
-    __slots__ = ("seen", "seen_by", "member")
+    __slots__ = ("seen", "seen_by", "member", "_reads")
 
     def __init__(self, database: Database) -> None:
-        reads = _SharedReads(database)
+        reads = self._reads = _SharedReads(database)
         self.seen = _Loader(reads.load_seen)
         self.seen_by = _Loader(reads.load_seen_by)
         self.member = _Loader(reads.load_members)
+
+    def expect_seen(self, keys: Sequence[SeenKey]) -> None:
+        """Messages whose seen fields may be asked one after another (a replay): the first seen load
+        reads them all in the same statement, and later loads find their answers ready."""
+        self._reads.expected.extend(keys)
 
 
 class _Loader(DataLoader):
@@ -108,6 +113,7 @@ class Loaders:
         self.member_page = _Loader(reads.load_member_pages)
         if shared is None:
             shared = EventReads(database)
+        self.seen_reads = shared
         self.seen = shared.seen
         self.seen_by = shared.seen_by
         self.member = shared.member
@@ -135,12 +141,26 @@ class Loaders:
 class _SharedReads:
     """Batch functions whose answers do not depend on who asks (EventReads)."""
 
-    __slots__ = ("_database",)
+    __slots__ = ("_database", "expected", "_ready")
 
     def __init__(self, database: Database) -> None:
         self._database = database
+        self.expected: list[SeenKey] = []  # read along with the next seen load (EventReads.expect_seen)
+        self._ready: dict[SeenKey, Seen] = {}  # what that read answered for keys not asked yet
 
     async def load_seen(self, keys: Sequence[SeenKey]) -> list[Seen]:
+        missing = [key for key in keys if key not in self._ready]
+        if missing:
+            asking = set(missing)
+            asked = missing + [key for key in self.expected if key not in asking and key not in self._ready]
+            self.expected = []
+            self._ready.update(zip(asked, await self._read_seen(asked), strict=True))
+        answers = [self._ready[key] for key in keys]
+        for key in keys:
+            self._ready.pop(key, None)
+        return answers
+
+    async def _read_seen(self, keys: Sequence[SeenKey]) -> list[Seen]:
         """One statement for every key: see store.conversations.SEEN_STATE_SQL."""
         ranges: dict[int, tuple[int, int]] = {}
         for key in keys:

@@ -48,7 +48,7 @@ from ..errors import BadUserInput, conversation_not_found
 from ..events import types as events
 from ..services.checks import check_id
 from ..services.history import read_replay
-from .loaders import EventReads
+from .loaders import EventReads, SeenKey
 from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
@@ -149,6 +149,10 @@ class Subscription:
             held = replay.held
             # The replay is one read of one moment: its messages share one set of loaders.
             replay_loaders = functools.cache(ctx.fresh_loaders)
+            if replay.messages:  # their seen fields, if selected, in one read (not one per message)
+                replay_loaders().seen_reads.expect_seen(
+                    [SeenKey(row["conversation_id"], row["seq"], row["sender_id"]) for row in replay.messages]
+                )
             for row in replay.messages:
                 message = Message.from_row(row)
                 message.new_loaders = replay_loaders
