@@ -118,13 +118,18 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         stack.push_async_callback(bus.disconnect)
 
         if api:
+            big = settings.big_group_threshold
 
-            async def load_members(conversation_id: int) -> frozenset[int]:
+            async def load_members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]] | None:
                 async with database.connection() as conn:
-                    return frozenset(await conversations.member_user_ids(conn, conversation_id))
+                    row = await conversations.live_members(conn, conversation_id, big, subscribed)
+                return None if row is None else (row["member_count"], row["user_ids"])
 
             dispatcher = Dispatcher(
-                MembershipCache(load_members), settings.subscriber_buffer, on_drop=metrics.subscribers_dropped.inc
+                MembershipCache(load_members, whole_up_to=big),
+                settings.subscriber_buffer,
+                on_drop=metrics.subscribers_dropped.inc,
+                read_interval=settings.big_group_read_interval_seconds,
             )
             runtime.deps.dispatcher = dispatcher
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)

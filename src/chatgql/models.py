@@ -8,6 +8,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -30,6 +31,8 @@ conversation = Table(
     Column("last_message_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("created_by", BigInteger),  # a GROUP's creator (0004); NULL for DIRECT and older rows
+    # conversation_member rows, kept by triggers on conversation_member (0007)
+    Column("member_count", Integer, nullable=False, server_default="0"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
     Index(
@@ -52,6 +55,8 @@ conversation_member = Table(
     CheckConstraint("role IN ('OWNER', 'MEMBER')", name="conversation_member_role_check"),
     CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
     Index("conversation_member_user_id_idx", "user_id"),
+    # seenByCount and seen as index-only scans (0007)
+    Index("conversation_member_read_idx", "conversation_id", "last_read_seq", postgresql_include=["user_id"]),
 )
 
 message = Table(

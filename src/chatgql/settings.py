@@ -136,6 +136,20 @@ class Settings(BaseSettings):
     # (conversation, user) keys in one flush at most; more wait for the next flush.
     mark_read_max_batch: int = Field(default=500, ge=1, le=10_000)
 
+    # Big groups (docs/scale/biggroups.md)
+    # Above this many members a GROUP is big: a member's read.updated reaches only that member's own
+    # readUpdated subscriptions at once; the conversation's other readUpdated subscribers get at most
+    # one coalesced readUpdated (coalesced: true) per big_group_read_interval_seconds; and the live
+    # path asks PostgreSQL only about the users subscribed in this process, never for the member list.
+    big_group_threshold: int = Field(default=200, ge=2)  # 2 and up: a DIRECT chat is never big
+    big_group_read_interval_seconds: float = Field(default=1.0, gt=0)
+    # Conversation.members(first:) and Message.seenBy(first:): the most one call returns (members'
+    # default `first` too; seenBy's stays 100). A larger `first` is capped to it.
+    members_page_max: int = Field(default=1000, ge=1)
+    # createGroup(memberIds:) and addMembers(userIds:): the most ids one call takes (each call's
+    # cost is bounded by it); bigger groups are built with several addMembers calls.
+    max_members_per_call: int = Field(default=1000, ge=1)
+
     # Plan-once execution of accepted documents (graphql/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True

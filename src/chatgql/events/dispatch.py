@@ -7,6 +7,14 @@ broadcast bus) and hands each to the subscriptions that should see it:
 - only while the viewer is a member at the time of the event: membership
   comes from a per-process cache (one query per conversation, not per
   subscriber), dropped whenever a member event for that conversation passes.
+  For a small conversation the cache holds every member id; for a big one
+  (more than CHATGQL_BIG_GROUP_THRESHOLD members) only whether each user
+  subscribed in this process is a member: the query is bounded by this
+  process's subscribers, never by the group's 100,000 members;
+- in a big group a read.updated goes at once only to the reader's own
+  readUpdated subscriptions; the conversation's other readUpdated subscribers
+  get the newest move at most once per CHATGQL_BIG_GROUP_READ_INTERVAL_SECONDS,
+  marked coalesced (ReadCoalescer).
 
 Each subscription has a bounded buffer. A subscriber that falls behind is cut
 off with SubscriberOverflow (it resyncs with messages(after:) or sync) and
@@ -17,15 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Iterable
 
 from ..errors import LimitExceeded, NotFound
 from . import types as events
 
 log = logging.getLogger(__name__)
 
-MemberLoader = Callable[[int], Awaitable[frozenset[int]]]
+# (conversation id, user ids subscribed here) -> (member_count, member ids): every member's id when
+# member_count <= the threshold, else only the members among the ids given; None: no such conversation.
+MemberLoader = Callable[[int, list[int]], Awaitable[tuple[int, list[int]] | None]]
 
 
 class SubscriberOverflow(LimitExceeded):
@@ -121,93 +131,254 @@ class Subscription:
 class _Registration:
     """`async with dispatcher.subscribe(...) as sub`: sub receives events inside the block."""
 
-    __slots__ = ("_index", "_key", "_sub")
+    __slots__ = ("_dispatcher", "_sub")
 
-    def __init__(self, index: dict[int, set[Subscription]], key: int, sub: Subscription) -> None:
-        self._index = index
-        self._key = key
+    def __init__(self, dispatcher: Dispatcher, sub: Subscription) -> None:
+        self._dispatcher = dispatcher
         self._sub = sub
 
     async def __aenter__(self) -> Subscription:
-        self._index[self._key].add(self._sub)
+        self._dispatcher._add(self._sub)
         return self._sub
 
     async def __aexit__(self, *exc: object) -> None:
-        subs = self._index.get(self._key)
-        if subs is not None:
-            subs.discard(self._sub)
-            if not subs:
-                del self._index[self._key]
+        self._dispatcher._remove(self._sub)
+
+
+class Members:
+    """What this process knows of one conversation's members.
+
+    complete: every member id is in `ids` (a small conversation). Otherwise
+    (a big one) `ids` holds the members among `asked`, the user ids whose
+    membership was read; `version` is the dispatcher's subscriber version
+    when the subscribed users were last all asked about."""
+
+    __slots__ = ("member_count", "complete", "ids", "asked", "version")
+
+    def __init__(self, member_count: int, complete: bool, ids: set[int]) -> None:
+        self.member_count = member_count
+        self.complete = complete
+        self.ids = ids
+        self.asked: set[int] = set()
+        self.version = -1
 
 
 class MembershipCache:
-    """conversation id -> member ids, LRU-bounded, loaded on first use."""
+    """conversation id -> Members, LRU-bounded, loaded on first use.
 
-    def __init__(self, load: MemberLoader, max_entries: int = 10_000) -> None:
+    A conversation of at most whole_up_to members is read whole (one query);
+    a bigger one only for the user ids subscribed in this process that were
+    not asked about yet. A read that overlapped a forget() (a member event)
+    is used for the event that asked, and not kept.
+    """
+
+    def __init__(self, load: MemberLoader, whole_up_to: int = 200, max_entries: int = 10_000) -> None:
         self._load = load
+        self.whole_up_to = whole_up_to
         self._max = max_entries
-        self._entries: OrderedDict[int, frozenset[int]] = OrderedDict()
+        self._entries: OrderedDict[int, Members] = OrderedDict()
+        self._generation = 0
 
-    async def members(self, conversation_id: int) -> frozenset[int]:
+    async def members(self, conversation_id: int, subscribed: Callable[[], Iterable[int]], version: int) -> Members:
+        """The conversation's Members, knowing about every user subscribed() names (asked only
+        when version, the dispatcher's subscriber version, changed since the last time)."""
         found = self._entries.get(conversation_id)
         if found is not None:
             self._entries.move_to_end(conversation_id)
-            return found
-        found = await self._load(conversation_id)
-        self._entries[conversation_id] = found
-        if len(self._entries) > self._max:
-            self._entries.popitem(last=False)
-        return found
+            if found.complete or found.version == version:
+                return found
+            unknown = [uid for uid in subscribed() if uid not in found.asked]
+            if not unknown:
+                found.version = version
+                return found
+        else:
+            unknown = list(subscribed())
+        generation = self._generation
+        loaded = await self._load(conversation_id, unknown)
+        count, ids = loaded if loaded is not None else (0, [])
+        if count <= self.whole_up_to:
+            entry = Members(count, True, set(ids))
+        else:
+            entry = found if found is not None and not found.complete else Members(count, False, set())
+            entry.member_count = count
+            entry.ids.update(ids)
+            entry.asked.update(unknown)
+            entry.version = version
+        if generation == self._generation:
+            self._entries[conversation_id] = entry
+            self._entries.move_to_end(conversation_id)
+            if len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return entry
 
     def forget(self, conversation_id: int) -> None:
+        self._generation += 1
         self._entries.pop(conversation_id, None)
 
 
+class ReadCoalescer:
+    """Per big conversation: at most one coalesced read.updated per interval.
+
+    The first move is passed on at once; moves that come within the interval
+    after a delivery wait, and when it ends the newest of them is passed on,
+    with how many moves it stands for. A conversation quiet for a whole
+    interval is forgotten.
+    """
+
+    def __init__(self, interval: float, deliver: Callable[[int, dict], None]) -> None:
+        self._interval = interval
+        self._deliver = deliver
+        self._state: dict[int, list] = {}  # cid -> [pending event or None, moves, timer handle]
+
+    def add(self, conversation_id: int, event: dict) -> None:
+        state = self._state.get(conversation_id)
+        if state is None:
+            state = self._state[conversation_id] = [
+                None,
+                0,
+                asyncio.get_running_loop().call_soon(self._flush, conversation_id),
+            ]
+        state[0] = event
+        state[1] += 1
+
+    def _flush(self, conversation_id: int) -> None:
+        state = self._state[conversation_id]
+        event, moves = state[0], state[1]
+        if event is None:
+            del self._state[conversation_id]  # quiet for a whole interval
+            return
+        state[0], state[1] = None, 0
+        state[2] = asyncio.get_running_loop().call_later(self._interval, self._flush, conversation_id)
+        self._deliver(conversation_id, {**event, "coalesced": True, "moves": moves})
+
+
 class Dispatcher:
-    def __init__(self, membership: MembershipCache, buffer: int, on_drop: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        membership: MembershipCache,
+        buffer: int,
+        on_drop: Callable[[], None] = lambda: None,
+        *,
+        read_interval: float = 1.0,
+    ) -> None:
         self._membership = membership
         self._buffer = buffer
         self._on_drop = on_drop
-        self._by_conversation: dict[int, set[Subscription]] = defaultdict(set)
-        self._by_user: dict[int, set[Subscription]] = defaultdict(set)
+        # conversation id -> user id -> that user's subscriptions to the conversation
+        self._by_conversation: dict[int, dict[int, set[Subscription]]] = {}
+        self._by_user: dict[int, set[Subscription]] = {}
+        self._version = 0  # grows whenever a user is subscribed anew (big groups ask about them)
+        self._coalescer = ReadCoalescer(read_interval, self._deliver_coalesced)
+        self._tasks: set[asyncio.Task] = set()
 
     @property
     def active(self) -> int:
-        return sum(len(s) for s in self._by_conversation.values()) + sum(len(s) for s in self._by_user.values())
+        return sum(len(s) for by_user in self._by_conversation.values() for s in by_user.values()) + sum(
+            len(s) for s in self._by_user.values()
+        )
 
     def subscribe(self, user_id: int, conversation_id: int | None, event_type: str) -> _Registration:
         """`async with dispatcher.subscribe(...) as subscription: async for event in subscription: ...`"""
-        sub = Subscription(user_id, conversation_id, event_type, self._buffer)
-        if conversation_id is None:
-            return _Registration(self._by_user, user_id, sub)
-        return _Registration(self._by_conversation, conversation_id, sub)
+        return _Registration(self, Subscription(user_id, conversation_id, event_type, self._buffer))
+
+    def _add(self, sub: Subscription) -> None:
+        cid = sub.conversation_id
+        index = self._by_user if cid is None else self._by_conversation.setdefault(cid, {})
+        subs = index.get(sub.user_id)
+        if subs is None:
+            subs = index[sub.user_id] = set()
+            self._version += 1
+        subs.add(sub)
+
+    def _remove(self, sub: Subscription) -> None:
+        cid = sub.conversation_id
+        index = self._by_user if cid is None else self._by_conversation.get(cid)
+        if index is None:
+            return
+        subs = index.get(sub.user_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del index[sub.user_id]
+                if cid is not None and not index:
+                    del self._by_conversation[cid]
+
+    def _subscribed(self, conversation_id: int) -> Callable[[], Iterable[int]]:
+        def users() -> Iterable[int]:
+            by_conversation = self._by_conversation.get(conversation_id, {})
+            yield from by_conversation
+            yield from (uid for uid in self._by_user if uid not in by_conversation)
+
+        return users
+
+    async def _members(self, conversation_id: int) -> Members:
+        return await self._membership.members(conversation_id, self._subscribed(conversation_id), self._version)
 
     async def dispatch(self, event: dict) -> None:
         cid = event["conversationId"]
-        if event["type"] in (events.MEMBERS_ADDED, events.MEMBER_REMOVED):
-            self._membership.forget(cid)
-            if event["type"] == events.MEMBER_REMOVED:
-                for sub in list(self._by_conversation.get(cid, ())):
-                    if sub.user_id == event["userId"]:
-                        sub.fail(NotFound(f"conversation {cid} not found", conversationId=str(cid)))
-            return
         kind = event["type"]
-        specific = [s for s in self._by_conversation.get(cid, ()) if s.event_type == kind]
-        if not specific and not self._by_user:
+        if kind in (events.MEMBERS_ADDED, events.MEMBER_REMOVED):
+            self._membership.forget(cid)
+            if kind == events.MEMBER_REMOVED:
+                for sub in list(self._by_conversation.get(cid, {}).get(event["userId"], ())):
+                    sub.fail(NotFound(f"conversation {cid} not found", conversationId=str(cid)))
             return
-        members = await self._membership.members(cid)
-        for sub in specific:
-            if sub.user_id in members:
-                self._offer(sub, event)
-        # Walk whichever side is smaller: the members or the subscribed users.
-        if len(members) <= len(self._by_user):
-            pairs = ((uid, self._by_user.get(uid, ())) for uid in members)
-        else:
-            pairs = ((uid, subs) for uid, subs in self._by_user.items() if uid in members)
-        for _, subs in pairs:
+        if cid not in self._by_conversation and not self._by_user:
+            return
+        members = await self._members(cid)
+        if kind == events.READ_UPDATED and members.member_count > self._membership.whole_up_to:
+            # A big group: the reader's own devices now, everyone else coalesced.
+            reader = event["userId"]
+            if reader in members.ids:
+                self._offer_user(cid, reader, kind, event)
+            self._coalescer.add(cid, event)
+            return
+        self._deliver(cid, kind, event, members)
+
+    def _offer_user(self, cid: int, user_id: int, kind: str, event: dict) -> None:
+        for subs in (self._by_conversation.get(cid, {}).get(user_id, ()), self._by_user.get(user_id, ())):
             for sub in subs:
                 if sub.event_type == kind:
                     self._offer(sub, event)
+
+    def _deliver(self, cid: int, kind: str, event: dict, members: Members, skip: int | None = None) -> None:
+        ids = members.ids
+        for uid, subs in self._by_conversation.get(cid, {}).items():
+            if uid in ids and uid != skip:
+                for sub in subs:
+                    if sub.event_type == kind:
+                        self._offer(sub, event)
+        # Walk whichever side is smaller: the members known here or the subscribed users.
+        by_user = self._by_user
+        if len(ids) <= len(by_user):
+            pairs: Iterable = ((uid, by_user.get(uid, ())) for uid in ids)
+        else:
+            pairs = ((uid, subs) for uid, subs in by_user.items() if uid in ids)
+        for uid, subs in pairs:
+            if uid == skip:
+                continue
+            for sub in subs:
+                if sub.event_type == kind:
+                    self._offer(sub, event)
+
+    def _deliver_coalesced(self, cid: int, event: dict) -> None:
+        """A coalesced read.updated, to every readUpdated subscriber of the conversation but the
+        reader it carries (who had theirs at once)."""
+        if cid not in self._by_conversation and not self._by_user:
+            return
+
+        async def deliver() -> None:
+            try:
+                members = await self._members(cid)
+            except Exception:
+                log.warning("could not read the members of a big group; ending subscriptions", exc_info=True)
+                self.interrupt_all()
+                return
+            self._deliver(cid, events.READ_UPDATED, event, members, skip=event["userId"])
+
+        task = asyncio.create_task(deliver())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _offer(self, sub: Subscription, event: dict) -> None:
         if not sub.offer(event):
@@ -215,7 +386,10 @@ class Dispatcher:
 
     def interrupt_all(self) -> None:
         """The stream broke: every subscriber may have missed events; end them all."""
-        for index in (self._by_conversation, self._by_user):
-            for subs in index.values():
+        for by_user in self._by_conversation.values():
+            for subs in by_user.values():
                 for sub in subs:
                     sub.fail(StreamInterrupted())
+        for subs in self._by_user.values():
+            for sub in subs:
+                sub.fail(StreamInterrupted())

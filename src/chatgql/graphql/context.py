@@ -23,7 +23,7 @@ from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
 from .acyclic import unlink_tokens
 from .limits import OperationLimits
-from .loaders import EventRosters, Loaders
+from .loaders import EventReads, Loaders
 from .validation import validate_once
 
 
@@ -101,10 +101,10 @@ class Context:
         if self._loaders is not None:
             self._loaders.forget_conversation(conversation_id)
 
-    def fresh_loaders(self, roster: EventRosters | None = None) -> Loaders:
-        """New loaders (a subscription event must not see another event's cache); roster: the
-        event's rosters, shared with its other subscribers."""
-        return Loaders(self.database, self.viewer_id, roster)
+    def fresh_loaders(self, shared: EventReads | None = None) -> Loaders:
+        """New loaders (a subscription event must not see another event's cache); shared: the
+        event's reads, shared with its other subscribers."""
+        return Loaders(self.database, self.viewer_id, shared)
 
 
 @functools.lru_cache(maxsize=16)

@@ -27,69 +27,62 @@ class PageKey:
     page: PageRequest
 
 
-class Roster:
-    """A conversation's members and their watermarks; answers "seen by" questions."""
+@dataclass(frozen=True, slots=True)
+class SeenKey:
+    """Who has seen message seq of a conversation (its sender does not count)."""
 
-    __slots__ = ("rows", "_watermarks", "_by_user")
-
-    def __init__(self, rows: list[Row]) -> None:
-        self.rows = rows  # ascending user_id
-        self._watermarks = sorted(row["last_read_seq"] for row in rows)  # by key: see types.Message.from_row
-        self._by_user = {row["user_id"]: row["last_read_seq"] for row in rows}
-
-    def member(self, user_id: int) -> Row | None:
-        for row in self.rows:
-            if row.user_id == user_id:
-                return row
-        return None
-
-    def others(self, sender_id: int) -> int:
-        return len(self.rows) - (sender_id in self._by_user)
-
-    def seen_by_count(self, seq: int, sender_id: int) -> int:
-        count = len(self._watermarks) - bisect_left(self._watermarks, seq)
-        if self._by_user.get(sender_id, -1) >= seq:
-            count -= 1
-        return count
-
-    def seen_by(self, seq: int, sender_id: int, first: int) -> list[int]:
-        seen: list[int] = []
-        for row in self.rows:
-            if len(seen) >= first:
-                break
-            if row.user_id != sender_id and row.last_read_seq >= seq:
-                seen.append(row.user_id)
-        return seen
+    conversation_id: int
+    seq: int
+    sender_id: int
 
 
-class EventRosters:
-    """Rosters for one subscription event, read once for all of its subscribers.
+@dataclass(frozen=True, slots=True)
+class Seen:
+    count: int  # seenByCount: members other than the sender whose watermark >= seq
+    everyone: bool  # seen: there is another member, and every other member's watermark >= seq
 
-    Every subscriber of a message.new event asks the same roster question
-    (seen, seenByCount, seenBy depend on the conversation's members and the
-    message, not on who asks), so one read per conversation per event answers
-    them all: one statement per event instead of one per subscriber. Each
-    subscriber awaits the read through asyncio.shield, so a subscriber that goes
-    away mid-read does not cancel it for the others. It lives as long as the
-    event (subscriptions.py), so nothing is cached across events.
+
+@dataclass(frozen=True, slots=True)
+class SeenByKey:
+    conversation_id: int
+    seq: int
+    sender_id: int
+    after: int  # user id, exclusive
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPageKey:
+    conversation_id: int
+    after: int  # user id, exclusive
+    limit: int
+
+
+class EventReads:
+    """Reads shared by every subscriber of one subscription event.
+
+    Every subscriber of a message.new event asks the same questions (seen,
+    seenByCount, seenBy depend on the message and the members' watermarks, not
+    on who asks; a read.updated event's member row likewise), so the event
+    holds one set of these loaders for all of them: one statement per kind of
+    question per event, not one per subscriber. Loads are awaited through
+    asyncio.shield (_Loader), so a subscriber that goes away mid-read does not
+    cancel it for the others. It lives as long as the event (subscriptions.py),
+    so nothing is cached across events.
     """
 
-    __slots__ = ("_database", "_reads")
+    __slots__ = ("seen", "seen_by", "member", "_reads")
 
     def __init__(self, database: Database) -> None:
-        self._database = database
-        self._reads: dict[int, asyncio.Future[Roster]] = {}
+        reads = self._reads = _SharedReads(database)
+        self.seen = _Loader(reads.load_seen)
+        self.seen_by = _Loader(reads.load_seen_by)
+        self.member = _Loader(reads.load_members)
 
-    def load(self, conversation_id: int) -> asyncio.Future[Roster]:
-        """The roster (what a DataLoader's load answers: an awaitable)."""
-        read = self._reads.get(conversation_id)
-        if read is None:
-            read = self._reads[conversation_id] = asyncio.ensure_future(self._read(conversation_id))
-        return asyncio.shield(read)
-
-    async def _read(self, conversation_id: int) -> Roster:
-        async with self._database.connection() as conn:
-            return Roster(await conversations.members_of(conn, [conversation_id]))
+    def expect_seen(self, keys: Sequence[SeenKey]) -> None:
+        """Messages whose seen fields may be asked one after another (a replay): the first seen load
+        reads them all in the same statement, and later loads find their answers ready."""
+        self._reads.expected.extend(keys)
 
 
 class _Loader(DataLoader):
@@ -110,14 +103,20 @@ class _Loader(DataLoader):
 
 
 class Loaders:
-    def __init__(self, database: Database, viewer_id: int, roster: EventRosters | None = None) -> None:
-        """roster: a subscription event's shared rosters (EventRosters), instead of this request's own."""
+    def __init__(self, database: Database, viewer_id: int, shared: EventReads | None = None) -> None:
+        """shared: a subscription event's shared reads (EventReads), instead of this request's own."""
         # The loaders call a _Reads' methods, not this object's: a loader holding a bound method
         # of the Loaders that holds it would make every request's loaders a reference cycle.
         reads = self._reads = _Reads(database, viewer_id)
         self.conversation = _Loader(reads._load_conversations)
         self.member_count = _Loader(reads._load_member_counts)
-        self.roster: DataLoader | EventRosters = roster if roster is not None else _Loader(reads._load_rosters)
+        self.member_page = _Loader(reads.load_member_pages)
+        if shared is None:
+            shared = EventReads(database)
+        self.seen_reads = shared
+        self.seen = shared.seen
+        self.seen_by = shared.seen_by
+        self.member = shared.member
         self.message = _Loader(reads._load_messages)
         self.message_page = _Loader(reads._load_message_pages)
         self.viewer_totals = _Loader(reads._load_viewer_totals)
@@ -131,10 +130,94 @@ class Loaders:
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
-        for loader in (self.conversation, self.member_count, self.roster):
-            if isinstance(loader, DataLoader):
-                with suppress(KeyError):
-                    loader.clear(conversation_id)
+        for loader in (self.conversation, self.member_count):
+            with suppress(KeyError):
+                loader.clear(conversation_id)
+        # keyed by more than the conversation: what a request cached about it goes as a whole
+        for keyed in (self.member_page, self.seen, self.seen_by, self.member):
+            keyed.clear_all()
+
+
+class _SharedReads:
+    """Batch functions whose answers do not depend on who asks (EventReads)."""
+
+    __slots__ = ("_database", "expected", "_ready")
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self.expected: list[SeenKey] = []  # read along with the next seen load (EventReads.expect_seen)
+        self._ready: dict[SeenKey, Seen] = {}  # what that read answered for keys not asked yet
+
+    async def load_seen(self, keys: Sequence[SeenKey]) -> list[Seen]:
+        missing = [key for key in keys if key not in self._ready]
+        if missing:
+            asking = set(missing)
+            asked = missing + [key for key in self.expected if key not in asking and key not in self._ready]
+            self.expected = []
+            self._ready.update(zip(asked, await self._read_seen(asked), strict=True))
+        answers = [self._ready[key] for key in keys]
+        for key in keys:
+            self._ready.pop(key, None)
+        return answers
+
+    async def _read_seen(self, keys: Sequence[SeenKey]) -> list[Seen]:
+        """One statement for every key: see store.conversations.SEEN_STATE_SQL."""
+        ranges: dict[int, tuple[int, int]] = {}
+        for key in keys:
+            lo, hi = ranges.get(key.conversation_id, (key.seq, key.seq))
+            ranges[key.conversation_id] = (min(lo, key.seq), max(hi, key.seq))
+        senders = sorted({(key.conversation_id, key.sender_id) for key in keys})
+        async with self._database.connection() as conn:
+            rows = await conversations.seen_state(conn, [(cid, lo, hi) for cid, (lo, hi) in ranges.items()], senders)
+        buckets: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        lowest: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        sender_marks: dict[tuple[int, int], int] = {}
+        for row in rows:
+            cid, kind, a, b = row["cid"], row["kind"], row["a"], row["b"]
+            if kind == "h":
+                buckets[cid].append((a, b))
+            elif kind == "l":
+                lowest[cid].append((b, a))
+            else:
+                sender_marks[(cid, a)] = b
+        # readers[cid]: (ascending watermarks, members at or above each): a count is one bisect
+        readers: dict[int, tuple[list[int], list[int]]] = {}
+        for cid, found in buckets.items():
+            found.sort()
+            above, total = [], 0
+            for _, n in reversed(found):
+                total += n
+                above.append(total)
+            above.reverse()
+            readers[cid] = ([w for w, _ in found], above)
+        answers = []
+        for key in keys:
+            marks, above = readers.get(key.conversation_id, ([], []))
+            i = bisect_left(marks, key.seq)
+            count = above[i] if i < len(above) else 0
+            if sender_marks.get((key.conversation_id, key.sender_id), -1) >= key.seq:
+                count -= 1
+            others = sorted(lowest.get(key.conversation_id, ()))
+            low = next((w for w, uid in others if uid != key.sender_id), None)
+            answers.append(Seen(count, low is not None and low >= key.seq))
+        return answers
+
+    async def load_seen_by(self, keys: Sequence[SeenByKey]) -> list[list[int]]:
+        async with self._database.connection() as conn:
+            rows = await conversations.seen_by_pages(
+                conn, [(k.conversation_id, k.seq, k.sender_id, k.after, k.limit) for k in keys]
+            )
+        found: list[list[int]] = [[] for _ in keys]
+        for row in rows:
+            found[row["i"] - 1].append(row["user_id"])
+        return found
+
+    async def load_members(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
+        """Membership rows by (conversation_id, user_id); None where not a member."""
+        async with self._database.connection() as conn:
+            rows = await conversations.member_rows(conn, keys)
+        by_key = {(row["conversation_id"], row["user_id"]): row for row in rows}
+        return [by_key.get(key) for key in keys]
 
 
 class _Reads:
@@ -158,13 +241,13 @@ class _Reads:
             counts = await conversations.member_counts(conn, ids)
         return [counts.get(cid, 0) for cid in ids]
 
-    async def _load_rosters(self, ids: Sequence[int]) -> list[Roster]:
+    async def load_member_pages(self, keys: Sequence[MemberPageKey]) -> list[list[Row]]:
         async with self._database.connection() as conn:
-            rows = await conversations.members_of(conn, ids)
-        grouped: dict[int, list[Row]] = defaultdict(list)
+            rows = await conversations.member_pages(conn, [(k.conversation_id, k.after, k.limit) for k in keys])
+        pages: list[list[Row]] = [[] for _ in keys]
         for row in rows:
-            grouped[row["conversation_id"]].append(row)
-        return [Roster(grouped[cid]) for cid in ids]
+            pages[row["i"] - 1].append(row)
+        return pages
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         async with self._database.connection() as conn:

@@ -44,7 +44,9 @@ class Mutation:
         settings = ctx.settings
         viewer = ctx.viewer_id
         title = check_text(title, "title", max_chars=settings.max_title_chars)
-        members = check_ids(member_ids, "memberId", limit=settings.max_group_members)
+        members = check_ids(
+            member_ids, "memberId", limit=min(settings.max_group_members, settings.max_members_per_call)
+        )
         ctx.deps.group_limiter.check(viewer)
         cid = await conversation_service.do_create_group(
             ctx.database,
@@ -62,7 +64,8 @@ class Mutation:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        users = check_ids(user_ids, "userId", limit=ctx.settings.max_group_members)
+        settings = ctx.settings
+        users = check_ids(user_ids, "userId", limit=min(settings.max_group_members, settings.max_members_per_call))
         ctx.deps.add_members_limiter.check(viewer)
         await conversation_service.do_add_members(
             ctx.database,

@@ -6,7 +6,7 @@ conversation the viewer is not a member of (a message, a member, the
 conversation itself) is answered null, all alike, so ids cannot be probed;
 another user's Viewer id is null too. Everything goes through the request's
 loaders, so nodes(ids:) costs one batched statement per kind of read
-(conversations, messages, rosters) however many ids it is given.
+(conversations, messages, members) however many ids it is given.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ async def load_node(info: Info, text: str) -> Node | None:
             loaders.conversation.load(conversation_id), loaders.message.load(found.keys)
         )
         return Message.from_row(message) if row is not None and message is not None else None
-    row, roster = await asyncio.gather(loaders.conversation.load(conversation_id), loaders.roster.load(conversation_id))
-    member = roster.member(found.keys[1]) if row is not None else None
+    row, member = await asyncio.gather(
+        loaders.conversation.load(conversation_id), loaders.member.load((conversation_id, found.keys[1]))
+    )
+    member = member if row is not None else None
     return Member.from_row(member) if member is not None else None
 
 

@@ -2,8 +2,8 @@
 
 Every subscriber of an event runs the same selection set on the same event.
 When that selection reads only the event itself and what is read once per
-event for all its subscribers (seen, seenByCount and seenBy read the event's
-roster: loaders.EventRosters), and nothing that depends on who is asking (see
+event for all its subscribers (seen, seenByCount and seenBy: loaders.EventReads),
+and nothing that depends on who is asking (see
 SHARABLE), the first subscriber's result is reused by the others holding the
 same document and variables. Any other selection (a directive other than
 @include/@skip, a field not listed) is executed per subscriber as before, as
@@ -37,7 +37,7 @@ SHARABLE: dict[str, frozenset[str]] = {
     "Message": frozenset(
         {"id", "conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt", "seenByCount", "seen", "seenBy"}
     ),
-    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq", "member"}),
+    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq", "member", "coalesced", "moves"}),
     "Member": frozenset({"id", "userId", "lastReadSeq"}),  # role and joinedAt are loaded
 }
 # The type each sharable object field leads to.
@@ -124,7 +124,7 @@ class _Done:
 
 class _InFlight:
     """Stands in for a per-event executor while another subscriber computes the same result (its
-    selection awaits a read, e.g. the event's roster): waits for that result. One that ended with
+    selection awaits a read, e.g. the event's seen counts): waits for that result. One that ended with
     errors, or not at all, is not shared: then this subscriber executes its own."""
 
     __slots__ = ("future", "executor")

@@ -2,8 +2,8 @@
 
 Over websockets the context lives as long as the connection, so every event
 gets its own loaders (nothing is cached across events), made when a field of
-that event first needs one; the roster (seen, seenByCount, seenBy) is read
-once per event for all its subscribers (loaders.EventRosters). Each event
+that event first needs one; seen, seenByCount and seenBy are read once per
+event for all its subscribers (loaders.EventReads). Each event
 keeps the dispatched dict it came from (`source`): subscribers of one event
 may share its result (see shared.py).
 
@@ -51,7 +51,7 @@ from ..errors import BadUserInput, conversation_not_found
 from ..events import types as events
 from ..services.checks import check_id
 from ..services.history import read_replay
-from .loaders import EventRosters
+from .loaders import EventReads, SeenKey
 from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
@@ -68,15 +68,15 @@ async def _events(info: Info, conversation_id: ID | None, event_type: str) -> An
     return ctx.deps.dispatcher.subscribe(viewer, cid, event_type)
 
 
-# Recent message.new events -> (event, its Message fields, its rosters): what every subscriber of an
+# Recent message.new events -> (event, its Message fields, its shared reads): what every subscriber of an
 # event shares, made once per event. Keyed by id(event); holding the event keeps its id from being reused.
 # An event's subscribers mostly come one after another; a few events may interleave.
-_recent: OrderedDict[int, tuple[dict, dict, EventRosters]] = OrderedDict()
+_recent: OrderedDict[int, tuple[dict, dict, EventReads]] = OrderedDict()
 _RECENT = 64
 
 
-def _for_event(event: dict, database: Any) -> tuple[dict, EventRosters]:
-    """A message.new event's fields as Message takes them, and its shared rosters (once per event)."""
+def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
+    """A message.new event's fields as Message takes them, and its shared reads (once per event)."""
     found = _recent.get(id(event))
     if found is None or found[0] is not event:
         fields = {
@@ -87,10 +87,24 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventRosters]:
             "body": event["body"],
             "created_at": datetime.fromisoformat(event["createdAt"]),
         }
-        found = _recent[id(event)] = (event, fields, EventRosters(database))
+        found = _recent[id(event)] = (event, fields, EventReads(database))
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
     return found[1], found[2]
+
+
+# Recent read.updated events -> (event, its shared reads): a member row selected by many subscribers
+# (member { role joinedAt }) is read once per event, not once per subscriber.
+_recent_reads: OrderedDict[int, tuple[dict, EventReads]] = OrderedDict()
+
+
+def _reads_for(event: dict, database: Any) -> EventReads:
+    found = _recent_reads.get(id(event))
+    if found is None or found[0] is not event:
+        found = _recent_reads[id(event)] = (event, EventReads(database))
+        if len(_recent_reads) > _RECENT:
+            _recent_reads.popitem(last=False)
+    return found[1]
 
 
 @strawberry.type
@@ -117,8 +131,8 @@ class Subscription:
         if cursors is strawberry.UNSET or cursors is None:
             async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
                 async for event in subscription:
-                    fields, rosters = _for_event(event, info.context.database)
-                    message = Message(**fields, new_loaders=partial(info.context.fresh_loaders, rosters))
+                    fields, reads = _for_event(event, info.context.database)
+                    message = Message(**fields, new_loaders=partial(info.context.fresh_loaders, reads))
                     yield MessageNewEvent(
                         conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
                     )
@@ -141,6 +155,10 @@ class Subscription:
             held = replay.held
             # The replay is one read of one moment: its messages share one set of loaders.
             replay_loaders = functools.cache(ctx.fresh_loaders)
+            if replay.messages:  # their seen fields, if selected, in one read (not one per message)
+                replay_loaders().seen_reads.expect_seen(
+                    [SeenKey(row["conversation_id"], row["seq"], row["sender_id"]) for row in replay.messages]
+                )
             for row in replay.messages:
                 message = Message.from_row(row)
                 message.new_loaders = replay_loaders
@@ -150,13 +168,17 @@ class Subscription:
                 if seq <= held.get(cid, 0):
                     continue
                 held[cid] = seq
-                fields, rosters = _for_event(event, ctx.database)
-                message = Message(**fields, new_loaders=partial(ctx.fresh_loaders, rosters))
+                fields, reads = _for_event(event, ctx.database)
+                message = Message(**fields, new_loaders=partial(ctx.fresh_loaders, reads))
                 yield MessageNewEvent(
                     conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
                 )
 
-    @strawberry.subscription(description="Watermark moves in one conversation, or in all of the viewer's.")
+    @strawberry.subscription(
+        description="Watermark moves in one conversation, or in all of the viewer's. In a group of more than "
+        "CHATGQL_BIG_GROUP_THRESHOLD members a member's moves reach only that member's own subscriptions at "
+        "once; the others get at most one event a second per conversation, with coalesced: true."
+    )
     async def read_updated(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET
     ) -> AsyncGenerator[ReadUpdatedEvent, None]:
@@ -166,6 +188,8 @@ class Subscription:
                     conversation_id=ID(str(event["conversationId"])),
                     user_id=ID(str(event["userId"])),
                     last_read_seq=event["lastReadSeq"],
+                    coalesced=event.get("coalesced", False),
+                    moves=event.get("moves", 1),
                     source=event,
-                    new_loaders=info.context.fresh_loaders,
+                    new_loaders=partial(info.context.fresh_loaders, _reads_for(event, info.context.database)),
                 )

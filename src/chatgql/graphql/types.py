@@ -16,10 +16,10 @@ from strawberry.types.nodes import FragmentSpread, InlineFragment
 
 from ..db import Row
 from ..errors import BadUserInput, conversation_not_found
-from ..services.checks import MAX_ID, PageRequest, check_message_page
+from ..services.checks import MAX_ID, PageRequest, check_member_page, check_message_page
 from ..services.history import catch_up_page
 from . import ids
-from .loaders import Loaders, PageKey
+from .loaders import Loaders, MemberPageKey, PageKey, SeenByKey, SeenKey
 from .scalars import Long
 
 _NOT_LOADED: Any = object()
@@ -105,8 +105,8 @@ class Member(Node):
     async def _load_row(self, info: Info, column: str) -> Any:
         if self.loaders is None and self.new_loaders is not None:
             self.loaders = self.new_loaders()
-        roster = await (self.loaders or info.context.loaders).roster.load(self.conversation_id)
-        row = roster.member(int(self.user_id))
+        loaders = self.loaders or info.context.loaders
+        row = await loaders.member.load((self.conversation_id, int(self.user_id)))
         if row is None:  # left since the event
             raise conversation_not_found(self.conversation_id)
         self.row = row
@@ -155,26 +155,30 @@ class Message(Node):
     def id(self) -> ID:
         return ID(ids.message_id(int(self.conversation_id), self.seq))
 
+    def _seen_key(self) -> SeenKey:
+        return SeenKey(int(self.conversation_id), self.seq, int(self.sender_id))
+
     @strawberry.field(description="Members other than the sender whose lastReadSeq >= seq.")
     async def seen_by_count(self, info: Info) -> int:
-        roster = await self._loaders(info).roster.load(int(self.conversation_id))
-        return roster.seen_by_count(self.seq, int(self.sender_id))
+        return (await self._loaders(info).seen.load(self._seen_key())).count
 
-    @strawberry.field(description="User ids of those members, at most `first` of them, ascending.")
-    async def seen_by(self, info: Info, first: int | None = 100) -> list[ID]:
-        limit = 100 if first is None else first
-        if limit < 0:
-            raise BadUserInput("first must not be negative")
-        roster = await self._loaders(info).roster.load(int(self.conversation_id))
-        return [ID(str(uid)) for uid in roster.seen_by(self.seq, int(self.sender_id), limit)]
+    @strawberry.field(
+        description="User ids of those members, at most `first` of them, ascending. "
+        "after (additive): only user ids above it; page with after = the last id of the previous "
+        "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000)."
+    )
+    async def seen_by(self, info: Info, first: int | None = 100, after: ID | None = strawberry.UNSET) -> list[ID]:
+        after_id, limit = check_member_page(
+            100 if first is None else first, _given(after), default=100, cap=info.context.settings.members_page_max
+        )
+        key = SeenByKey(int(self.conversation_id), self.seq, int(self.sender_id), after_id, limit)
+        return [ID(str(uid)) for uid in await self._loaders(info).seen_by.load(key)]
 
     @strawberry.field(
         description="True when every member other than the sender has read it (in a DIRECT chat: the other person)."
     )
     async def seen(self, info: Info) -> bool:
-        roster = await self._loaders(info).roster.load(int(self.conversation_id))
-        others = roster.others(int(self.sender_id))
-        return others > 0 and roster.seen_by_count(self.seq, int(self.sender_id)) == others
+        return (await self._loaders(info).seen.load(self._seen_key())).everyone
 
 
 @strawberry.type
@@ -290,10 +294,19 @@ class Conversation(Node):
     async def member_count(self, info: Info) -> int:
         return await info.context.loaders.member_count.load(int(self.id))
 
-    @strawberry.field
-    async def members(self, info: Info) -> list[Member]:
-        roster = await info.context.loaders.roster.load(int(self.id))
-        return [Member.from_row(row) for row in roster.rows]
+    @strawberry.field(
+        description="Members ascending by user id. Additive arguments: at most `first` of them "
+        "(default and cap: CHATGQL_MEMBERS_PAGE_MAX, 1,000 unless configured: every member of a group of "
+        "the default maximum size), after the user id `after`. Page a bigger group with after = the last "
+        "userId of the previous page, until a page is shorter than first; memberCount says how many in all."
+    )
+    async def members(
+        self, info: Info, first: int | None = strawberry.UNSET, after: ID | None = strawberry.UNSET
+    ) -> list[Member]:
+        cap = info.context.settings.members_page_max
+        after_id, limit = check_member_page(_given(first), _given(after), default=cap, cap=cap)
+        rows = await info.context.loaders.member_page.load(MemberPageKey(int(self.id), after_id, limit))
+        return [Member.from_row(row) for row in rows]
 
     @strawberry.field
     def last_message(self, info: Info) -> Message | None:
@@ -464,6 +477,17 @@ class ReadUpdatedEvent:
     conversation_id: ID
     user_id: ID
     last_read_seq: Long
+    coalesced: bool = strawberry.field(
+        default=False,
+        description="True in a big group (more members than CHATGQL_BIG_GROUP_THRESHOLD): this event is the "
+        "newest of `moves` watermark moves of other members since the last one delivered (at most one a "
+        "second per conversation); the others were not sent one by one. Update this member's lastReadSeq, "
+        "then re-read seen / seenByCount of the messages on screen (one query). "
+        "False: an ordinary event, one watermark move (a member's own moves always come this way).",
+    )
+    moves: int = strawberry.field(
+        default=1, description="How many watermark moves this event stands for (1 unless coalesced)."
+    )
     source: strawberry.Private[object] = None
     new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
     loaders: strawberry.Private[Loaders | None] = None

@@ -89,3 +89,13 @@ def check_message_page(first: int | None, after: str | None, last: int | None, b
     if first is not None or (after is not None and last is None):
         return PageRequest(after_seq, before_seq, check_page_size(first, "first"), from_end=False)
     return PageRequest(after_seq, before_seq, check_page_size(last, "last"), from_end=True)
+
+
+def check_member_page(first: int | None, after: object | None, *, default: int, cap: int) -> tuple[int, int]:
+    """(after_user_id, limit) for a list of members ascending by user id (Conversation.members,
+    Message.seenBy): first defaults to `default`, a first above `cap` is capped to it, a negative one
+    is BAD_USER_INPUT; after is a user id (exclusive), none: from the start."""
+    limit = default if first is None else first
+    if limit < 0:
+        raise BadUserInput("first must not be negative")
+    return (0 if after is None else check_id(after, "after")), min(limit, cap)

@@ -134,6 +134,7 @@ async def do_add_members(
     """Any member may add people to a group (if the policy allows); ids already present are ignored.
 
     New members start with nothing unread: their watermark is the current lastSeq.
+    Costs O(len(user_ids)), whatever the group's size (bigger groups are built batch by batch).
     """
     if policy is not ALLOW_ALL:  # allow-all has nothing to ask: the transaction's own checks suffice
         await check_add_members(database, viewer_id, conversation_id, user_ids, policy=policy)
@@ -143,7 +144,8 @@ async def do_add_members(
         new = [uid for uid in user_ids if uid not in present]
         if not new:
             return
-        if await conversations.count_members(conn, conversation_id) + len(new) > max_members:
+        # the stored count (kept by triggers: 0007), read under the lock: O(batch), not O(members)
+        if conv.member_count + len(new) > max_members:
             raise LimitExceeded(f"a group has at most {max_members} members")
         added = await conversations.insert_members(
             conn, conversation_id, [(uid, MEMBER) for uid in new], last_read_seq=conv.last_seq

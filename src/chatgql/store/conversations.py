@@ -13,12 +13,13 @@ _CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c
 async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: int) -> Row | None:
     """Lock the conversation row (sends and membership changes queue up on it).
 
-    Returns (type, last_seq, now, role) where role is the caller's role or None
-    when the caller is not a member; None when the conversation does not exist.
+    Returns (type, last_seq, member_count, now, role) where role is the caller's
+    role or None when the caller is not a member; None when the conversation does
+    not exist.
     """
     return await conn.fetchrow(
         """
-        SELECT c.type, c.last_seq, m.role,
+        SELECT c.type, c.last_seq, c.member_count, m.role,
                -- taken under the lock, never before the previous message's time
                greatest(clock_timestamp(), c.last_message_at) AS now
           FROM conversation c
@@ -98,10 +99,6 @@ async def member_ids_among(conn: Connection, conversation_id: int, user_ids: Ite
         list(user_ids),
     )
     return {row.user_id for row in rows}
-
-
-async def count_members(conn: Connection, conversation_id: int) -> int:
-    return await conn.fetchval("SELECT count(*) FROM conversation_member WHERE conversation_id = $1", conversation_id)
 
 
 async def delete_member(conn: Connection, conversation_id: int, user_id: int) -> str | None:
@@ -202,32 +199,133 @@ async def viewer_totals(conn: Connection, user_id: int) -> Row:
 
 
 async def member_counts(conn: Connection, conversation_ids: Sequence[int]) -> dict[int, int]:
+    """Stored counts (conversation.member_count, kept by triggers: 0007), not a count of rows."""
     rows = await conn.fetch(
-        """
-        SELECT conversation_id, count(*) AS n FROM conversation_member
-         WHERE conversation_id = ANY($1::bigint[])
-         GROUP BY conversation_id
-        """,
-        list(conversation_ids),
+        "SELECT id, member_count FROM conversation WHERE id = ANY($1::bigint[])", list(conversation_ids)
     )
-    return {row.conversation_id: row.n for row in rows}
+    return {row.id: row.member_count for row in rows}
 
 
-async def members_of(conn: Connection, conversation_ids: Sequence[int]) -> list[Row]:
-    """Members of the given conversations, ordered by conversation then user id."""
+async def member_pages(conn: Connection, pages: Sequence[tuple[int, int, int]]) -> list[Row]:
+    """(conversation_id, after_user_id, limit) -> members with user_id > after, ascending, at most
+    limit of them; one statement for every page (each a range of the primary key)."""
     return await conn.fetch(
         """
-        SELECT conversation_id, user_id, role, last_read_seq, joined_at
-          FROM conversation_member
-         WHERE conversation_id = ANY($1::bigint[])
-         ORDER BY conversation_id, user_id
+        SELECT p.i, m.conversation_id, m.user_id, m.role, m.last_read_seq, m.joined_at
+          FROM unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS p(cid, after, lim, i)
+          CROSS JOIN LATERAL (
+                SELECT * FROM conversation_member m
+                 WHERE m.conversation_id = p.cid AND m.user_id > p.after
+                 ORDER BY m.user_id LIMIT p.lim) m
+         ORDER BY p.i, m.user_id
         """,
-        list(conversation_ids),
+        [cid for cid, _, _ in pages],
+        [after for _, after, _ in pages],
+        [limit for _, _, limit in pages],
     )
 
 
-async def member_user_ids(conn: Connection, conversation_id: int) -> list[int]:
-    rows = await conn.fetch(
-        "SELECT user_id FROM conversation_member WHERE conversation_id = $1 ORDER BY user_id", conversation_id
+async def member_rows(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
+    """The membership rows of (conversation_id, user_id) pairs that are members."""
+    return await conn.fetch(
+        """
+        SELECT m.conversation_id, m.user_id, m.role, m.last_read_seq, m.joined_at
+          FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, uid)
+          JOIN conversation_member m ON m.conversation_id = k.cid AND m.user_id = k.uid
+        """,
+        [cid for cid, _ in keys],
+        [uid for _, uid in keys],
     )
-    return [row.user_id for row in rows]
+
+
+# "Seen" questions about messages lo..hi of a conversation, answered from conversation_member_read_idx
+# (0007) by index-only scans, whatever the group's size:
+#  'h' rows (w, n): n members with LEAST(last_read_seq, hi) = w, among those with last_read_seq >= lo: the
+#      members who have read seq (lo <= seq <= hi) are the sum of n over w >= seq (at most hi - lo + 1 rows);
+#  'l' rows (user_id, last_read_seq): the two lowest watermarks: the lowest among the members other than a
+#      sender is one of them (seen: every other member has read seq);
+#  's' rows (user_id, last_read_seq): the senders' own watermarks (a sender is not counted as a reader).
+SEEN_STATE_SQL = """
+WITH k AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(cid, lo, hi))
+SELECT k.cid, 'h' AS kind, h.w AS a, h.n AS b
+  FROM k CROSS JOIN LATERAL (
+        SELECT LEAST(m.last_read_seq, k.hi) AS w, count(*) AS n
+          FROM conversation_member m
+         WHERE m.conversation_id = k.cid AND m.last_read_seq >= k.lo
+         GROUP BY 1) h
+UNION ALL
+SELECT k.cid, 'l', l.user_id, l.last_read_seq
+  FROM k CROSS JOIN LATERAL (
+        SELECT m.user_id, m.last_read_seq FROM conversation_member m
+         WHERE m.conversation_id = k.cid
+         ORDER BY m.last_read_seq LIMIT 2) l
+UNION ALL
+SELECT m.conversation_id, 's', m.user_id, m.last_read_seq
+  FROM unnest($4::bigint[], $5::bigint[]) AS s(cid, uid)
+  JOIN conversation_member m ON m.conversation_id = s.cid AND m.user_id = s.uid
+"""
+
+
+async def seen_state(
+    conn: Connection, ranges: Sequence[tuple[int, int, int]], senders: Sequence[tuple[int, int]]
+) -> list[Row]:
+    """ranges: (conversation_id, lo, hi) seqs; senders: (conversation_id, sender_id). Rows
+    (cid, kind, a, b) as SEEN_STATE_SQL says; O(members who read lo) index entries, not O(members)."""
+    return await conn.fetch(
+        SEEN_STATE_SQL,
+        [cid for cid, _, _ in ranges],
+        [lo for _, lo, _ in ranges],
+        [hi for _, _, hi in ranges],
+        [cid for cid, _ in senders],
+        [uid for _, uid in senders],
+    )
+
+
+async def seen_by_pages(conn: Connection, keys: Sequence[tuple[int, int, int, int, int]]) -> list[Row]:
+    """(conversation_id, seq, sender_id, after_user_id, limit) -> rows (i, user_id): the members other
+    than the sender with last_read_seq >= seq and user_id > after, ascending, at most limit; one
+    statement. Each page reads O(readers of seq) index entries (as seenByCount does), not O(members)."""
+    return await conn.fetch(
+        """
+        SELECT k.i, s.user_id
+          FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[])
+               WITH ORDINALITY AS k(cid, seq, sender, after, lim, i)
+          CROSS JOIN LATERAL (
+                -- The readers from conversation_member_read_idx, then the first `lim` of them: without
+                -- the fence (OFFSET 0) the planner may walk the primary key in user_id order through
+                -- every member who has not read seq (all 100,000 of them for a new message).
+                SELECT r.user_id FROM (
+                    SELECT m.user_id FROM conversation_member m
+                     WHERE m.conversation_id = k.cid AND m.last_read_seq >= k.seq
+                       AND m.user_id <> k.sender AND m.user_id > k.after
+                    OFFSET 0) r
+                 ORDER BY r.user_id LIMIT k.lim) s
+         ORDER BY k.i, s.user_id
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [k[2] for k in keys],
+        [k[3] for k in keys],
+        [k[4] for k in keys],
+    )
+
+
+async def live_members(conn: Connection, conversation_id: int, whole_up_to: int, among: Sequence[int]) -> Row | None:
+    """(member_count, user_ids) for the live path: every member's id when the conversation has at most
+    whole_up_to members; above that only the members among `among` (the users subscribed in this
+    process), so the answer is bounded by subscribers, never by members. None: no such conversation."""
+    return await conn.fetchrow(
+        """
+        SELECT c.member_count,
+               CASE WHEN c.member_count <= $2
+                    THEN ARRAY(SELECT m.user_id FROM conversation_member m WHERE m.conversation_id = c.id)
+                    ELSE ARRAY(SELECT m.user_id FROM conversation_member m
+                                WHERE m.conversation_id = c.id AND m.user_id = ANY($3::bigint[]))
+               END AS user_ids
+          FROM conversation c
+         WHERE c.id = $1
+        """,
+        conversation_id,
+        whole_up_to,
+        list(among),
+    )
