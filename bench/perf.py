@@ -131,7 +131,7 @@ def run(baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, re
         for figure in figures:
             scenario = Scenario(figure, SIZES)
             segments: dict[str, list[dict]] = {name: [] for name in servers}
-            for name, server in servers.items():  # warm-up: plans, statement caches, connections
+            for server in servers.values():  # warm-up: plans, statement caches, connections
                 _segment(server, scenario, workdir, 2, read_base)
                 read_base += 10_000_000
             order = list(servers)
