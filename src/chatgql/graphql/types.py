@@ -43,6 +43,9 @@ class ConversationType(enum.Enum):
     GROUP = "GROUP"
 
 
+_CONVERSATION_TYPES = {member.value: member for member in ConversationType}  # a lookup, not an Enum call
+
+
 @strawberry.enum
 class MemberRole(enum.Enum):
     OWNER = "OWNER"
@@ -277,7 +280,7 @@ class Conversation(Node):
         last_seq, last_read_seq = row["last_seq"], row["last_read_seq"]
         return cls(
             id=ID(str(row["id"])),
-            type=ConversationType(row["type"]),
+            type=_CONVERSATION_TYPES[row["type"]],
             title=row["title"],
             last_seq=last_seq,
             last_message_at=row["last_message_at"],

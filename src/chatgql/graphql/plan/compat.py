@@ -25,6 +25,11 @@ test_planner_pins_the_versions_it_was_written_for fails on any upgrade.
 - The qualified name of the is_type_of Strawberry gives a type that implements
   an interface (`GraphQLCoreConverter.from_object.<locals>...`): an isinstance
   check that never reads its info, so a plan can call it with none.
+- strawberry.types.cast.TYPE_CAST_ATTRIBUTE (`__as_strawberry_type__`), and an object type's
+  definition (`origin`, `concrete_of`) in its extensions: an instance of exactly the class a
+  type was defined by, not cast to another, is that type (what Strawberry's is_type_of and an
+  interface's resolve_type answer for it), so a plan completes it without asking them
+  (plain_class, cast_of).
 - strawberry.types.Info's `_raw_info` and `_field`: info.PlanInfo is an Info
   whose `_raw_info` is built on demand (see info.py).
 """
@@ -37,6 +42,7 @@ import graphql
 import strawberry
 from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
 from strawberry.types.arguments import convert_arguments
+from strawberry.types.cast import TYPE_CAST_ATTRIBUTE
 
 GRAPHQL_CORE_VERSION = "3.3.2"
 STRAWBERRY_VERSION = "0.341.2"
@@ -51,6 +57,8 @@ __all__ = [
     "has_exception_handlers",
     "is_default_resolver",
     "versions",
+    "plain_class",
+    "TYPE_CAST_ATTRIBUTE",
 ]
 
 
@@ -70,6 +78,21 @@ def is_strawberry_type_check(is_type_of: Any) -> bool:
     """Whether an object type's is_type_of is the one Strawberry builds (isinstance; info unused)."""
     qualname = getattr(is_type_of, "__qualname__", "")
     return qualname.split(".<locals>")[0] == "GraphQLCoreConverter.from_object"
+
+
+def plain_class(object_type: graphql.GraphQLObjectType) -> type | None:
+    """The class a Strawberry object type was defined by, when an instance of exactly that class
+    (not cast, see TYPE_CAST_ATTRIBUTE) can only be that type: not a generic's specialisation, not
+    awaitable, not an exception (graphql-core would raise it). None otherwise."""
+    definition = (object_type.extensions or {}).get("strawberry-definition")
+    origin = getattr(definition, "origin", None)
+    if not isinstance(origin, type) or definition.concrete_of is not None or definition.is_graphql_generic:
+        return None
+    if object_type.is_type_of is not None and not is_strawberry_type_check(object_type.is_type_of):
+        return None
+    if hasattr(origin, "__await__") or issubclass(origin, BaseException) or hasattr(origin, TYPE_CAST_ATTRIBUTE):
+        return None
+    return origin
 
 
 def is_default_resolver(field_def: graphql.GraphQLField) -> bool:

@@ -242,6 +242,7 @@ class _Compiler:
             return object_completer(
                 object_executor(self.fields(type_, collected.grouped_field_set)),
                 type_ if type_.is_type_of is not None else None,
+                compat.plain_class(type_),
             )
         raise Unsupported("abstract_type")
 
