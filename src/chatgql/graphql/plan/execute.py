@@ -24,6 +24,7 @@ from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_ite
 from strawberry.execution import optimized_is_awaitable as is_awaitable
 
 from . import compat
+from .info import resolve_info
 
 _background: set[asyncio.Future] = set()  # settling awaitables abandoned by an error (see settle)
 
@@ -210,6 +211,43 @@ def _object_completer(execute: Callable[[Run, Any, Path], Any], object_type: Any
         return execute(run, result, path)
 
     return complete_checked
+
+
+def abstract_completer(
+    abstract: Any, completers: dict[str, Completer], known: dict[type, Any], field: Any, details: list
+) -> Completer:
+    """complete_abstract_value for an interface: which object type the value is, then that type's
+    completer (object_completer: is_type_of, then its fields). completers: per possible type's
+    name. known: class -> its type's fields' executor, for the classes whose answer the plan knows
+    (compat.interface_type_name; only for a value of exactly that class, not cast). Any other
+    value asks the interface's resolve_type as graphql-core does, with the field's resolve info,
+    and graphql-core's checks of its answer (compat.ensure_valid_runtime_type)."""
+    resolve_type = abstract.resolve_type
+
+    def complete(run: Run, result: Any, path: Path) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        if result is None or result is Undefined:
+            return None
+        execute = known.get(type(result))
+        if execute is not None and getattr(result, _CAST, None) is None:
+            return execute(run, result, path)
+        info = resolve_info(run, field, path)
+        runtime = resolve_type(result, info, abstract)
+        if is_awaitable(runtime):
+            return _complete_resolved_later(run, runtime, result, path, info)
+        object_type = compat.ensure_valid_runtime_type(run.schema, runtime, abstract, details, info, result)
+        return completers[object_type.name](run, result, path)
+
+    async def _complete_resolved_later(run: Run, runtime: Any, result: Any, path: Path, info: Any) -> Any:
+        name = await runtime
+        object_type = compat.ensure_valid_runtime_type(run.schema, name, abstract, details, info, result)
+        completed = completers[object_type.name](run, result, path)
+        if is_awaitable(completed):
+            return await completed
+        return completed
+
+    return complete
 
 
 def list_completer(item: Completer, item_non_null: bool, field: Any) -> Completer:
