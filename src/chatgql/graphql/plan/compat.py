@@ -103,7 +103,7 @@ def plain_class(object_type: graphql.GraphQLObjectType) -> type | None:
     """The class a Strawberry object type was defined by, when an instance of exactly that class
     (not cast, see TYPE_CAST_ATTRIBUTE) can only be that type: not a generic's specialisation, not
     awaitable, not an exception (graphql-core would raise it). None otherwise."""
-    definition = (object_type.extensions or {}).get("strawberry-definition")
+    definition: Any = (object_type.extensions or {}).get("strawberry-definition")
     origin = getattr(definition, "origin", None)
     if not isinstance(origin, type) or definition.concrete_of is not None or definition.is_graphql_generic:
         return None
@@ -140,7 +140,7 @@ def interface_type_name(interface: graphql.GraphQLInterfaceType, cls: type) -> s
     (then resolve_type itself is asked)."""
     definition = (interface.extensions or {}).get("strawberry-definition")
     origin = getattr(definition, "origin", None)
-    own = getattr(cls, "__strawberry_definition__", None)
+    own: Any = getattr(cls, "__strawberry_definition__", None)
     if not isinstance(origin, type) or not issubclass(cls, origin) or getattr(own, "origin", None) is not cls:
         return None
     return None if own.is_graphql_generic else own.name
