@@ -299,6 +299,65 @@ def test_is_strawberry_type_check_for_a_type_implementing_an_interface():
     assert is_type_of(object(), None) is False
 
 
+def test_plain_arguments_are_the_scalars_convert_arguments_passes_on_unchanged():
+    schema = small_schema()
+    definition = compat.strawberry_field(field_def(schema, "Item", "label"))
+    converter = schema.schema_converter
+    pairs = compat.plain_arguments(definition, converter.scalar_registry, converter.config)
+    assert pairs == (("upper", "upper"),), f"plain_arguments: {pairs}"
+    # and convert_arguments indeed passes such a value on unchanged, under that name
+    converted = compat.convert_arguments(
+        {"upper": True}, definition.arguments, scalar_registry=converter.scalar_registry, config=converter.config
+    )
+    assert converted == {"upper": True}, f"convert_arguments changed a scalar argument: {converted}"
+    # an input object needs converting: not plain
+    items = compat.strawberry_field(field_def(schema, "Query", "items"))
+    assert compat.plain_arguments(items, converter.scalar_registry, converter.config) is None
+
+
+def test_plain_class_is_the_class_a_type_was_defined_by():
+    core = compat.core_schema(small_schema())
+    item = core.type_map["Item"]
+    assert compat.plain_class(item) is Item, "a Strawberry type's definition no longer names its origin class"  # type: ignore[arg-type]
+    assert compat.TYPE_CAST_ATTRIBUTE == "__as_strawberry_type__", compat.TYPE_CAST_ATTRIBUTE
+
+    class Row:
+        name, size = "a", 1
+
+    cast = strawberry.cast(Item, Row())
+    assert getattr(cast, compat.TYPE_CAST_ATTRIBUTE) is Item, "strawberry.cast no longer marks with TYPE_CAST_ATTRIBUTE"
+
+
+def test_interface_type_name_answers_what_strawberrys_resolve_type_answers():
+    core = compat.core_schema(small_schema())
+    named = core.type_map["Named"]
+    assert compat.is_strawberry_resolve_type(named), (  # type: ignore[arg-type]
+        f"Strawberry's resolve_type is now {named.resolve_type.__qualname__}"  # type: ignore[union-attr]
+    )
+    assert compat.interface_type_name(named, Item) == "Item"  # type: ignore[arg-type]
+
+    # and Strawberry's resolve_type answers that too, when executing a field of the interface type
+    @strawberry.type
+    class Q:
+        @strawberry.field
+        def named(self) -> Named:
+            return Item(name="a", size=1)
+
+    answer = strawberry.Schema(query=Q, types=[Item]).execute_sync("{ named { __typename } }")
+    assert answer.data == {"named": {"__typename": "Item"}}, answer
+    assert compat.interface_type_name(named, int) is None  # type: ignore[arg-type]
+
+
+def test_ensure_valid_runtime_type_is_graphql_cores_check():
+    from graphql import GraphQLError
+
+    core = compat.core_schema(small_schema())
+    named = core.type_map["Named"]
+    assert compat.ensure_valid_runtime_type(core, "Item", named, [], None, None) is core.type_map["Item"]
+    with pytest.raises(GraphQLError, match="Nope"):
+        compat.ensure_valid_runtime_type(core, "Nope", named, [], None, None)
+
+
 def test_is_default_resolver_reads_the_attribute():
     schema = small_schema()
     plain = field_def(schema, "Item", "size")
@@ -479,6 +538,33 @@ async def test_abandon_request_cycle_ends_the_handlers_receive_with_a_disconnect
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
         # uvicorn drops what a disconnected request's handler sends: nothing reaches the client
         assert protocol.cycle.disconnected, "RequestResponseCycle.disconnected is gone"
+
+
+async def test_send_response_through_routes_the_cycles_writes():
+    writes: list[bytes] = []
+
+    class Through:
+        def __init__(self, transport: Any) -> None:
+            self._transport = transport
+
+        def write(self, data: bytes) -> None:
+            writes.append(data)
+            self._transport.write(data)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._transport, name)
+
+    class Routing(compat.HttpToolsProtocol):
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            compat.send_response_through(self, Through)
+
+    async with _connection(http=Routing) as (_, client):
+        await asyncio.get_running_loop().sock_sendall(client, b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert (await _read(client)).startswith(b"HTTP/1.1 200")
+    assert writes and writes[0].startswith(b"HTTP/1.1 200"), (
+        f"RequestResponseCycle no longer writes through its transport attribute: {writes[:1]}"
+    )
 
 
 async def test_release_http_parser_after_an_upgrade_leaves_the_websocket_working():

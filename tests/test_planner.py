@@ -5,11 +5,15 @@ That its answers equal graphql-core's is test_planner_differential.py's job.
 
 from __future__ import annotations
 
+import json
 import uuid
 
+import strawberry
 from graphql import parse
+from strawberry.http import process_result
 
 from chatgql import compat
+from chatgql.graphql.plan import Planner
 from chatgql.graphql.prepared import execute_accepted
 
 from .conftest import RunningServer, make_settings
@@ -124,3 +128,69 @@ async def test_types_implementing_node_carry_strawberrys_own_type_check():
 
     for name in ("Conversation", "Message", "Member", "Viewer"):
         assert compat.is_strawberry_type_check(compat.core_schema(exported).type_map[name].is_type_of), name
+
+
+# A schema of its own for the next test (module level: the annotations are strings).
+@strawberry.interface
+class Thing:
+    id: strawberry.ID
+
+
+@strawberry.type
+class Book(Thing):
+    title: str
+
+
+@strawberry.type
+class Pen(Thing):
+    ink: str
+
+
+class Novel(Book):  # a subclass Strawberry did not decorate: its definition is Book's
+    pass
+
+
+class PenRow:  # what an ORM might hand back, cast to the type it stands for
+    def __init__(self) -> None:
+        self.id, self.ink = strawberry.ID("r"), "blue"
+
+
+@strawberry.type
+class ThingQuery:
+    @strawberry.field
+    def things(self) -> list[Thing | None]:
+        return [
+            Book(id=strawberry.ID("b"), title="t"),
+            Novel(id=strawberry.ID("n"), title="n"),
+            strawberry.cast(Pen, PenRow()),
+            None,
+        ]
+
+    @strawberry.field
+    def odd(self) -> Thing | None:
+        return PenRow()  # type: ignore[return-value]  # not cast, not a Thing: no type at runtime, an error
+
+    @strawberry.field
+    def strict(self) -> list[Thing]:
+        return [Pen(id=strawberry.ID("p"), ink="red"), "not a thing"]  # type: ignore[list-item]
+
+
+async def test_interface_values_the_plan_does_not_know_ask_resolve_type_as_graphql_core_does():
+    # chatgql's resolvers return instances of exactly the Node types (the plan's shortcut); a
+    # subclass, a strawberry.cast object, or a value of no possible type takes Strawberry's
+    # resolve_type and graphql-core's checks of its answer, with the same answers and errors.
+    schema = strawberry.Schema(query=ThingQuery, types=[Book, Pen])
+    planner = Planner()
+    for query in (
+        "{ things { __typename id ... on Book { title } ... on Pen { ink } } }",
+        "{ things { id } odd { id __typename } }",
+        "{ a: things { ... on Pen { ink } } strict { id ... on Pen { ink } } }",
+    ):
+        document = parse(query)
+        expected = json.dumps(
+            process_result(await execute_accepted(schema, document, None, None, None)), sort_keys=True
+        )
+        for _ in range(2):
+            planned = await planner.execute(schema, document, query, None, None, None)
+            assert json.dumps(process_result(planned), sort_keys=True) == expected, query
+    assert not planner.stats.fallbacks and planner.stats.executions == 6

@@ -27,13 +27,18 @@ from typing import Any, TypeGuard, cast
 import graphql
 import strawberry
 from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
+from graphql.execution.executor import Executor
 from graphql.type.definition import GraphQLResolveInfoHelpers
 from strawberry.execution import optimized_is_awaitable
+from strawberry.relay.types import GlobalID
+from strawberry.scalars import is_scalar
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, validate_document
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 from strawberry.types import Info
 from strawberry.types.arguments import convert_arguments
+from strawberry.types.base import StrawberryMaybe, StrawberryOptional
+from strawberry.types.cast import TYPE_CAST_ATTRIBUTE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -56,6 +61,7 @@ __all__ = [
     "collect_fields",
     "collect_subfields",
     "break_async_helpers_cycle",
+    "ensure_valid_runtime_type",
     # Strawberry
     "ExecutionContextBase",
     "core_schema",
@@ -73,6 +79,11 @@ __all__ = [
     "is_event_passthrough",
     "has_exception_handlers",
     "resolver_call_shape",
+    "plain_arguments",
+    "plain_class",
+    "TYPE_CAST_ATTRIBUTE",
+    "is_strawberry_resolve_type",
+    "interface_type_name",
     "LazyInfo",
     "TransportWSHandlerBase",
     "LegacyWSHandlerBase",
@@ -82,6 +93,7 @@ __all__ = [
     "upgrading_to_websocket",
     "abandon_request_cycle",
     "release_http_parser",
+    "send_response_through",
     "WebSocketsSansIOProtocol",
     "replace_websocket_waiters",
     "end_websocket_parser",
@@ -254,6 +266,87 @@ def resolver_call_shape(field: Any) -> tuple[Any, bool, tuple[str, ...], str | N
     return resolver.wrapped_func, resolver.self_parameter is not None, source_names, info.name if info else None
 
 
+def plain_arguments(field: Any, scalar_registry: Any, config: Any) -> tuple[tuple[str, str], ...] | None:
+    """(GraphQL name, Python name) of each of a field's arguments when Strawberry's
+    convert_arguments would pass every one on unchanged (each a scalar, optional or not, not
+    Maybe, not a GlobalID: what convert_arguments does to such an argument is nothing, under the
+    name the schema's name converter gives it); None when any needs converting. A plan passes such
+    arguments on as graphql-core coerced them, without converting each name and walking each type
+    on every call (speed: sendMessage, markRead, inbox, node)."""
+    pairs = []
+    for argument in field.arguments:
+        type_ = argument.type
+        while isinstance(type_, StrawberryOptional) and not isinstance(type_, StrawberryMaybe):
+            type_ = type_.of_type
+        if isinstance(type_, StrawberryMaybe) or type_ is GlobalID or not is_scalar(type_, scalar_registry):
+            return None
+        pairs.append((config.name_converter.from_argument(argument), argument.python_name))
+    return tuple(pairs)
+
+
+def plain_class(object_type: graphql.GraphQLObjectType) -> type | None:
+    """The class a Strawberry object type was defined by (its definition's `origin`, not a
+    generic's specialisation: `concrete_of`, `is_graphql_generic`), when an instance of exactly that
+    class, not cast (TYPE_CAST_ATTRIBUTE, `__as_strawberry_type__`), can only be that type: what
+    Strawberry's is_type_of and an interface's resolve_type answer for it. A plan completes such an
+    object without asking them (speed). None otherwise (awaitable or exception classes too:
+    graphql-core would treat those otherwise)."""
+    definition: Any = (object_type.extensions or {}).get("strawberry-definition")
+    origin = getattr(definition, "origin", None)
+    if not isinstance(origin, type) or definition.concrete_of is not None or definition.is_graphql_generic:
+        return None
+    if object_type.is_type_of is not None and not is_strawberry_type_check(object_type.is_type_of):
+        return None
+    if hasattr(origin, "__await__") or issubclass(origin, BaseException) or hasattr(origin, TYPE_CAST_ATTRIBUTE):
+        return None
+    return origin
+
+
+def is_strawberry_resolve_type(interface: graphql.GraphQLInterfaceType) -> bool:
+    """Whether an interface's resolve_type is the one Strawberry builds (its qualified name,
+    `GraphQLCoreConverter.from_interface.<locals>._get_resolve_type.<locals>.resolve_type`): then
+    interface_type_name may answer for it."""
+    qualname = getattr(interface.resolve_type, "__qualname__", "")
+    return qualname == "GraphQLCoreConverter.from_interface.<locals>._get_resolve_type.<locals>.resolve_type"
+
+
+def interface_type_name(interface: graphql.GraphQLInterfaceType, cls: type) -> str | None:
+    """What Strawberry's resolve_type answers for an uncast instance of exactly cls: the name of
+    cls's own definition (`__strawberry_definition__`) when cls implements the interface's class and
+    is not generic; else None (then resolve_type itself is asked). Lets node/nodes run by plan."""
+    definition = (interface.extensions or {}).get("strawberry-definition")
+    origin = getattr(definition, "origin", None)
+    own: Any = getattr(cls, "__strawberry_definition__", None)
+    if not isinstance(origin, type) or not issubclass(cls, origin) or getattr(own, "origin", None) is not cls:
+        return None
+    return None if own.is_graphql_generic else own.name
+
+
+class _ExecutorSchema:
+    """What Executor.ensure_valid_runtime_type reads of its executor: the schema."""
+
+    __slots__ = ("schema",)
+
+    def __init__(self, schema: graphql.GraphQLSchema) -> None:
+        self.schema = schema
+
+
+def ensure_valid_runtime_type(
+    schema: graphql.GraphQLSchema, runtime_type_name: Any, return_type: Any, field_details: list, info: Any, result: Any
+) -> graphql.GraphQLObjectType:
+    """graphql-core's own check of what resolve_type answered (Executor.ensure_valid_runtime_type,
+    called with a stand-in `self` holding only the schema, all it reads of self): the object type,
+    or its GraphQLError with graphql-core's words (exactness for values a plan cannot type itself)."""
+    return Executor.ensure_valid_runtime_type(
+        _ExecutorSchema(schema),  # type: ignore[arg-type]
+        runtime_type_name,
+        return_type,
+        field_details,
+        info,
+        result,
+    )
+
+
 class LazyInfo(Info):
     """A Strawberry Info (isinstance holds) whose graphql-core GraphQLResolveInfo (Info's private
     `_raw_info`) is built by `build_raw_info()` only when something reads it, and whose
@@ -322,6 +415,16 @@ def release_http_parser(protocol: Any) -> None:
     protocol (uvicorn breaks that cycle in connection_lost, which an upgraded connection never
     reaches), so each upgraded connection's HTTP protocol waited for a full collection (memory)."""
     protocol.parser = None
+
+
+def send_response_through(protocol: Any, make_transport: Callable[[Any], Any]) -> None:
+    """Route the response of the request whose headers just completed through
+    make_transport(protocol.transport) (uvicorn's RequestResponseCycle writes to its own
+    `transport` attribute): httpprotocol._OneWrite holds the headers until the body follows in the
+    same loop turn, one socket write per response (speed). Only the request's own, new cycle."""
+    cycle = protocol.cycle
+    if cycle is not None and cycle.transport is protocol.transport:
+        cycle.transport = make_transport(protocol.transport)
 
 
 # uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol: the base of

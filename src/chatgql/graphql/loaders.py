@@ -121,13 +121,6 @@ class Loaders:
         self.message_page = _Loader(reads._load_message_pages)
         self.viewer_totals = _Loader(reads._load_viewer_totals)
 
-    async def messages_at_once(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
-        """Messages by (conversation_id, seq) in one read, for a caller that holds every key
-        already (an inbox page preloading its last messages): what `message.load_many` answers,
-        without a DataLoader future, cache entry and gather callback per key (measured: about a
-        fifth of a 50-conversation inbox page's CPU went to them)."""
-        return await self._reads._load_messages(keys) if keys else []
-
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
         for loader in (self.conversation, self.member_count):

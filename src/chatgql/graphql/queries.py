@@ -55,13 +55,17 @@ class Query:
         limit = check_page_size(first, "first", default=20)
         after = None if after is strawberry.UNSET else after
         keyset = parse_inbox_cursor(after) if after is not None else None
+        below = info.selected_fields[0].selections
+        previews = selects(below, "nodes", "lastMessage") or selects(below, "edges", "node", "lastMessage")
+        # With lastMessage asked for, every conversation's comes in the same statement as the page.
+        read_page = conversations.inbox_page_with_last_messages if previews else conversations.inbox_page
         async with info.context.database.connection() as conn:
-            rows = await conversations.inbox_page(conn, info.context.viewer_id, limit + 1, keyset)
+            rows = await read_page(conn, info.context.viewer_id, limit + 1, keyset)
         page, more = rows[:limit], len(rows) > limit
         nodes = [Conversation.from_row(row) for row in page]
-        below = info.selected_fields[0].selections
-        if selects(below, "nodes", "lastMessage") or selects(below, "edges", "node", "lastMessage"):
-            await Conversation.preload_last_messages(info, nodes)
+        if previews:
+            for node, row in zip(nodes, page, strict=True):
+                node.preloaded_last_message = Message.last_in_inbox_row(node.id, row)
         return ConversationConnection(
             nodes=nodes,
             activity=[row["activity_at"] for row in page],

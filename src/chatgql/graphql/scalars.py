@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NewType
 
 import dateutil.parser
+import orjson
 import strawberry
 from graphql import GraphQLError, IntValueNode, StringValueNode, ValueNode
 from strawberry.types.scalar import ScalarDefinition
@@ -60,6 +61,19 @@ def _text_parser(parse: Callable[[str], Any], message: str) -> Callable[[object]
     return parse_value
 
 
+_ISOFORMAT = dt.datetime.isoformat
+
+
+def datetime_text(value: dt.datetime) -> str:
+    """datetime.isoformat(value), the DateTime scalar's serialization, three times faster for the
+    datetimes PostgreSQL hands out (timezone.utc; naive ones too): orjson writes those exactly as
+    isoformat does (RFC 3339, microseconds only when not zero; tests/test_scalars.py), and an inbox
+    page serializes a hundred of them. Anything else takes isoformat itself (and its TypeError)."""
+    if type(value) is dt.datetime and (value.tzinfo is dt.UTC or value.tzinfo is None):
+        return orjson.dumps(value)[1:-1].decode()
+    return _ISOFORMAT(value)
+
+
 SCALARS: dict[object, ScalarDefinition] = {
     Long: strawberry.scalar(
         name="Long",
@@ -77,7 +91,7 @@ SCALARS: dict[object, ScalarDefinition] = {
     dt.datetime: strawberry.scalar(
         name="DateTime",
         description="Date with time (isoformat)",
-        serialize=dt.datetime.isoformat,
+        serialize=datetime_text,
         parse_value=_text_parser(dateutil.parser.isoparse, "DateTime must be an ISO 8601 date with time"),
     ),
 }

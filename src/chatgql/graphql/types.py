@@ -44,6 +44,9 @@ class ConversationType(enum.Enum):
     GROUP = "GROUP"
 
 
+_CONVERSATION_TYPES = {member.value: member for member in ConversationType}  # a lookup, not an Enum call
+
+
 @strawberry.enum
 class MemberRole(enum.Enum):
     OWNER = "OWNER"
@@ -149,6 +152,21 @@ class Message(Node):
             client_msg_id=row.client_msg_id,
             body=row.body,
             created_at=row.created_at,
+        )
+
+    @classmethod
+    def last_in_inbox_row(cls, conversation_id: ID, row: Row) -> Message | None:
+        """The message at the conversation's last_seq in a row of
+        store.conversations.inbox_page_with_last_messages; None when it has none."""
+        if row["lm_sender_id"] is None:
+            return None
+        return cls(
+            conversation_id=conversation_id,
+            seq=row["last_seq"],
+            sender_id=ID(str(row["lm_sender_id"])),
+            client_msg_id=row["lm_client_msg_id"],
+            body=row["lm_body"],
+            created_at=row["lm_created_at"],
         )
 
     @strawberry.field(description="Globally unique and stable; opaque.")
@@ -270,7 +288,7 @@ class Conversation(Node):
     last_read_seq: Long = strawberry.field(description="The viewer's own watermark here.")
     # A value, not a resolver: an inbox page asks for it on every node.
     unread_count: Long = strawberry.field(description="lastSeq - lastReadSeq for the viewer.")
-    # Set by an inbox page that loaded every node's last message in one go (see Query.inbox).
+    # Set by an inbox page that read every node's last message with the page (see Query.inbox).
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
 
     @classmethod
@@ -281,7 +299,7 @@ class Conversation(Node):
         last_seq, last_read_seq = row["last_seq"], row["last_read_seq"]
         return cls(
             id=ID(str(row["id"])),
-            type=ConversationType(row["type"]),
+            type=_CONVERSATION_TYPES[row["type"]],
             title=row["title"],
             last_seq=last_seq,
             last_message_at=row["last_message_at"],
@@ -321,14 +339,6 @@ class Conversation(Node):
     async def _load_last_message(self, info: Info) -> Message | None:
         row = await info.context.loaders.message.load((int(self.id), self.last_seq))
         return Message.from_row(row) if row is not None else None
-
-    @staticmethod
-    async def preload_last_messages(info: Info, conversations: list[Conversation]) -> None:
-        """Every conversation's last message in one batched read."""
-        wanted = [c for c in conversations if c.last_seq > 0]
-        rows = await info.context.loaders.messages_at_once([(int(c.id), c.last_seq) for c in wanted])
-        for conversation, row in zip(wanted, rows, strict=True):
-            conversation.preloaded_last_message = Message.from_row(row) if row is not None else None
 
     @strawberry.field(description="Same as Query.messages for this conversation.")
     async def messages(

@@ -185,6 +185,38 @@ async def inbox_page(conn: Connection, user_id: int, limit: int, after: tuple[da
     )
 
 
+async def inbox_page_with_last_messages(
+    conn: Connection, user_id: int, limit: int, after: tuple[datetime, int] | None
+) -> list[Row]:
+    """inbox_page, each row with its conversation's last message (the one at last_seq) in the
+    columns lm_sender_id, lm_client_msg_id, lm_body, lm_created_at (null when it has none): one
+    statement for a page of conversations and their previews (the page, then the messages by
+    key, was two round trips)."""
+    args: list[object] = [user_id, limit]
+    keyset = ""
+    if after is not None:
+        keyset = "AND (coalesce(c.last_message_at, c.created_at), c.id) < ($3::timestamptz, $4::bigint)"
+        args += after
+    return await conn.fetch(
+        f"""
+        SELECT p.*, lm.sender_id AS lm_sender_id, lm.client_msg_id AS lm_client_msg_id,
+               lm.body AS lm_body, lm.created_at AS lm_created_at
+          FROM (
+            SELECT {_CONVERSATION_COLUMNS}, m.last_read_seq, m.role,
+                   coalesce(c.last_message_at, c.created_at) AS activity_at
+              FROM conversation_member m
+              JOIN conversation c ON c.id = m.conversation_id
+             WHERE m.user_id = $1 {keyset}
+             ORDER BY activity_at DESC, c.id DESC
+             LIMIT $2
+          ) p
+          LEFT JOIN message lm ON lm.conversation_id = p.id AND lm.seq = p.last_seq
+         ORDER BY p.activity_at DESC, p.id DESC
+        """,
+        *args,
+    )
+
+
 async def viewer_totals(conn: Connection, user_id: int) -> Row:
     return await conn.fetchrow(
         """

@@ -25,6 +25,7 @@ from typing import Any
 from graphql import (
     GraphQLBoolean,
     GraphQLID,
+    GraphQLInterfaceType,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
@@ -43,6 +44,7 @@ from .codegen import Constant, InlineLeaf, object_executor
 from .execute import (
     Completer,
     FieldRunner,
+    abstract_completer,
     attribute_leaf_runner,
     field_runner,
     leaf_completer,
@@ -241,8 +243,28 @@ class _Compiler:
             return object_completer(
                 object_executor(self.fields(type_, collected.grouped_field_set)),
                 type_ if type_.is_type_of is not None else None,
+                compat.plain_class(type_),
             )
-        raise Unsupported("abstract_type")
+        if isinstance(type_, GraphQLInterfaceType):
+            return self.interface_completer(type_, plan, details)
+        raise Unsupported("abstract_type")  # a union: chatgql's schema has none
+
+    def interface_completer(self, interface: GraphQLInterfaceType, plan: FieldPlan, details: list) -> Completer:
+        """Each possible object type's selection compiled (collected for that type, as graphql-core
+        collects once it knows the type), and which classes are which type without asking."""
+        if not compat.is_strawberry_resolve_type(interface):
+            raise Unsupported("resolve_type")
+        completers: dict[str, Completer] = {}
+        known: dict[type, Any] = {}
+        for object_type in self.core.get_possible_types(interface):
+            completer = completers[object_type.name] = self.completer(object_type, plan, details)
+            fast = getattr(completer, "fast", None)
+            if fast is not None:
+                cls, execute = fast
+                name = compat.interface_type_name(interface, cls)
+                if name == object_type.name and self.core.get_type(name) is object_type:
+                    known[cls] = execute
+        return abstract_completer(interface, completers, known, plan, details)
 
     def resolver(self, plan: FieldPlan, node: Any) -> Any:
         sf, field_def = plan.strawberry_field, plan.field_def
@@ -279,8 +301,11 @@ class _Compiler:
         if not field_def.args and not node.arguments:
             return None
         registry, config = self.scalar_registry, self.config
+        plain = compat.plain_arguments(sf, registry, config)
 
         def convert(coerced: dict) -> dict:
+            if plain is not None:  # scalars only: what convert_arguments answers, without its walk
+                return {python: coerced[name] for name, python in plain if name in coerced}
             return compat.convert_arguments(coerced, sf.arguments, scalar_registry=registry, config=config)
 
         if not any(_reads_variables(argument.value) for argument in node.arguments or ()):

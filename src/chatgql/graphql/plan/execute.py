@@ -22,7 +22,9 @@ from typing import Any
 from graphql import GraphQLError, located_error
 from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_iterable
 
+from ... import compat
 from ...compat import is_awaitable
+from .info import resolve_info
 
 _background: set[asyncio.Future] = set()  # settling awaitables abandoned by an error (see settle)
 
@@ -130,6 +132,13 @@ async def _serially_from(
 Completer = Callable[[Run, Any, Path], Any]
 
 
+# An object completer may carry `fast = (cls, execute)` (object_completer): for a value of exactly
+# type cls that is not cast (compat.plain_class), completing it is execute(run, value, path), and
+# execute returns a dict or a coroutine. Its callers (list items, field results) use that to skip
+# the questions whose answers the type already gives (awaitable? an exception? null? is_type_of?).
+_CAST = compat.TYPE_CAST_ATTRIBUTE
+
+
 def non_null_completer(inner: Completer, parent: str, field_name: str) -> Completer:
     message = f"Cannot return null for non-nullable field {parent}.{field_name}."
 
@@ -140,6 +149,9 @@ def non_null_completer(inner: Completer, parent: str, field_name: str) -> Comple
             raise TypeError(message)
         return inner(run, result, path)
 
+    fast = getattr(inner, "fast", None)
+    if fast is not None:
+        complete.fast = fast  # type: ignore[attr-defined]  # a value of that class is not null
     return complete
 
 
@@ -162,10 +174,20 @@ def leaf_completer(leaf_type: Any) -> Completer:
     return complete
 
 
-def object_completer(execute: Callable[[Run, Any, Path], Any], object_type: Any = None) -> Completer:
+def object_completer(
+    execute: Callable[[Run, Any, Path], Any], object_type: Any = None, plain_class: type | None = None
+) -> Completer:
     """execute: the object's fields (codegen.object_executor: execute_fields, unrolled).
     object_type: given when it has an is_type_of (Strawberry gives one to every type that
-    implements an interface, e.g. Node): asked first, as complete_object_value does."""
+    implements an interface, e.g. Node): asked first, as complete_object_value does.
+    plain_class: compat.plain_class of the type, or None (then no fast path)."""
+    completer = _object_completer(execute, object_type)
+    if plain_class is not None:
+        completer.fast = (plain_class, execute)  # type: ignore[attr-defined]
+    return completer
+
+
+def _object_completer(execute: Callable[[Run, Any, Path], Any], object_type: Any) -> Completer:
     is_type_of = None if object_type is None else object_type.is_type_of
 
     def complete(run: Run, result: Any, path: Path) -> Any:
@@ -191,8 +213,48 @@ def object_completer(execute: Callable[[Run, Any, Path], Any], object_type: Any 
     return complete_checked
 
 
+def abstract_completer(
+    abstract: Any, completers: dict[str, Completer], known: dict[type, Any], field: Any, details: list
+) -> Completer:
+    """complete_abstract_value for an interface: which object type the value is, then that type's
+    completer (object_completer: is_type_of, then its fields). completers: per possible type's
+    name. known: class -> its type's fields' executor, for the classes whose answer the plan knows
+    (compat.interface_type_name; only for a value of exactly that class, not cast). Any other
+    value asks the interface's resolve_type as graphql-core does, with the field's resolve info,
+    and graphql-core's checks of its answer (compat.ensure_valid_runtime_type)."""
+    resolve_type = abstract.resolve_type
+
+    def complete(run: Run, result: Any, path: Path) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        if result is None or result is Undefined:
+            return None
+        execute = known.get(type(result))
+        if execute is not None and getattr(result, _CAST, None) is None:
+            return execute(run, result, path)
+        info = resolve_info(run, field, path)
+        runtime = resolve_type(result, info, abstract)
+        if is_awaitable(runtime):
+            return _complete_resolved_later(run, runtime, result, path, info)
+        object_type = compat.ensure_valid_runtime_type(run.schema, runtime, abstract, details, info, result)
+        return completers[object_type.name](run, result, path)
+
+    async def _complete_resolved_later(run: Run, runtime: Any, result: Any, path: Path, info: Any) -> Any:
+        name = await runtime
+        object_type = compat.ensure_valid_runtime_type(run.schema, name, abstract, details, info, result)
+        completed = completers[object_type.name](run, result, path)
+        if is_awaitable(completed):
+            return await completed
+        return completed
+
+    return complete
+
+
 def list_completer(item: Completer, item_non_null: bool, field: Any) -> Completer:
     """complete_list_value / complete_iterable_value / complete_list_item_value."""
+    fast = getattr(item, "fast", None)
+    if fast is not None:
+        return _object_list_completer(item, item_non_null, field, *fast)
     message = f"Expected Iterable, but did not find one for field '{field.parent_name}.{field.field_name}'."
 
     def complete(run: Run, result: Any, path: Path) -> Any:
@@ -210,6 +272,66 @@ def list_completer(item: Completer, item_non_null: bool, field: Any) -> Complete
             for value in iterator:
                 item_path = Path(path, index, None)
                 if is_awaitable(value):
+                    completed.append(_complete_awaitable_item(run, item, value, item_path, item_non_null, field))
+                    awaitable_indices.append(index)
+                else:
+                    try:
+                        done = item(run, value, item_path)
+                        if is_awaitable(done):
+                            completed.append(_await_item(run, done, item_path, item_non_null, field))
+                            awaitable_indices.append(index)
+                        else:
+                            completed.append(done)
+                    except Exception as raw:
+                        run.field_error(raw, field, item_path, item_non_null)
+                        completed.append(None)
+                index += 1
+        except Exception:
+            pending = [completed[i] for i in awaitable_indices]
+            pending.extend(v for v in iterator if is_awaitable(v))
+            if pending:
+                settle(pending)
+            raise
+        if not awaitable_indices:
+            return completed
+        return _gather_items(completed, awaitable_indices)
+
+    return complete
+
+
+def _object_list_completer(item: Completer, item_non_null: bool, field: Any, cls: type, execute: Any) -> Completer:
+    """list_completer for a list of objects: an item of exactly the object's class (a page's
+    nodes) is completed by its fields' executor straight away; any other item as list_completer
+    does. The same steps in the same order, minus the questions the item's type answers."""
+    message = f"Expected Iterable, but did not find one for field '{field.parent_name}.{field.field_name}'."
+
+    def complete(run: Run, result: Any, path: Path) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        if result is None or result is Undefined:
+            return None
+        if not is_iterable(result):
+            raise GraphQLError(message)
+        completed: list[Any] = []
+        awaitable_indices: list[int] = []
+        iterator = iter(result)
+        index = 0
+        try:
+            for value in iterator:
+                item_path = Path(path, index, None)
+                if type(value) is cls and getattr(value, _CAST, None) is None:
+                    try:
+                        done = execute(run, value, item_path)
+                    except Exception as raw:
+                        run.field_error(raw, field, item_path, item_non_null)
+                        completed.append(None)
+                    else:
+                        if type(done) is dict:
+                            completed.append(done)
+                        else:
+                            completed.append(_await_item(run, done, item_path, item_non_null, field))
+                            awaitable_indices.append(index)
+                elif is_awaitable(value):
                     completed.append(_complete_awaitable_item(run, item, value, item_path, item_non_null, field))
                     awaitable_indices.append(index)
                 else:
@@ -275,11 +397,43 @@ async def _complete_awaitable_item(
 def field_runner(field: Any, resolve: Callable[[Run, Any, Path], Any], complete: Completer) -> FieldRunner:
     """Executor.execute_field for one planned field: resolve, then complete, errors located here."""
     key, parent_name, non_null = field.key, field.parent_name, field.non_null
+    fast = getattr(complete, "fast", None)
+    if fast is not None:
+        return _object_field_runner(field, resolve, complete, *fast)
 
     def run_field(run: Run, source: Any, parent_path: Path | None) -> Any:
         path = Path(parent_path, key, parent_name)
         try:
             result = resolve(run, source, path)
+            if is_awaitable(result):
+                return _complete_awaitable(run, field, complete, result, path, non_null)
+            completed = complete(run, result, path)
+            if is_awaitable(completed):
+                return _await_completed(run, field, completed, path, non_null)
+            return completed
+        except Exception as raw:
+            run.field_error(raw, field, path, non_null)
+            return None
+
+    return run_field
+
+
+def _object_field_runner(
+    field: Any, resolve: Callable[[Run, Any, Path], Any], complete: Completer, cls: type, execute: Any
+) -> FieldRunner:
+    """field_runner for a field of an object type: a result of exactly the object's class goes
+    to its fields' executor straight away (see _object_list_completer)."""
+    key, parent_name, non_null = field.key, field.parent_name, field.non_null
+
+    def run_field(run: Run, source: Any, parent_path: Path | None) -> Any:
+        path = Path(parent_path, key, parent_name)
+        try:
+            result = resolve(run, source, path)
+            if type(result) is cls and getattr(result, _CAST, None) is None:
+                completed = execute(run, result, path)
+                if type(completed) is dict:
+                    return completed
+                return _await_completed(run, field, completed, path, non_null)
             if is_awaitable(result):
                 return _complete_awaitable(run, field, complete, result, path, non_null)
             completed = complete(run, result, path)

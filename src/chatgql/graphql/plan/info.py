@@ -46,20 +46,24 @@ class PlanInfo(LazyInfo):
 
     def build_raw_info(self) -> GraphQLResolveInfo:
         """What graphql-core would have built for this field."""
-        field, run = self._plan_field, self._run
-        return GraphQLResolveInfo(
-            field.field_name,
-            field.nodes,
-            field.return_type,
-            field.parent_type,
-            self._path,
-            run.schema,
-            run.plan.fragment_definitions,
-            None,
-            run.plan.operation,
-            run.variables.coerced,  # what Strawberry's resolve info carries
-            run.context,
-            is_awaitable,
-            None,
-            None,  # type: ignore[arg-type]  # graphql-core's async helpers: plans run no graphql-core executor
-        )
+        return resolve_info(self._run, self._plan_field, self._path)
+
+
+def resolve_info(run: Any, field: Any, path: Path) -> GraphQLResolveInfo:
+    """The GraphQLResolveInfo graphql-core would pass for this field, from the plan's pieces."""
+    return GraphQLResolveInfo(
+        field.field_name,
+        field.nodes,
+        field.return_type,
+        field.parent_type,
+        path,
+        run.schema,
+        run.plan.fragment_definitions,
+        None,
+        run.plan.operation,
+        run.variables.coerced,  # what Strawberry's resolve info carries
+        run.context,
+        is_awaitable,
+        None,
+        None,  # type: ignore[arg-type]  # graphql-core's async helpers: plans run no graphql-core executor
+    )

@@ -1,0 +1,203 @@
+"""Server CPU per request, this tree against a baseline commit, interleaved in one run.
+
+`python -m bench.perf [--baseline REV] [--only inbox,send_spread,read] [--rounds N] [--seconds S]`
+
+The machine this runs on is shared and its load changes by the minute; the
+CPU a request costs changes with it (a process that sleeps between requests
+runs the same instructions slower, and every socket write that wakes another
+process costs more on a busy machine). So the two servers are compared in
+the same minutes: both run at once (the idle one costs nothing), against one
+PostgreSQL with the data of `python -m bench` (bench/layout.py, smaller
+send/read sets), and the load alternates A B B A ... in short segments
+(wrk, as `python -m bench` drives it). Each server's CPU (user and system,
+from /proc) is divided by the requests it answered in its own segments.
+
+- baseline: the code where HEAD left REV (default main: the branch point), exported
+  with `git archive` into a scratch directory and run with it on PYTHONPATH;
+- this tree: src/ of this checkout.
+
+Writes bench/RESULTS.perf.md (or --report) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import shutil
+import statistics
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+import psutil
+
+from chatgql import db
+
+from . import httpload, layout
+from .infra import REPO, Postgres, Server, log, raise_fd_limit
+from .queries import Scenario
+
+FIGURES = ("inbox", "send_spread", "read")
+TARGETS_MS = {"inbox": 0.8, "send_spread": 0.4, "read": 0.35}
+SIZES = dataclasses.replace(
+    layout.FULL,
+    mode="perf",
+    spread=2_000,
+    read_conversations=2_000,
+    hot_members=10,
+    fanout_members=10,
+    live_conversations=10,
+    seed_messages=3,
+)
+
+
+def _export(rev: str, into: Path) -> Path:
+    """src/ of rev, as a directory to put on PYTHONPATH."""
+    into.mkdir(parents=True)
+    archive = into / "baseline.tar"
+    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, "src"], check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    t = psutil.Process(pid).cpu_times()
+    return t.user, t.system
+
+
+def _segment(server: Server, scenario: Scenario, workdir: Path, seconds: float, base: int) -> dict:
+    user0, sys0 = _cpu(server.pid)
+    load = httpload.run(server.port, scenario, workdir, seconds, base)
+    user1, sys1 = _cpu(server.pid)
+    errors = load["bad_status"] + load["gql_errors"] + load["socket_errors"]
+    if errors:
+        raise RuntimeError(f"{scenario.name}: {errors} failed requests ({load['first_error']})")
+    return {"ok": load["ok"], "user": user1 - user0, "sys": sys1 - sys0, "rps": load["rps"]}
+
+
+def _per_request(segments: list[dict]) -> dict:
+    ok = sum(s["ok"] for s in segments)
+    user, system = sum(s["user"] for s in segments), sum(s["sys"] for s in segments)
+    each = [1000 * (s["user"] + s["sys"]) / s["ok"] for s in segments]
+    return {
+        "ms": 1000 * (user + system) / ok,
+        "user_ms": 1000 * user / ok,
+        "sys_ms": 1000 * system / ok,
+        "segments_ms": each,
+        "spread_ms": (max(each) - min(each)) if len(each) > 1 else 0.0,
+        "rps": statistics.mean(s["rps"] for s in segments),
+    }
+
+
+async def _seed(pg: Postgres) -> None:
+    await db.upgrade(pg.url)
+    conn = await asyncpg.connect(pg.url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await layout.seed(conn, SIZES)
+    finally:
+        await conn.close()
+
+
+def run(baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, report: Path) -> dict:
+    raise_fd_limit()
+    scratch = Path(tempfile.mkdtemp(prefix="chatgql-perf-"))
+    workdir = scratch / "work"
+    workdir.mkdir()
+    servers: dict[str, Server] = {}
+    pg = None
+    results: dict[str, dict] = {}
+    try:
+        base_rev = subprocess.run(
+            ["git", "-C", str(REPO), "merge-base", "--", "HEAD", baseline], check=True, capture_output=True, text=True
+        ).stdout.strip()[:10]
+        base_src = _export(base_rev, scratch / "baseline")
+        pg = Postgres.start(scratch / "pg")
+        asyncio.run(_seed(pg))
+        for name, src in (("baseline", base_src), ("this tree", REPO / "src")):
+            server = Server(pg.url, scratch, None)
+            server.env["PYTHONPATH"] = str(src)
+            server.log_path = scratch / f"chatgql-{name.replace(' ', '-')}.log"
+            server.spawn()
+            servers[name] = server
+        for server in servers.values():
+            server.wait_ready()
+        read_base = 1
+        for figure in figures:
+            scenario = Scenario(figure, SIZES)
+            segments: dict[str, list[dict]] = {name: [] for name in servers}
+            for server in servers.values():  # warm-up: plans, statement caches, connections
+                _segment(server, scenario, workdir, 2, read_base)
+                read_base += 10_000_000
+            order = list(servers)
+            for round_ in range(rounds):
+                for name in order if round_ % 2 == 0 else reversed(order):
+                    segments[name].append(_segment(servers[name], scenario, workdir, seconds, read_base))
+                    read_base += 10_000_000
+            results[figure] = {name: _per_request(s) for name, s in segments.items()}
+            line = ", ".join(f"{name} {r['ms']:.3f} ms" for name, r in results[figure].items())
+            log(f"perf {figure}: server CPU per request: {line}")
+    finally:
+        for server in servers.values():
+            server.stop()
+        if pg is not None:
+            pg.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    text = _report(results, base_rev, rounds, seconds)
+    report.write_text(text)
+    print(text)
+    return results
+
+
+def _report(results: dict, base_rev: str, rounds: int, seconds: float) -> str:
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True, text=True)
+    lines = [
+        "# Server CPU per request: this tree against a baseline (`python -m bench.perf`)",
+        "",
+        f"Baseline: commit {base_rev}; this tree: {head}{' with uncommitted changes' if dirty.stdout.strip() else ''}. "
+        f"Both servers ran at once against one PostgreSQL; the load (wrk, {SIZES.clients} connections) "
+        f"alternated between them in {rounds} segments of {seconds:g} s each per figure. "
+        f"Load average at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())} (2 cores, shared).",
+        "",
+        "| figure | target | baseline ms (user + sys) | this tree ms (user + sys) | change | segments (this tree) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for figure, r in results.items():
+        base, new = r["baseline"], r["this tree"]
+        segs = " / ".join(f"{v:.2f}" for v in new["segments_ms"])
+        lines.append(
+            f"| {figure} | {TARGETS_MS[figure]} | {base['ms']:.3f} ({base['user_ms']:.3f} + {base['sys_ms']:.3f}) "
+            f"| **{new['ms']:.3f}** ({new['user_ms']:.3f} + {new['sys_ms']:.3f}) "
+            f"| {100 * (new['ms'] / base['ms'] - 1):+.0f}% | {segs} |"
+        )
+    lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--baseline", default="main", help="compare with the point where HEAD left this revision (default: main)"
+    )
+    parser.add_argument("--only", default=",".join(FIGURES), help="comma-separated subset of " + ", ".join(FIGURES))
+    parser.add_argument("--rounds", type=int, default=4, help="segments per server and figure (default 4)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of one segment (default 4 s)")
+    parser.add_argument("--report", type=Path, default=REPO / "bench" / "RESULTS.perf.md")
+    args = parser.parse_args()
+    figures = tuple(f for f in args.only.split(",") if f)
+    unknown = set(figures) - set(FIGURES)
+    if unknown:
+        parser.error(f"unknown figures: {', '.join(sorted(unknown))}")
+    run(args.baseline, figures, args.rounds, args.seconds, args.report)
+
+
+if __name__ == "__main__":
+    main()
