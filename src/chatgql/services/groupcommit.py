@@ -89,6 +89,11 @@ class SendBatcher:
         finally:
             self._hand_on(conversation_id, lane)
 
+    def waiting(self, conversation_id: int) -> int:
+        """How many sends to the conversation wait behind the one in flight."""
+        lane = self._lanes.get(conversation_id)
+        return 0 if lane is None else len(lane.waiting)
+
     def _hand_on(self, conversation_id: int, lane: _Lane) -> None:
         if lane.waiting:
             lane.task = asyncio.create_task(self._drain(conversation_id, lane), name="send-batch")
