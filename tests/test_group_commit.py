@@ -22,7 +22,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from itertools import pairwise
-from pathlib import Path
 
 import httpx
 import pytest
@@ -35,7 +34,7 @@ from chatgql.services.groupcommit import SendItem
 from chatgql.settings import load_settings
 from chatgql.store import messages
 
-from .conftest import REPO, RunningServer, drop_database, free_port, scratch_database
+from .conftest import REPO, create_engine, drop_database, free_port, scratch_database
 
 SEND = (
     "mutation($c: ID!, $m: UUID!, $b: String!) "
@@ -81,9 +80,7 @@ async def test_a_batch_answers_and_writes_what_the_same_sends_one_by_one_would(m
     contiguous in item order; watermarks and read.updated events as chat_send's."""
     async with engine.begin() as conn:
         one, batched = (
-            await conn.execute(
-                text("INSERT INTO conversation (type) VALUES ('GROUP'), ('GROUP') RETURNING id")
-            )
+            await conn.execute(text("INSERT INTO conversation (type) VALUES ('GROUP'), ('GROUP') RETURNING id"))
         ).scalars()
         await conn.execute(
             text(
@@ -161,3 +158,247 @@ async def test_a_batch_answers_and_writes_what_the_same_sends_one_by_one_would(m
     # read.updated right after a send that also read others' messages (chat_send's rule)
     assert ("read.updated", 3) in kinds and kinds.index(("read.updated", 3)) == kinds.index(("message.new", 3)) + 1
     assert all(x.created_at <= y.created_at for x, y in pairwise(created))
+
+
+# ---------------------------------------------------------------- three API processes, one conversation
+
+PROCESSES = 3
+MESSAGES = 300
+MEMBERS = list(range(1, 31))
+
+
+@pytest.fixture
+async def three_servers(database_url: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """Three `chatgql serve` processes (no relay: the outbox stays to be read) on a database of their own."""
+    name = "chatgql_group_commit"
+    url = await scratch_database(database_url, name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
+    env.update(
+        CHATGQL_DATABASE_URL=url,
+        CHATGQL_MIGRATE_ON_START="false",
+        CHATGQL_RATE_SEND_PER_SECOND="0",
+        CHATGQL_RATE_GROUP_PER_SECOND="0",
+        CHATGQL_ACCESS_LOG="false",
+        CHATGQL_SEND_BATCH_MAX="16",
+    )
+    ports = [free_port() for _ in range(PROCESSES)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port), "--no-relay", "--no-consumer"]
+            + ["--log-level", "warning"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for port in ports
+    ]
+    try:
+        async with httpx.AsyncClient() as http:
+            deadline = time.monotonic() + 60
+            for process, port in zip(processes, ports, strict=True):
+                while True:
+                    assert process.poll() is None, process.communicate()[1].decode()[-2000:]
+                    try:
+                        if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    assert time.monotonic() < deadline, f"chatgql serve on {port} did not start"
+                    await asyncio.sleep(0.1)
+        yield url, [f"http://127.0.0.1:{port}" for port in ports]
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        await drop_database(database_url, name)
+
+
+def batch_sizes(metrics: str) -> tuple[float, float]:
+    """(transactions, sends) from chatgql_send_batch_size in a /metrics page."""
+    found = {}
+    for line in metrics.splitlines():
+        for suffix in ("_count", "_sum"):
+            if line.startswith(f"chatgql_send_batch_size{suffix} "):
+                found[suffix] = float(line.split()[1])
+    return found["_count"], found["_sum"]
+
+
+async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_each_in_batches(three_servers):
+    """One conversation, 30 senders, 300 messages sent through three API processes at once,
+    plus 60 retries of a message (same clientMsgId, sender and body; half to the same process,
+    where they may share a batch with their original) and 30 conflicting reuses of a
+    clientMsgId (another body or another sender), all in flight together."""
+    url, servers = three_servers
+    rng = random.Random(12)
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=500)) as http:
+        created = await post(http, servers[0] + "/graphql", 1, CREATE_GROUP, {"t": "hot", "m": MEMBERS[1:]})
+        cid = created["data"]["createGroup"]["id"]
+
+        # (server, sender, clientMsgId, body)
+        originals = [(k % PROCESSES, MEMBERS[k % len(MEMBERS)], str(uuid.uuid4()), f"m{k}") for k in range(MESSAGES)]
+        retries = [
+            ((server + (k % 2)) % PROCESSES, sender, cmid, body)
+            for k, (server, sender, cmid, body) in enumerate(originals[:60])
+        ]
+        conflicting = [
+            (
+                (server + 1) % PROCESSES,
+                sender if k % 2 else MEMBERS[(MEMBERS.index(sender) + 1) % len(MEMBERS)],
+                cmid,
+                f"other {body}" if k % 2 else body,
+            )
+            for k, (server, sender, cmid, body) in enumerate(originals[60:90])
+        ]
+        requests = originals + retries + conflicting
+        rng.shuffle(requests)
+
+        async def send(server: int, sender: int, cmid: str, body: str) -> dict:
+            return await post(http, servers[server] + "/graphql", sender, SEND, {"c": cid, "m": cmid, "b": body})
+
+        answers = await asyncio.gather(*(send(*r) for r in requests))
+        sizes = [batch_sizes((await http.get(server + "/metrics")).text) for server in servers]
+
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        stored = await fetch(
+            engine,
+            "SELECT seq, sender_id, client_msg_id, body, created_at FROM message WHERE conversation_id = :c ORDER BY seq",
+            c=int(cid),
+        )
+        last_seq = (await fetch(engine, "SELECT last_seq FROM conversation WHERE id = :c", c=int(cid)))[0].last_seq
+        outbox = [r.payload for r in await fetch(engine, "SELECT payload FROM outbox ORDER BY id")]
+        watermarks = dict(
+            tuple(r)
+            for r in await fetch(
+                engine,
+                "SELECT user_id, last_read_seq FROM conversation_member WHERE conversation_id = :c",
+                c=int(cid),
+            )
+        )
+    finally:
+        await engine.dispose()
+
+    # Gap-free, one row per clientMsgId, nothing a conflicting reuse carried.
+    assert [m.seq for m in stored] == list(range(1, MESSAGES + 1)) and last_seq == MESSAGES
+    by_cmid = {str(m.client_msg_id): m for m in stored}
+    assert len(by_cmid) == MESSAGES == len({r[2] for r in requests})
+    assert all(x.created_at <= y.created_at for x, y in pairwise(stored))
+
+    # Every answer is the stored row; exactly one answer per clientMsgId stored it.
+    firsts: dict[str, int] = defaultdict(int)
+    for (_, sender, cmid, body), answer in zip(requests, answers, strict=True):
+        row = by_cmid[cmid]
+        if code(answer) == "CONFLICT":
+            assert (row.sender_id, row.body) != (sender, body), answer
+            continue
+        assert "errors" not in answer, answer
+        sent = answer["data"]["sendMessage"]
+        assert (sent["message"]["seq"], int(sent["message"]["senderId"]), sent["message"]["body"]) == (
+            row.seq,
+            row.sender_id,
+            row.body,
+        )
+        assert (row.sender_id, row.body) == (sender, body)
+        firsts[cmid] += not sent["duplicate"]
+    assert set(firsts.values()) == {1} and len(firsts) == MESSAGES
+    conflicts = sum(code(a) == "CONFLICT" for a in answers)
+    assert conflicts == len(conflicting), conflicts
+
+    # The outbox: message.new in seq order, each as stored; read.updated as chat_send writes them.
+    new = [e for e in outbox if e["type"] == events.MESSAGE_NEW]
+    assert [e["seq"] for e in new] == list(range(1, MESSAGES + 1))
+    assert [(e["clientMsgId"], e["senderId"], e["body"]) for e in new] == [
+        (str(m.client_msg_id), m.sender_id, m.body) for m in stored
+    ]
+    expected, read = [], defaultdict(int)
+    for m in stored:
+        expected.append((events.MESSAGE_NEW, m.seq))
+        if read[m.sender_id] < m.seq - 1:
+            expected.append((events.READ_UPDATED, m.seq))
+        read[m.sender_id] = m.seq
+    sends = [e for e in outbox if e["type"] != events.MEMBERS_ADDED]  # createGroup's comes first
+    assert [(e["type"], e.get("seq", e.get("lastReadSeq"))) for e in sends] == expected
+    assert {u: s for u, s in watermarks.items() if u in read} == dict(read)
+
+    # They went in batches: fewer transactions than sends, in every process.
+    assert sum(s for _, s in sizes) == len(requests)
+    assert all(transactions < sends for transactions, sends in sizes), sizes
+
+
+# ---------------------------------------------------------------- a batch killed mid-transaction
+
+
+async def backends(engine, function: str) -> list:
+    return await fetch(
+        engine,
+        "SELECT pid, wait_event_type, backend_xid IS NOT NULL AS has_xid FROM pg_stat_activity "
+        "WHERE datname = current_database() AND state = 'active' AND query LIKE :q AND pid <> pg_backend_pid()",
+        q=f"%{function}(%",
+    )
+
+
+async def until(predicate, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while not (found := await predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+    return found
+
+
+async def test_a_batch_whose_backend_is_killed_stores_nothing_and_every_caller_retries_once(server, client, engine):
+    """A test transaction holds the sender 1's membership row: the lone first send locks the
+    conversation and waits there; nine sends queue behind it. Its backend is killed (its caller
+    fails), the nine go as one batch that locks the conversation and waits there too, and its
+    backend is killed while that transaction is open. Nothing of either is stored, every caller
+    got the error a lone send gets, and the retries store each message once."""
+    created = await client.data(CREATE_GROUP, {"t": "hot", "m": ["2", "3"]}, user=1)
+    cid = created["createGroup"]["id"]
+    batcher = server.runtime.deps.send_batcher
+    sends = [(1 + k % 3, str(uuid.uuid4()), f"m{k}") for k in range(10)]
+    sends[0] = (1, *sends[0][1:])
+
+    async def send(sender: int, cmid: str, body: str) -> dict:
+        return await post(client.http, client.url, sender, SEND, {"c": cid, "m": cmid, "b": body})
+
+    async with engine.connect() as blocker:
+        await blocker.execute(
+            text("SELECT 1 FROM conversation_member WHERE conversation_id = :c AND user_id = 1 FOR UPDATE"),
+            {"c": int(cid)},
+        )
+        first = asyncio.create_task(send(*sends[0]))
+        (alone,) = await until(lambda: backends(engine, "chat_send"))
+        rest = [asyncio.create_task(send(*s)) for s in sends[1:]]
+        await until(lambda: asyncio.sleep(0, batcher.waiting(int(cid)) == 9))
+        await fetch(engine, "SELECT pg_terminate_backend(:p)", p=alone.pid)
+        lone_error = code(await first)
+        assert lone_error == "INTERNAL_SERVER_ERROR"
+
+        (batch,) = await until(lambda: backends(engine, "chat_send_batch"))
+        assert batch.wait_event_type == "Lock" and batch.has_xid  # mid-transaction, waiting for sender 1's row
+        async with engine.connect() as other:  # the batch holds the conversation's lock
+            with pytest.raises(Exception, match="could not obtain lock"):
+                await other.execute(
+                    text("SELECT 1 FROM conversation WHERE id = :c FOR NO KEY UPDATE NOWAIT"), {"c": int(cid)}
+                )
+        await fetch(engine, "SELECT pg_terminate_backend(:p)", p=batch.pid)
+        assert [code(a) for a in await asyncio.gather(*rest)] == [lone_error] * 9
+        await blocker.rollback()
+
+    assert (await fetch(engine, "SELECT count(*) AS n FROM message"))[0].n == 0
+    assert (await fetch(engine, "SELECT last_seq FROM conversation WHERE id = :c", c=int(cid)))[0].last_seq == 0
+
+    retried = await asyncio.gather(*(send(*s) for s in sends))
+    assert [a["data"]["sendMessage"]["duplicate"] for a in retried] == [False] * 10
+    assert sorted(a["data"]["sendMessage"]["message"]["seq"] for a in retried) == list(range(1, 11))
+    again = await asyncio.gather(*(send(*s) for s in sends))
+    assert [a["data"]["sendMessage"] for a in again] == [
+        {**a["data"]["sendMessage"], "duplicate": True} for a in retried
+    ]
+    stored = await fetch(engine, "SELECT seq, client_msg_id FROM message WHERE conversation_id = :c", c=int(cid))
+    assert sorted(s.seq for s in stored) == list(range(1, 11)) and len({s.client_msg_id for s in stored}) == 10
