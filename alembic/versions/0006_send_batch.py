@@ -71,8 +71,9 @@ BEGIN
                m.last_read_seq, m.user_id IS NOT NULL AS member
           FROM unnest(p_sender_ids, p_client_msg_ids, p_bodies, p_message_events, p_read_events)
                WITH ORDINALITY AS t(sender_id, client_msg_id, body, message_event, read_event, n)
-          LEFT JOIN conversation_member m
-                 ON m.conversation_id = p_conversation_id AND m.user_id = t.sender_id
+          LEFT JOIN (SELECT cm.user_id, cm.last_read_seq FROM conversation_member cm  -- the senders' rows only
+                      WHERE cm.conversation_id = p_conversation_id AND cm.user_id = ANY (p_sender_ids)) m
+                 ON m.user_id = t.sender_id
     ),
     old AS (
         SELECT m.client_msg_id, m.seq, m.sender_id, m.body, m.created_at FROM message m
@@ -99,7 +100,8 @@ BEGIN
     watermark AS (
         UPDATE conversation_member m SET last_read_seq = f.last
           FROM (SELECT fresh.sender_id, max(fresh.seq) AS last FROM fresh GROUP BY fresh.sender_id) f
-         WHERE m.conversation_id = p_conversation_id AND m.user_id = f.sender_id AND m.last_read_seq < f.last
+         WHERE m.conversation_id = p_conversation_id AND m.user_id = ANY (p_sender_ids)
+           AND m.user_id = f.sender_id AND m.last_read_seq < f.last
     ),
     event AS (
         INSERT INTO outbox (msg_key, payload)
