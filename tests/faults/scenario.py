@@ -154,6 +154,8 @@ class Scenario:
     through a LoopbackProxy (self.proxy) that a fault can cut;
     relays_via_proxy: the relay processes reach Kafka through it;
     consumer_bus_via_proxy: the consumer process reaches Redis through it.
+    users / conversations / pace: the senders (one client task each), how many group
+    conversations they send to, and the pause between a sender's calls (seconds, +-50%).
     """
 
     def __init__(
@@ -167,8 +169,14 @@ class Scenario:
         db_via_proxy: bool = False,
         relays_via_proxy: bool = False,
         consumer_bus_via_proxy: bool = False,
+        users: list[int] | None = None,
+        conversations: int = CONVERSATIONS,
+        pace: float = 0.05,
     ) -> None:
         self.name = name
+        self.users = users or USERS
+        self.conversation_count = conversations
+        self.pace = pace
         self.infra = infra
         self.topology = topology
         self.relay_count = relays
@@ -365,8 +373,8 @@ class Scenario:
     ) -> Result:
         result = self.result
         client = self.client
-        conversations = await create_groups(client, OWNER, USERS, CONVERSATIONS)
-        load = Load(client, USERS, conversations)
+        conversations = await create_groups(client, OWNER, self.users, self.conversation_count)
+        load = Load(client, self.users, conversations, pace=self.pace)
         subscriber = self.subscriber = Subscriber(self.ws_url, client.authorization(OWNER))
         monitor = WatermarkMonitor(self.engine)
         subscriber.start()
@@ -397,6 +405,7 @@ class Scenario:
                     f"(logs in {self.log_dir})"
                 ) from None
             self.mark("load done")
+            await self._note_batches()
 
             # Everything acknowledged must reach Kafka: the outbox drains.
             await wait_for(lambda: self._outbox_empty(), 180)
@@ -442,6 +451,23 @@ class Scenario:
             result.notes += f"; resyncs: {dict(subscriber.resyncs)}"
         return result
 
+    async def _note_batches(self) -> None:
+        """How the API process (since its last start) grouped sends into transactions."""
+        try:
+            page = (await self.http.get(self.client.url.removesuffix("/graphql") + "/metrics")).text
+        except httpx.HTTPError:
+            return
+        found = {}
+        for line in page.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("chatgql_send_batch_size_count", "chatgql_send_batch_size_sum"):
+                found[name] = float(value)
+        if found.get("chatgql_send_batch_size_count"):
+            self.mark(
+                f"api since its start: {found['chatgql_send_batch_size_sum']:.0f} sends in "
+                f"{found['chatgql_send_batch_size_count']:.0f} transactions"
+            )
+
     async def _outbox_empty(self) -> bool:
         return await self.outbox_rows() == 0
 
@@ -451,7 +477,7 @@ class Scenario:
         deadline = time.monotonic() + 120
         await asyncio.wait_for(subscriber.subscribed.wait(), 60)
         while True:
-            acks = [await load.send_one(USERS[0], cid, time.monotonic() + 60) for cid in conversations]
+            acks = [await load.send_one(self.users[0], cid, time.monotonic() + 60) for cid in conversations]
             keys = {(a.conversation_id, a.seq) for a in acks if a is not None}
             round_end = time.monotonic() + 10
             while time.monotonic() < round_end:
