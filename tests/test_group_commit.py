@@ -252,7 +252,9 @@ async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_eac
     url, servers = three_servers
     rng = random.Random(12)
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=500)) as http:
-        created = await post(http, servers[0] + "/graphql", 1, CREATE_GROUP, {"t": "hot", "m": MEMBERS[1:]})
+        created, _ = await post_until_answered(
+            http, servers[0] + "/graphql", 1, CREATE_GROUP, {"t": "hot", "m": MEMBERS[1:]}
+        )
         cid = created["data"]["createGroup"]["id"]
 
         # (server, sender, clientMsgId, body)
@@ -282,6 +284,7 @@ async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_eac
         answers = [answer for answer, _ in answered]
         # a lost answer's retry may find its first attempt stored (then both are "duplicate")
         resent = {r[2] for r, (_, attempts) in zip(requests, answered, strict=True) if attempts > 1}
+    async with httpx.AsyncClient(timeout=60) as http:  # fresh connections: no keep-alive race
         sizes = [batch_sizes((await http.get(server + "/metrics")).text) for server in servers]
 
     engine = create_engine(url, pool_size=1, max_overflow=0)
@@ -348,7 +351,8 @@ async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_eac
     assert {u: s for u, s in watermarks.items() if u in read} == dict(read)
 
     # They went in batches: fewer transactions than sends, in every process.
-    assert sum(s for _, s in sizes) == len(requests) + sum(attempts - 1 for _, attempts in answered) or resent
+    processed, extra = sum(s for _, s in sizes), sum(attempts - 1 for _, attempts in answered)
+    assert len(requests) <= processed <= len(requests) + extra, (processed, extra)  # a lost request never arrived
     assert all(transactions < sends for transactions, sends in sizes), sizes
 
 
