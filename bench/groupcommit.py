@@ -34,7 +34,7 @@ from . import httpload, layout, pgbench
 from .infra import Postgres, Server, dump_json, log, machine_info
 from .queries import Scenario
 
-RUN_SECONDS = 10.0
+RUN_SECONDS = 5.0  # the compared figures are two runs each (A B B A); the references one
 WARMUP_SECONDS = 2.0
 BATCH = 10
 HERE = Path(__file__).resolve().parent
@@ -91,45 +91,67 @@ async def _pgbench(pg: Postgres, conn: asyncpg.Connection, script: pgbench.Scrip
     return result
 
 
+def _combine_pgbench(runs: list[dict]) -> dict:
+    out = dict(runs[0])
+    seconds = sum(r["seconds"] for r in runs)
+    out["tps"] = round(sum(r["transactions"] for r in runs) / seconds, 1)
+    out["messages_per_s"] = round(out["tps"] * out["messages_per_call"], 1)
+    out["latency_avg_ms"] = round(sum(r["latency_avg_ms"] for r in runs) / len(runs), 3)
+    out["failed"] = sum(r["failed"] for r in runs)
+    out["runs"] = runs
+    return out
+
+
+def _combine_http(runs: list[dict]) -> dict:
+    """Requests/s over all runs; latency percentiles: the mean of the runs'."""
+    out = dict(runs[0])
+    out["rps"] = round(sum(r["ok"] for r in runs) / sum(r["seconds"] for r in runs), 1)
+    out["latency_ms"] = {k: round(sum(r["latency_ms"][k] for r in runs) / len(runs), 2) for k in runs[0]["latency_ms"]}
+    for key in ("bad_status", "gql_errors", "socket_errors", "messages_stored", "xact_commit", "send_transactions"):
+        out[key] = sum(r[key] for r in runs)
+    sends = sum(r["sends"] for r in runs)
+    out["sends_per_transaction"] = round(sends / out["send_transactions"], 2) if out["send_transactions"] else None
+    out["runs"] = runs
+    return out
+
+
 async def _http(
-    pg: Postgres, conn: asyncpg.Connection, scratch: Path, work: Path, name: str, group_commit: bool
-) -> dict:
+    pg: Postgres, conn: asyncpg.Connection, scratch: Path, work: Path, names: list[str], group_commit: bool
+) -> list[dict]:
+    """One `chatgql serve`; a warm-up per scenario, then one measured wrk run per name, in order."""
     server = Server(pg.url, scratch, None)
     server.env["CHATGQL_SEND_GROUP_COMMIT"] = "true" if group_commit else "false"
     server.spawn()
     try:
         await asyncio.to_thread(server.wait_ready)
-        scenario = Scenario(name, SIZES)
-        await asyncio.to_thread(httpload.run, server.port, scenario, work, WARMUP_SECONDS)
-        await _drain_outbox(conn)
-        await conn.execute("CHECKPOINT")
-        before_metrics = server.metrics()
-        before_commits = await _count(
-            conn, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        )
-        before = await _count(conn, "SELECT count(*) FROM message")
-        label = f"{name} (group commit {'on' if group_commit else 'off'})"
-        log(f"wrk {label}: {SIZES.clients} connections, {RUN_SECONDS:g} s")
-        result = await asyncio.to_thread(httpload.run, server.port, scenario, work, RUN_SECONDS)
-        after_metrics = server.metrics()
-        result["messages_stored"] = await _count(conn, "SELECT count(*) FROM message") - before
-        result["xact_commit"] = (
-            await _count(conn, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-            - before_commits
-        )
-        sends = after_metrics.get("chatgql_send_batch_size_sum", 0) - before_metrics.get(
-            "chatgql_send_batch_size_sum", 0
-        )
-        batches = after_metrics.get("chatgql_send_batch_size_count", 0) - before_metrics.get(
-            "chatgql_send_batch_size_count", 0
-        )
-        result["send_transactions"] = int(batches)
-        result["sends_per_transaction"] = round(sends / batches, 2) if batches else None
-        result["label"] = label
-        await _drain_outbox(conn)
-        return result
+        for name in dict.fromkeys(names):
+            await asyncio.to_thread(httpload.run, server.port, Scenario(name, SIZES), work, WARMUP_SECONDS)
+        return [await _measure_http(server, conn, work, name, group_commit) for name in names]
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def _metric(server: Server, name: str) -> float:
+    return (await asyncio.to_thread(server.metrics)).get(name, 0.0)
+
+
+async def _measure_http(server: Server, conn: asyncpg.Connection, work: Path, name: str, group_commit: bool) -> dict:
+    commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    await _drain_outbox(conn)
+    await conn.execute("CHECKPOINT")
+    sends0 = await _metric(server, "chatgql_send_batch_size_sum")
+    batches0 = await _metric(server, "chatgql_send_batch_size_count")
+    commits0 = await _count(conn, commits)
+    messages0 = await _count(conn, "SELECT count(*) FROM message")
+    label = f"{name} (group commit {'on' if group_commit else 'off'})"
+    log(f"wrk {label}: {SIZES.clients} connections, {RUN_SECONDS:g} s")
+    result = await asyncio.to_thread(httpload.run, server.port, Scenario(name, SIZES), work, RUN_SECONDS)
+    result["messages_stored"] = await _count(conn, "SELECT count(*) FROM message") - messages0
+    result["xact_commit"] = await _count(conn, commits) - commits0
+    result["sends"] = int(await _metric(server, "chatgql_send_batch_size_sum") - sends0)
+    result["send_transactions"] = int(await _metric(server, "chatgql_send_batch_size_count") - batches0)
+    result["label"] = label
+    return result
 
 
 def _report(results: dict) -> str:
@@ -146,12 +168,14 @@ def _report(results: dict) -> str:
         "",
         f"Run {results['started']} on {machine.get('cpu_model', '?')} ({machine.get('logical_cores', '?')} logical cores, shared "
         f"with other work: load average {results['loadavg_before']} before the run). {SIZES.clients} pgbench "
-        f"clients / wrk connections, {RUN_SECONDS:g} s per run, fsync on.",
+        f"clients / wrk connections, runs of {RUN_SECONDS:g} s (the compared figures: two runs each, in the order "
+        "A B B A; percentiles are the mean of the two), fsync on.",
         "",
         "## (a) pgbench: one conversation, messages stored per second",
         "",
-        "| statement | messages per transaction | transactions/s | messages/s | avg latency ms | failed |",
-        "|---|---|---|---|---|---|",
+        "| statement | messages per transaction | transactions/s | messages/s | each run's messages/s | avg latency ms "
+        "| failed |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, r in (
         ("chat_send (one send)", single),
@@ -160,7 +184,7 @@ def _report(results: dict) -> str:
     ):
         lines.append(
             f"| {label} | {r['messages_per_call']} | {r['tps']:.0f} | {r['messages_per_s']:.0f} | "
-            f"{r['latency_avg_ms']} | {r['failed']} |"
+            f"{' / '.join(str(round(x['messages_per_s'])) for x in r['runs'])} | {r['latency_avg_ms']} | {r['failed']} |"
         )
     lines += [
         "",
@@ -170,9 +194,9 @@ def _report(results: dict) -> str:
         "",
         "## (b) HTTP (wrk), one `chatgql serve`",
         "",
-        "| run | requests/s | p50 ms | p90 ms | p99 ms | errors | messages stored | sends per transaction | "
-        "PostgreSQL commits |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | requests/s | each run's requests/s | p50 ms | p90 ms | p99 ms | each run's p99 | errors "
+        "| messages stored | sends per transaction | PostgreSQL commits |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in (
         ("spread: 10,000 conversations", spread),
@@ -182,7 +206,9 @@ def _report(results: dict) -> str:
         errors = r["bad_status"] + r["gql_errors"] + r["socket_errors"]
         lat = r["latency_ms"]
         lines.append(
-            f"| {label} | {r['rps']:.0f} | {lat['p50']:.1f} | {lat['p90']:.1f} | {lat['p99']:.1f} | {errors} | "
+            f"| {label} | {r['rps']:.0f} | {' / '.join(str(round(x['rps'])) for x in r['runs'])} | "
+            f"{lat['p50']:.1f} | {lat['p90']:.1f} | {lat['p99']:.1f} | "
+            f"{' / '.join(str(round(x['latency_ms']['p99'], 1)) for x in r['runs'])} | {errors} | "
             f"{r['messages_stored']} | {r['sends_per_transaction']} | {r['xact_commit']} |"
         )
     lines += [
@@ -215,15 +241,25 @@ async def main() -> None:
         try:
             log("seeding")
             await layout.seed(conn, SIZES)
+            # A B B A: both sides see the same minutes of a noisy, shared machine.
+            single, batch = pgbench.send_script(SIZES, hot=True), batch_script(SIZES, BATCH)
+            a1 = await _pgbench(pg, conn, single, 1, work)
+            b1 = await _pgbench(pg, conn, batch, BATCH, work)
+            b2 = await _pgbench(pg, conn, batch, BATCH, work)
+            a2 = await _pgbench(pg, conn, single, 1, work)
             results["pgbench"] = {
-                "single": await _pgbench(pg, conn, pgbench.send_script(SIZES, hot=True), 1, work),
-                f"batch{BATCH}": await _pgbench(pg, conn, batch_script(SIZES, BATCH), BATCH, work),
-                "batch1": await _pgbench(pg, conn, batch_script(SIZES, 1), 1, work),
+                "single": _combine_pgbench([a1, a2]),
+                f"batch{BATCH}": _combine_pgbench([b1, b2]),
+                "batch1": _combine_pgbench([await _pgbench(pg, conn, batch_script(SIZES, 1), 1, work)]),
             }
+            spread1, hot1, hot2, spread2 = await _http(
+                pg, conn, scratch, work, ["send_spread", "send_hot", "send_hot", "send_spread"], True
+            )
+            (hot_off,) = await _http(pg, conn, scratch, work, ["send_hot"], False)
             results["http"] = {
-                "spread": await _http(pg, conn, scratch, work, "send_spread", True),
-                "hot": await _http(pg, conn, scratch, work, "send_hot", True),
-                "hot_off": await _http(pg, conn, scratch, work, "send_hot", False),
+                "spread": _combine_http([spread1, spread2]),
+                "hot": _combine_http([hot1, hot2]),
+                "hot_off": _combine_http([hot_off]),
             }
         finally:
             await conn.close()
