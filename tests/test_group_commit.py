@@ -30,7 +30,8 @@ from sqlalchemy import text
 from chatgql.auth import issue_token
 from chatgql.db import Database
 from chatgql.events import types as events
-from chatgql.services.groupcommit import SendItem
+from chatgql.services.groupcommit import SendBatcher, SendItem
+from chatgql.services.messages import SendResult, do_send_message
 from chatgql.settings import load_settings
 from chatgql.store import messages
 
@@ -173,6 +174,50 @@ async def test_a_batch_answers_and_writes_what_the_same_sends_one_by_one_would(m
     # read.updated right after a send that also read others' messages (chat_send's rule)
     assert ("read.updated", 3) in kinds and kinds.index(("read.updated", 3)) == kinds.index(("message.new", 3)) + 1
     assert all(x.created_at <= y.created_at for x, y in pairwise(created))
+
+
+async def test_queued_sends_go_in_arrival_order_in_batches_of_at_most_the_bound(migrated_url, engine):
+    """While a lone send waits for the conversation's lock, 20 more queue; two of their callers
+    give up (cancelled) before their batch starts. The 18 others go in batches of at most 4, in
+    the order they arrived, and the two that gave up are not stored."""
+    async with engine.begin() as conn:
+        cid = (await conn.execute(text("INSERT INTO conversation (type) VALUES ('GROUP') RETURNING id"))).scalar_one()
+        await conn.execute(
+            text(
+                "INSERT INTO conversation_member (conversation_id, user_id) SELECT :c, u FROM generate_series(1, 3) u"
+            ),
+            {"c": cid},
+        )
+    database = await Database(migrated_url, max_size=4).open()
+    sizes: list[int] = []
+    batcher = SendBatcher(database, max_batch=4, on_batch=sizes.append)
+    try:
+        async with engine.connect() as blocker:
+            await blocker.execute(text("SELECT 1 FROM conversation WHERE id = :c FOR UPDATE"), {"c": cid})
+            first = asyncio.create_task(do_send_message(database, 1, cid, uuid.uuid4(), "first", batcher=batcher))
+            await until(lambda: backends(engine, "chat_send"))
+            sends = [(1 + k % 3, uuid.uuid4(), f"m{k}") for k in range(20)]
+            tasks = [
+                asyncio.create_task(do_send_message(database, sender, cid, cmid, body, batcher=batcher))
+                for sender, cmid, body in sends
+            ]
+            await until(lambda: asyncio.sleep(0, batcher.waiting(cid) == 20))
+            for gave_up in (5, 17):
+                tasks[gave_up].cancel()
+            await blocker.rollback()
+        results = await asyncio.gather(first, *tasks, return_exceptions=True)
+    finally:
+        await batcher.close()
+        await database.close()
+
+    assert sizes == [1, 4, 4, 4, 4, 2]
+    assert isinstance(results[0], SendResult) and results[0].message.seq == 1
+    kept = [r for k, r in enumerate(results[1:]) if k not in (5, 17)]
+    assert all(isinstance(r, SendResult) and not r.duplicate for r in kept), kept
+    assert [r.message.seq for r in kept] == list(range(2, 20))  # arrival order
+    assert all(isinstance(results[1 + k], asyncio.CancelledError) for k in (5, 17))
+    stored = {r.client_msg_id for r in await fetch(engine, "SELECT client_msg_id FROM message")}
+    assert stored == {r.message.client_msg_id for r in [results[0], *kept]}
 
 
 # ---------------------------------------------------------------- three API processes, one conversation
