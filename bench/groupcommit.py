@@ -82,8 +82,12 @@ async def _pgbench(pg: Postgres, conn: asyncpg.Connection, script: pgbench.Scrip
     await conn.execute("CHECKPOINT")
     before = await _count(conn, "SELECT count(*) FROM message")
     log(f"pgbench {script.name}: {SIZES.clients} clients, {RUN_SECONDS:g} s")
+    cpu = pg.cpu_seconds()
     result = await asyncio.to_thread(pgbench.run, pg, script, SIZES, work, RUN_SECONDS)
+    cpu = pg.cpu_seconds() - cpu
     stored = await _count(conn, "SELECT count(*) FROM message") - before
+    result["postgres_cpu_s"] = round(cpu, 3)
+    result["postgres_cpu_pct_of_one_core"] = round(100 * cpu / result["seconds"], 1)
     result["messages_stored"] = stored
     result["messages_per_call"] = per_call
     result["messages_per_s"] = round(result["tps"] * per_call, 1)
@@ -98,6 +102,10 @@ def _combine_pgbench(runs: list[dict]) -> dict:
     out["messages_per_s"] = round(out["tps"] * out["messages_per_call"], 1)
     out["latency_avg_ms"] = round(sum(r["latency_avg_ms"] for r in runs) / len(runs), 3)
     out["failed"] = sum(r["failed"] for r in runs)
+    stored = sum(r["messages_stored"] for r in runs)
+    out["messages_stored"] = stored
+    out["postgres_cpu_ms_per_message"] = round(1000 * sum(r["postgres_cpu_s"] for r in runs) / stored, 3)
+    out["postgres_cpu_pct_of_one_core"] = round(100 * sum(r["postgres_cpu_s"] for r in runs) / seconds, 1)
     out["runs"] = runs
     return out
 
@@ -174,8 +182,8 @@ def _report(results: dict) -> str:
         "## (a) pgbench: one conversation, messages stored per second",
         "",
         "| statement | messages per transaction | transactions/s | messages/s | each run's messages/s | avg latency ms "
-        "| failed |",
-        "|---|---|---|---|---|---|---|",
+        "| failed | PostgreSQL CPU ms per message | PostgreSQL CPU, % of one core |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in (
         ("chat_send (one send)", single),
@@ -184,7 +192,8 @@ def _report(results: dict) -> str:
     ):
         lines.append(
             f"| {label} | {r['messages_per_call']} | {r['tps']:.0f} | {r['messages_per_s']:.0f} | "
-            f"{' / '.join(str(round(x['messages_per_s'])) for x in r['runs'])} | {r['latency_avg_ms']} | {r['failed']} |"
+            f"{' / '.join(str(round(x['messages_per_s'])) for x in r['runs'])} | {r['latency_avg_ms']} | {r['failed']} | "
+            f"{r['postgres_cpu_ms_per_message']} | {r['postgres_cpu_pct_of_one_core']} |"
         )
     lines += [
         "",
