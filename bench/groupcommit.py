@@ -115,8 +115,11 @@ def _combine_http(runs: list[dict]) -> dict:
     out = dict(runs[0])
     out["rps"] = round(sum(r["ok"] for r in runs) / sum(r["seconds"] for r in runs), 1)
     out["latency_ms"] = {k: round(sum(r["latency_ms"][k] for r in runs) / len(runs), 2) for k in runs[0]["latency_ms"]}
-    for key in ("bad_status", "gql_errors", "socket_errors", "messages_stored", "xact_commit", "send_transactions"):
+    keys = ("bad_status", "gql_errors", "socket_errors", "messages_stored", "xact_commit", "send_transactions")
+    for key in (*keys, "events_relayed"):
         out[key] = sum(r[key] for r in runs)
+    for key in ("server_cpu_pct", "postgres_cpu_pct"):
+        out[key] = round(sum(r[key] for r in runs) / len(runs), 1)
     sends = sum(r["sends"] for r in runs)
     out["sends_per_transaction"] = round(sends / out["send_transactions"], 2) if out["send_transactions"] else None
     out["runs"] = runs
@@ -134,7 +137,7 @@ async def _http(
         await asyncio.to_thread(server.wait_ready)
         for name in dict.fromkeys(names):
             await asyncio.to_thread(httpload.run, server.port, Scenario(name, SIZES), work, WARMUP_SECONDS)
-        return [await _measure_http(server, conn, work, name, group_commit) for name in names]
+        return [await _measure_http(pg, server, conn, work, name, group_commit) for name in names]
     finally:
         await asyncio.to_thread(server.stop)
 
@@ -143,21 +146,29 @@ async def _metric(server: Server, name: str) -> float:
     return (await asyncio.to_thread(server.metrics)).get(name, 0.0)
 
 
-async def _measure_http(server: Server, conn: asyncpg.Connection, work: Path, name: str, group_commit: bool) -> dict:
+async def _measure_http(
+    pg: Postgres, server: Server, conn: asyncpg.Connection, work: Path, name: str, group_commit: bool
+) -> dict:
     commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
     await _drain_outbox(conn)
     await conn.execute("CHECKPOINT")
     sends0 = await _metric(server, "chatgql_send_batch_size_sum")
     batches0 = await _metric(server, "chatgql_send_batch_size_count")
     commits0 = await _count(conn, commits)
+    relayed0 = await _metric(server, "chatgql_events_relayed_total")
     messages0 = await _count(conn, "SELECT count(*) FROM message")
     label = f"{name} (group commit {'on' if group_commit else 'off'})"
     log(f"wrk {label}: {SIZES.clients} connections, {RUN_SECONDS:g} s")
+    cpu = server.cpu_seconds(), pg.cpu_seconds()
     result = await asyncio.to_thread(httpload.run, server.port, Scenario(name, SIZES), work, RUN_SECONDS)
+    result["server_cpu_pct"] = round(100 * (server.cpu_seconds() - cpu[0]) / result["seconds"], 1)
+    result["postgres_cpu_pct"] = round(100 * (pg.cpu_seconds() - cpu[1]) / result["seconds"], 1)
     result["messages_stored"] = await _count(conn, "SELECT count(*) FROM message") - messages0
     result["xact_commit"] = await _count(conn, commits) - commits0
     result["sends"] = int(await _metric(server, "chatgql_send_batch_size_sum") - sends0)
     result["send_transactions"] = int(await _metric(server, "chatgql_send_batch_size_count") - batches0)
+    await _drain_outbox(conn)  # the relay publishes what the run wrote; count it
+    result["events_relayed"] = int(await _metric(server, "chatgql_events_relayed_total") - relayed0)
     result["label"] = label
     return result
 
@@ -204,8 +215,9 @@ def _report(results: dict) -> str:
         "## (b) HTTP (wrk), one `chatgql serve`",
         "",
         "| run | requests/s | each run's requests/s | p50 ms | p90 ms | p99 ms | each run's p99 | errors "
-        "| messages stored | sends per transaction | PostgreSQL commits |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| messages stored | sends per transaction | PostgreSQL commits | events relayed per message "
+        "| server CPU % | PostgreSQL CPU % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in (
         ("spread: 10,000 conversations", spread),
@@ -218,7 +230,9 @@ def _report(results: dict) -> str:
             f"| {label} | {r['rps']:.0f} | {' / '.join(str(round(x['rps'])) for x in r['runs'])} | "
             f"{lat['p50']:.1f} | {lat['p90']:.1f} | {lat['p99']:.1f} | "
             f"{' / '.join(str(round(x['latency_ms']['p99'], 1)) for x in r['runs'])} | {errors} | "
-            f"{r['messages_stored']} | {r['sends_per_transaction']} | {r['xact_commit']} |"
+            f"{r['messages_stored']} | {r['sends_per_transaction']} | {r['xact_commit']} | "
+            f"{r['events_relayed'] / max(1, r['messages_stored']):.2f} | {r['server_cpu_pct']} | "
+            f"{r['postgres_cpu_pct']} |"
         )
     lines += [
         "",
