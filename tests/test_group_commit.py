@@ -405,10 +405,12 @@ async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_eac
 
 
 async def backends(engine, function: str) -> list:
+    """The backends running function() that wait for a lock (not those still being handed the call)."""
     return await fetch(
         engine,
         "SELECT pid, wait_event_type, backend_xid IS NOT NULL AS has_xid FROM pg_stat_activity "
-        "WHERE datname = current_database() AND state = 'active' AND query LIKE :q AND pid <> pg_backend_pid()",
+        "WHERE datname = current_database() AND state = 'active' AND query LIKE :q AND pid <> pg_backend_pid() "
+        "AND wait_event_type = 'Lock'",
         q=f"%{function}(%",
     )
 
@@ -450,7 +452,7 @@ async def test_a_batch_whose_backend_is_killed_stores_nothing_and_every_caller_r
         assert lone_error == "INTERNAL_SERVER_ERROR"
 
         (batch,) = await until(lambda: backends(engine, "chat_send_batch"))
-        assert batch.wait_event_type == "Lock" and batch.has_xid  # mid-transaction, waiting for sender 1's row
+        assert batch.has_xid  # mid-transaction (it holds a lock), waiting for sender 1's row
         async with engine.connect() as other:  # the batch holds the conversation's lock
             with pytest.raises(Exception, match="could not obtain lock"):
                 await other.execute(
