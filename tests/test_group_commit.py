@@ -220,6 +220,29 @@ async def test_queued_sends_go_in_arrival_order_in_batches_of_at_most_the_bound(
     assert stored == {r.message.client_msg_id for r in [results[0], *kept]}
 
 
+async def test_fifty_racing_retries_queued_into_one_batch_store_one_message(server, client, engine):
+    """The README's "50 racing retries -> one row" with group commit: the first waits for the
+    conversation's lock, the 49 others queue behind it and go as one batch (49 duplicates of
+    the first, all under the lock)."""
+    created = await client.data(CREATE_GROUP, {"t": "retries", "m": ["2"]}, user=1)
+    cid = created["createGroup"]["id"]
+    batcher = server.runtime.deps.send_batcher
+    cmid = str(uuid.uuid4())
+    async with engine.connect() as blocker:
+        await blocker.execute(text("SELECT 1 FROM conversation WHERE id = :c FOR UPDATE"), {"c": int(cid)})
+        calls = [
+            asyncio.create_task(post(client.http, client.url, 1, SEND, {"c": cid, "m": cmid, "b": "same"}))
+            for _ in range(50)
+        ]
+        await until(lambda: asyncio.sleep(0, batcher.waiting(int(cid)) == 49))
+        await blocker.rollback()
+    answers = [a["data"]["sendMessage"] for a in await asyncio.gather(*calls)]
+    assert {a["message"]["seq"] for a in answers} == {1}
+    assert sum(not a["duplicate"] for a in answers) == 1
+    stored = await fetch(engine, "SELECT seq, body FROM message WHERE conversation_id = :c", c=int(cid))
+    assert [tuple(r) for r in stored] == [(1, "same")]
+
+
 # ---------------------------------------------------------------- three API processes, one conversation
 
 PROCESSES = 3

@@ -33,8 +33,17 @@ DB_POOL = 25  # database connections of each server made here
 
 
 def server_settings(database_url: str) -> Any:
+    # send_group_commit off: the gate below races concurrent chat_send transactions inside
+    # PostgreSQL (as sends from several API processes race); with group commit one process
+    # queues the sends to a conversation itself and hands them over as one batch
+    # (tests/test_group_commit.py races those, from three processes).
     return make_settings(
-        database_url, run_relay=False, request_timeout_seconds=TIMEOUT, db_pool_size=DB_POOL, db_max_overflow=0
+        database_url,
+        run_relay=False,
+        request_timeout_seconds=TIMEOUT,
+        db_pool_size=DB_POOL,
+        db_max_overflow=0,
+        send_group_commit=False,
     )
 
 
