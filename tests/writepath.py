@@ -36,6 +36,10 @@ def server_settings(database_url: str) -> Any:
     # gated() holds each call at a lock inside PostgreSQL, one connection per call: markRead
     # calls here run uncoalesced (coalesced calls reach PostgreSQL as one statement per flush;
     # tests/test_read_coalescing.py races those).
+    # send_group_commit off: the gate below races concurrent chat_send transactions inside
+    # PostgreSQL (as sends from several API processes race); with group commit one process
+    # queues the sends to a conversation itself and hands them over as one batch
+    # (tests/test_group_commit.py races those, from three processes).
     return make_settings(
         database_url,
         run_relay=False,
@@ -43,6 +47,7 @@ def server_settings(database_url: str) -> Any:
         db_pool_size=DB_POOL,
         db_max_overflow=0,
         mark_read_coalescing=False,
+        send_group_commit=False,
     )
 
 

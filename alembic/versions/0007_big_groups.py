@@ -1,7 +1,7 @@
 """big groups: a stored member count and an index for "seen by" counts
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-02
 
 Groups of up to 100,000 members must not cost O(members) per call:
@@ -26,7 +26,7 @@ Groups of up to 100,000 members must not cost O(members) per call:
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

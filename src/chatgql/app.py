@@ -38,6 +38,7 @@ from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
 from .metrics import Metrics
+from .services.groupcommit import SendBatcher
 from .services.read_coalescing import ReadCoalescer
 from .settings import Settings
 from .store import conversations, health, outbox
@@ -112,6 +113,11 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             coalescer.start()
             stack.push_async_callback(coalescer.close)  # drained before the pool closes
             runtime.deps.read_coalescer = coalescer
+        if settings.send_group_commit:
+            batcher = runtime.deps.send_batcher = SendBatcher(
+                database, max_batch=settings.send_batch_max, on_batch=metrics.send_batch_size.observe
+            )
+            stack.push_async_callback(batcher.close)
 
         bus = Bus(settings.broadcast_url)
         await bus.connect()

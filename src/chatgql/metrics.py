@@ -36,6 +36,13 @@ class Metrics:
             "chatgql_mark_read_flushed_calls", "markRead calls answered by those flushes", registry=self.registry
         )
 
+        self.send_batch_size = Histogram(
+            "chatgql_send_batch_size",
+            "Sends stored per transaction by group commit (1: a send that went alone)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
+
         # Python's collector stops the event loop while it runs: every pause is latency for
         # whatever the process was doing (requests, relay, websockets).
         self.gc_pause = Histogram(

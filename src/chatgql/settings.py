@@ -167,6 +167,12 @@ class Settings(BaseSettings):
     # a resumable messageNew(cursors:) that far behind ends with the resync error.
     max_catch_up: int = Field(default=1000, ge=1)
 
+    # Group commit of hot conversations (services/groupcommit.py): sends to a conversation that
+    # arrive while one to it is in flight wait for it and then go together, in one transaction
+    # of at most send_batch_max sends (the first send to an idle conversation goes alone, at once).
+    send_group_commit: bool = True
+    send_batch_max: int = Field(default=64, ge=1, le=10_000)
+
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:

@@ -158,6 +158,8 @@ class Scenario:
     through a LoopbackProxy (self.proxy) that a fault can cut;
     relays_via_proxy: the relay processes reach Kafka through it;
     consumer_bus_via_proxy: the consumer process reaches Redis through it.
+    users / conversations / pace: the senders (one client task each), how many group
+    conversations they send to, and the pause between a sender's calls (seconds, +-50%).
     """
 
     def __init__(
@@ -171,10 +173,16 @@ class Scenario:
         db_via_proxy: bool = False,
         relays_via_proxy: bool = False,
         consumer_bus_via_proxy: bool = False,
+        users: list[int] | None = None,
+        conversations: int = CONVERSATIONS,
+        pace: float = 0.05,
         read_storm: bool = False,
         api_env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.users = users or USERS
+        self.conversation_count = conversations
+        self.pace = pace
         self.read_storm = read_storm  # STORM_USERS x STORM_DEVICES clients mark read all along
         self.api_env = api_env or {}  # more settings of the API process
         self.infra = infra
@@ -373,9 +381,9 @@ class Scenario:
     ) -> Result:
         result = self.result
         client = self.client
-        members = USERS + (STORM_USERS if self.read_storm else [])
-        conversations = await create_groups(client, OWNER, members, CONVERSATIONS)
-        load = Load(client, USERS, conversations)
+        members = self.users + (STORM_USERS if self.read_storm else [])
+        conversations = await create_groups(client, OWNER, members, self.conversation_count)
+        load = Load(client, self.users, conversations, pace=self.pace)
         storm = ReadStorm(client, STORM_USERS, STORM_DEVICES, conversations, load) if self.read_storm else None
         subscriber = self.subscriber = Subscriber(self.ws_url, client.authorization(OWNER))
         monitor = WatermarkMonitor(self.engine)
@@ -410,6 +418,7 @@ class Scenario:
                     f"(logs in {self.log_dir})"
                 ) from None
             self.mark("load done")
+            await self._note_batches()
 
             # Everything acknowledged must reach Kafka: the outbox drains.
             await wait_for(lambda: self._outbox_empty(), 180)
@@ -464,6 +473,23 @@ class Scenario:
             result.notes += f"; resyncs: {dict(subscriber.resyncs)}"
         return result
 
+    async def _note_batches(self) -> None:
+        """How the API process (since its last start) grouped sends into transactions."""
+        try:
+            page = (await self.http.get(self.client.url.removesuffix("/graphql") + "/metrics")).text
+        except httpx.HTTPError:
+            return
+        found = {}
+        for line in page.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("chatgql_send_batch_size_count", "chatgql_send_batch_size_sum"):
+                found[name] = float(value)
+        if found.get("chatgql_send_batch_size_count"):
+            self.mark(
+                f"api since its start: {found['chatgql_send_batch_size_sum']:.0f} sends in "
+                f"{found['chatgql_send_batch_size_count']:.0f} transactions"
+            )
+
     async def _outbox_empty(self) -> bool:
         return await self.outbox_rows() == 0
 
@@ -473,7 +499,7 @@ class Scenario:
         deadline = time.monotonic() + 120
         await asyncio.wait_for(subscriber.subscribed.wait(), 60)
         while True:
-            acks = [await load.send_one(USERS[0], cid, time.monotonic() + 60) for cid in conversations]
+            acks = [await load.send_one(self.users[0], cid, time.monotonic() + 60) for cid in conversations]
             keys = {(a.conversation_id, a.seq) for a in acks if a is not None}
             round_end = time.monotonic() + 10
             while time.monotonic() < round_end:

@@ -39,6 +39,21 @@ async def test_api_process_killed_with_sigkill_mid_load_and_restarted(infra: Inf
     assert_ok(await run_scenario("api_sigkill", infra, fault))
 
 
+async def test_api_process_killed_with_sigkill_while_40_clients_send_to_one_conversation(infra: Infra) -> None:
+    """A hot conversation: 40 senders into one group, so the API process stores their sends in
+    batches (group commit, services/groupcommit.py) when it is SIGKILLed: every batch in flight
+    at that moment is either committed whole or not at all, and its senders' retries to the
+    restarted process store each message once (the checks are the suite's own)."""
+
+    async def fault(s: Scenario) -> None:
+        await asyncio.sleep(FAULT_AT)
+        await s.kill(s.api)
+        await asyncio.sleep(1)
+        await s.restart(s.api)
+
+    assert_ok(await run_scenario("hot_api_sigkill", infra, fault, users=list(range(1, 41)), conversations=1, pace=0.01))
+
+
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_postgresql_restarted_mid_load(infra: Infra, mode: str) -> None:
     async def fault(s: Scenario) -> None:

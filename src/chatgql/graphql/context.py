@@ -19,6 +19,7 @@ from ..auth import user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
 from ..ratelimit import RateLimiter
+from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
 from .acyclic import unlink_tokens
@@ -36,6 +37,7 @@ class Deps:
     dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
     wakeup: Any = None  # events.wakeup.RelayWakeup
     read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
+    send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
     send_limiter: RateLimiter = field(init=False)
     read_limiter: RateLimiter = field(init=False)
     group_limiter: RateLimiter = field(init=False)

@@ -95,7 +95,7 @@ class Mutation:
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         ctx.deps.send_limiter.check(viewer)
-        result = await do_send_message(ctx.database, viewer, cid, client_msg_id, body)
+        result = await do_send_message(ctx.database, viewer, cid, client_msg_id, body, batcher=ctx.deps.send_batcher)
         ctx.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
 

@@ -9,7 +9,7 @@ from uuid import UUID
 from ..db import Database
 from ..errors import Conflict, conversation_not_found
 from ..events import types as events
-from ..store import messages
+from .groupcommit import SendBatcher, SendItem, send_alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,13 @@ class SendResult:
 
 
 async def do_send_message(
-    database: Database, sender_id: int, conversation_id: int, client_msg_id: UUID, body: str
+    database: Database,
+    sender_id: int,
+    conversation_id: int,
+    client_msg_id: UUID,
+    body: str,
+    *,
+    batcher: SendBatcher | None = None,
 ) -> SendResult:
     """Store a message and its message.new event in one transaction (DESIGN.md, "Sending").
 
@@ -37,22 +43,19 @@ async def do_send_message(
     this returns: an answer means durably stored. A retry with the same
     clientMsgId, body and sender returns the stored message (duplicate=True);
     anything else reusing the clientMsgId is CONFLICT and writes nothing.
-    The body must already be validated.
+    The body must already be validated. With a batcher, the send may share
+    its transaction with other sends to the conversation (group commit,
+    services/groupcommit.py); the answer is the same.
     """
     _, message_event = events.message_new(
         conversation_id=conversation_id, sender_id=sender_id, client_msg_id=client_msg_id, body=body
     )
     _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
-    async with database.connection() as conn:
-        row = await messages.send(
-            conn,
-            conversation_id=conversation_id,
-            sender_id=sender_id,
-            client_msg_id=client_msg_id,
-            body=body,
-            message_event=message_event,
-            read_event=read_event,
-        )
+    item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
+    if batcher is None:
+        row = await send_alone(database, conversation_id, item)
+    else:
+        row = await batcher.send(conversation_id, item)
     if row.outcome == "not_found":
         raise conversation_not_found(conversation_id)
     if row.outcome == "conflict":

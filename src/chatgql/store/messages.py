@@ -39,6 +39,30 @@ async def send(
     )
 
 
+async def send_batch(
+    conn: Connection,
+    conversation_id: int,
+    items: Sequence[tuple[int, UUID, str, dict, dict]],
+) -> list[Row]:
+    """Many sends to one conversation in one transaction (chat_send_batch, migration 0006).
+
+    items are (sender_id, client_msg_id, body, message_event, read_event), in
+    the order their seqs are given. Returns one row per item, in that order:
+    (i, outcome, seq, sender_id, body, created_at) with outcome as send()'s,
+    a clientMsgId taken by an earlier item counting as stored. Run it as its
+    own transaction.
+    """
+    return await conn.fetch(
+        "SELECT * FROM chat_send_batch($1, $2, $3, $4, $5, $6)",
+        conversation_id,
+        [item[0] for item in items],
+        [item[1] for item in items],
+        [item[2] for item in items],
+        [item[3] for item in items],
+        [item[4] for item in items],
+    )
+
+
 async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None, int, bool]]) -> list[list[Row]]:
     """Several history pages at once. Each request is (conversation_id, after,
     before, limit, from_end): messages with after < seq < before (before None:
