@@ -226,7 +226,11 @@ class _OneWrite:
             self._loop.call_soon(self.flush)
         else:
             self._held = None
-            self._transport.write(held + data)
+            # The client may be gone already: uvloop closes the handle at once and tells the
+            # protocol (connection_lost, which stops the cycle's writes) a turn later; a write in
+            # between raised RuntimeError out of the request's handler (seen under a read storm).
+            if not self._transport.is_closing():
+                self._transport.write(held + data)
 
     def flush(self) -> None:
         held = self._held
