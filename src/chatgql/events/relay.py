@@ -128,7 +128,7 @@ class OutboxRelay:
             shard = self._led[max(self._led)]
             await self._stop(shard)
             await outbox.release_slots(conn, shard.slots)
-            log.info("relay shard %d handed back (%d relays)", shard.index, len(relays))
+            log.debug("relay shard %d handed back (%d relays)", shard.index, len(relays))
         if len(self._led) >= quota:
             return
         # Start where this relay's share would be, so relays starting together try different shards.
@@ -141,7 +141,7 @@ class OutboxRelay:
             if await outbox.take_slots(conn, shard.slots):
                 self._led[index] = shard
                 shard.task = asyncio.create_task(self._drain_loop(shard), name=f"outbox-relay-shard-{index}")
-                log.info("relay shard %d led here (%d relays)", index, len(relays))
+                log.debug("relay shard %d led here (%d relays)", index, len(relays))
                 if len(self._led) >= quota:
                     return
 
