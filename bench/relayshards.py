@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -43,7 +44,7 @@ from .infra import REPO, Kafka, Postgres, log, machine_info
 
 EVENTS = 60_000
 SECONDS = 10.0
-TRIALS = 5
+TRIALS = 8
 SHARDS = 4
 RESULTS = REPO / "bench" / "RESULTS.relayshards.md"
 BODY = "x" * 200
@@ -231,7 +232,8 @@ async def takeover(database: db.Database, kafka: Kafka, url: str, scratch: Path)
     try:
         for trial in range(TRIALS):
             await wait_for(lambda: shared_out(database, 2), 60, "two relays to share the shards")
-            await asyncio.sleep(1)
+            # At a random point of the survivor's look-every-0.5-s cycle.
+            await asyncio.sleep(1 + random.uniform(0, 0.5))
             victim = relays[trial % 2]
             killed_at = time.perf_counter()
             victim.kill()
