@@ -57,6 +57,10 @@ async def shards_by_relay(database: Database) -> dict[str, set[int]]:
     return led
 
 
+async def leads(database: Database, expected: list[set[int]]) -> bool:
+    return sorted(map(sorted, (await shards_by_relay(database)).values())) == sorted(map(sorted, expected))
+
+
 async def outbox_rows(database: Database) -> int:
     async with database.connection() as conn:
         return sum(row.rows for row in await outbox.backlog(conn, SHARDS))
@@ -142,8 +146,9 @@ async def test_one_serve_process_leads_every_shard_and_reports_them(kafka_server
 async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over(
     migrated_url, kafka, topic, database: Database, tmp_path: Path
 ) -> None:
-    """Two `chatgql relay` processes, 4 shards: each leads two. Events of 20 conversations
-    are each published exactly once, in seq order per conversation. Then, while 20 other
+    """Two `chatgql relay` processes, 4 shards: the second, started while events of 20
+    conversations are written, gets two shards from the first, and each event is published
+    exactly once, in seq order per conversation. Then, while 20 other
     conversations take a stream of sends, one relay is killed with SIGKILL: the other leads
     all four shards within seconds, and every event reaches the topic, in order after
     dedupe, any duplicate being a re-send of the same event."""
@@ -163,8 +168,30 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
         wakeup.wake()
 
     try:
-        for relay in relays:
-            relay.start()
+        # Phase 1: the first relay leads every shard; the second starts while the steady
+        # conversations are being written and gets two shards handed over between batches.
+        # Nothing is lost or sent twice, and each conversation stays in order.
+        relays[0].start()
+        await wait_until(
+            lambda: leads(database, [set(range(SHARDS))]),
+            60,
+            f"the first relay to lead every shard (logs in {tmp_path})",
+        )
+
+        handed_over = asyncio.Event()
+
+        async def steady_sender(group: int) -> None:
+            # Until the second relay has its shards, then a few more.
+            for i in itertools.count():
+                if handed_over.is_set() and i >= 20:
+                    break
+                await send(group, 1 + i % 3)
+                await asyncio.sleep(0.05)
+            await read_service.do_mark_read(database, 2, group, len(sent[group]))
+            wakeup.wake()
+
+        writing = asyncio.gather(*(steady_sender(group) for group in steady))
+        relays[1].start()
         led: dict[str, set[int]] = {}
 
         async def shared_out() -> bool:
@@ -172,16 +199,11 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
             led.update(await shards_by_relay(database))
             return len(led) == 2 and all(len(shards) == 2 for shards in led.values())
 
-        await wait_until(shared_out, 60, "both relays to lead two shards each")
-
-        # Phase 1: steady conversations, relayed exactly once.
-        async def steady_sender(group: int) -> None:
-            for i in range(8):
-                await send(group, 1 + i % 3)
-            await read_service.do_mark_read(database, 2, group, 8)
-            wakeup.wake()
-
-        await asyncio.gather(*(steady_sender(group) for group in steady))
+        try:
+            await wait_until(shared_out, 60, "both relays to lead two shards each")
+        finally:
+            handed_over.set()
+            await writing
         await wait_until(lambda: outbox_rows_zero(database), 30, "the outbox to drain")
         assert await shards_by_relay(database) == led, "the shards moved while both relays ran"
 
