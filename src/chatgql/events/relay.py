@@ -15,9 +15,11 @@ shard's current batch), so a relay that starts later gets its share. A process t
 dies (kill -9) loses its session and so its locks: another one takes its shards
 at its next look, within `standby_seconds` plus a batch.
 
-Each shard it leads runs a drain loop of its own, woken by NOTIFY (any process),
-by commits in this process (events.wakeup) and by a poll, since notifications
-can be missed while reconnecting.
+The shards it leads drain concurrently, each in id order. A wake-up (NOTIFY from
+any process, a commit in this process through events.wakeup, or a poll, since
+notifications can be missed while reconnecting) reads the oldest rows of every
+idle shard in one statement and starts a drain for each shard that has rows; a
+drain reads its own shard again until it is empty, then ends.
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ class _Shard:
     def __init__(self, index: int, shards: int) -> None:
         self.index = index
         self.slots = outbox.shard_slots(index, shards)
-        self.wake = asyncio.Event()
         self.stopping = False
+        # A drain runs (then the dispatcher leaves the shard to it); dirty: events may have
+        # committed since its last read, so it reads again before it ends.
         self.task: asyncio.Task | None = None
+        self.dirty = False
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None and not self.task.done()
 
 
 class OutboxRelay:
@@ -78,6 +86,7 @@ class OutboxRelay:
         self._on_relayed = on_relayed
         self.name = f"{outbox.RELAY_APPLICATION} {uuid.uuid4().hex[:12]}"
         self._led: dict[int, _Shard] = {}
+        self._wakeup = asyncio.Event()
 
     @property
     def shards_led(self) -> list[int]:
@@ -89,9 +98,10 @@ class OutboxRelay:
         return len(self._led) == self.shards
 
     def wake(self) -> None:
-        """Events committed: let every shard led here look now."""
+        """Events committed: look at every shard led here now."""
+        self._wakeup.set()
         for shard in self._led.values():
-            shard.wake.set()
+            shard.dirty = True
 
     async def run(self) -> None:
         """Relay until cancelled; any failure (database, Kafka) is retried."""
@@ -107,14 +117,20 @@ class OutboxRelay:
     async def _control(self) -> None:
         # The locks and LISTEN are session state: they live on a connection of their own.
         conn = await self._database.dedicated(application_name=self.name)
+        dispatcher: asyncio.Task | None = None
         try:
             await outbox.listen(conn, self.wake)
+            dispatcher = asyncio.create_task(self._dispatch(), name="outbox-relay-dispatch")
             while True:
                 await self._rebalance(conn)
                 await asyncio.sleep(self._standby_seconds)
         finally:
             # The locks go with the session: stop relaying first, then close it (terminate:
             # the database may be gone).
+            if dispatcher is not None:
+                dispatcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await dispatcher
             await self._stop_all()
             conn.terminate()
 
@@ -140,7 +156,7 @@ class OutboxRelay:
             shard = _Shard(index, self.shards)
             if await outbox.take_slots(conn, shard.slots):
                 self._led[index] = shard
-                shard.task = asyncio.create_task(self._drain_loop(shard), name=f"outbox-relay-shard-{index}")
+                self.wake()  # what waits in it (a dead relay's backlog) goes now
                 log.debug("relay shard %d led here (%d relays)", index, len(relays))
                 if len(self._led) >= quota:
                     return
@@ -148,7 +164,6 @@ class OutboxRelay:
     async def _stop(self, shard: _Shard) -> None:
         """Stop relaying `shard` after its current batch (cancelled if it takes too long)."""
         shard.stopping = True
-        shard.wake.set()
         if shard.task is not None:
             done, _ = await asyncio.wait({shard.task}, timeout=self._publish_timeout + 5)
             if not done:
@@ -166,35 +181,70 @@ class OutboxRelay:
                 shard.task.cancel()
         for shard in shards:
             if shard.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await shard.task
 
-    async def _drain_loop(self, shard: _Shard) -> None:
-        while not shard.stopping:
-            shard.wake.clear()
+    async def _dispatch(self) -> None:
+        """On every wake-up (and every poll_seconds), read the oldest rows of all the idle shards
+        led here in one statement, and start a drain for each shard that has some: with little
+        traffic a wake-up costs one read, not one per shard. A busy shard reads for itself."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self._poll_seconds)
+            self._wakeup.clear()
+            idle = {s.index: s for s in self._led.values() if not s.busy and not s.stopping}
+            for shard in idle.values():
+                shard.dirty = False
+            if not idle:
+                continue
             try:
-                await self.drain(shard)
+                async with self._database.connection() as conn:
+                    rows = await outbox.oldest(
+                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size
+                    )
+            except Exception:
+                log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
+                await asyncio.sleep(self._standby_seconds)
+                self._wakeup.set()
+                continue
+            complete = len(rows) < self._batch_size  # every idle shard's rows, as of the read
+            batches: dict[int, list] = {}
+            for row in rows:
+                batches.setdefault(row.slot % self.shards, []).append(row)
+            for index, batch in batches.items():
+                shard = idle[index]
+                # Handed back (or the relay stopped) while reading: its next leader sends these.
+                if self._led.get(index) is shard and not shard.stopping and not shard.busy:
+                    shard.task = asyncio.create_task(
+                        self._drain(shard, batch, complete), name=f"outbox-relay-shard-{index}"
+                    )
+
+    async def _drain(self, shard: _Shard, rows: list | None = None, complete: bool = False) -> None:
+        """Relay the shard's rows until its slots are empty (rows: a first batch read for it;
+        complete: they were all its slots held then)."""
+        while not shard.stopping:
+            try:
+                if rows is None:
+                    shard.dirty = False
+                    async with self._database.connection() as conn:
+                        rows = await outbox.oldest(conn, shard.slots, self._batch_size)
+                    complete = len(rows) < self._batch_size
+                if rows:
+                    await self._relay(shard, rows)
             except Exception:
                 log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
                 await asyncio.sleep(self._standby_seconds)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(shard.wake.wait(), self._poll_seconds)
+                complete = False
+            if complete and not shard.dirty:
+                return  # nothing more as of the last read, and nothing committed since
+            rows = None
 
-    async def drain(self, shard: _Shard) -> int:
-        """Relay everything in the shard's slots now; returns how many events were sent."""
-        sent = 0
-        while not shard.stopping:
-            async with self._database.connection() as conn:
-                rows = await outbox.oldest(conn, shard.slots, self._batch_size)
-            if not rows:
-                break
-            # A publish that never completes must not stall the shard for good:
-            # time it out, and the loop starts over (the rows are still there).
-            async with asyncio.timeout(self._publish_timeout):
-                await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
-            async with self._database.connection() as conn:
-                await outbox.delete(conn, [row.id for row in rows])
-            sent += len(rows)
-            self._on_relayed(shard.index, len(rows))
-        return sent
+    async def _relay(self, shard: _Shard, rows: list) -> None:
+        """Publish rows (a prefix of each of their slots, in id order), then delete them."""
+        # A publish that never completes must not stall the shard for good:
+        # time it out, and the shard reads again (the rows are still there).
+        async with asyncio.timeout(self._publish_timeout):
+            await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
+        async with self._database.connection() as conn:
+            await outbox.delete(conn, [row.id for row in rows])
+        self._on_relayed(shard.index, len(rows))

@@ -38,12 +38,14 @@ async def oldest(conn: Connection, slots: Sequence[int], limit: int) -> list[Row
     own rows however long the others' backlog is. Whatever is returned is, for every
     slot, a prefix of that slot's rows in id order: nothing of a conversation is skipped.
     """
+    if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
+        return await conn.fetch("SELECT id, slot, msg_key, payload FROM outbox ORDER BY id LIMIT $1", limit)
     return await conn.fetch(
         """
-        SELECT e.id, e.msg_key, e.payload
+        SELECT e.id, e.slot, e.msg_key, e.payload
           FROM unnest($1::smallint[]) AS s(slot)
           CROSS JOIN LATERAL (
-                SELECT o.id, o.msg_key, o.payload FROM outbox o
+                SELECT o.id, o.slot, o.msg_key, o.payload FROM outbox o
                  WHERE o.slot = s.slot ORDER BY o.id LIMIT $2
           ) AS e
          ORDER BY e.id
