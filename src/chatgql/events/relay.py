@@ -170,7 +170,7 @@ class OutboxRelay:
                 shard.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await shard.task
-        del self._led[shard.index]
+        self._led.pop(shard.index, None)
 
     async def _stop_all(self) -> None:
         shards = list(self._led.values())
