@@ -189,8 +189,11 @@ class OutboxRelay:
         led here in one statement, and start a drain for each shard that has some: with little
         traffic a wake-up costs one read, not one per shard. A busy shard reads for itself."""
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as the event is set, and the relay then never stops.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self._poll_seconds)
+                async with asyncio.timeout(self._poll_seconds):
+                    await self._wakeup.wait()
             self._wakeup.clear()
             idle = {s.index: s for s in self._led.values() if not s.busy and not s.stopping}
             for shard in idle.values():
