@@ -16,7 +16,9 @@ import pytest
 from pydantic import ValidationError
 
 from chatgql.db import Database
-from chatgql.events.relay import fair_share
+from chatgql.events.bus import Bus
+from chatgql.events.publish import BusPublisher
+from chatgql.events.relay import OutboxRelay, fair_share
 from chatgql.events.wakeup import RelayWakeup
 from chatgql.services import conversations as conversation_service
 from chatgql.services import reads as read_service
@@ -138,6 +140,37 @@ async def test_one_serve_process_leads_every_shard_and_reports_them(kafka_server
     per_shard = {k: v for k, v in got.items() if k.startswith("chatgql_relay_shard_events_relayed_total")}
     assert sum(per_shard.values()) == got["chatgql_events_relayed_total"], got
     assert sum(v for k, v in got.items() if k.startswith("chatgql_outbox_shard_rows")) == 0, got
+
+
+async def test_a_relay_stops_when_cancelled_however_often_it_is_woken(database: Database) -> None:
+    """Shutting a process down cancels its relay while commits keep waking it; the relay must
+    end every time (on Python 3.11 asyncio.wait_for swallowed such a cancellation, and a
+    server's shutdown hung)."""
+    bus = Bus("memory://")
+    await bus.connect()
+    try:
+        for _ in range(20):
+            await stop_while_woken(OutboxRelay(database, BusPublisher(bus), shards=SHARDS))
+    finally:
+        await bus.disconnect()
+
+
+async def stop_while_woken(relay: OutboxRelay) -> None:
+    running = asyncio.create_task(relay.run())
+    await wait_until(lambda: relay.is_leader, 10, "the relay to lead every shard")
+
+    async def wake_constantly() -> None:
+        while True:
+            relay.wake()
+            await asyncio.sleep(0)
+
+    waking = asyncio.create_task(wake_constantly())
+    await asyncio.sleep(0.02)
+    running.cancel()
+    done, _ = await asyncio.wait({running}, timeout=5)
+    waking.cancel()
+    assert done, "the relay ignored its cancellation"
+    assert running.cancelled()
 
 
 # --- relay processes -----------------------------------------------------------------------
