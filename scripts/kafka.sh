@@ -214,6 +214,8 @@ inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$DIR/data
+# partitions of a topic created by auto-creation (chatgql creates its own with
+# CHATGQL_KAFKA_TOPIC_PARTITIONS); fixed for the topic's life: adding partitions remaps keys
 num.partitions=8
 default.replication.factor=1
 min.insync.replicas=1

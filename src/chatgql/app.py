@@ -158,7 +158,20 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 publisher = producer
             else:
                 publisher = BusPublisher(bus)
-            runtime.relay = OutboxRelay(database, publisher, on_relayed=metrics.events_relayed.inc)
+
+            def relayed(shard: int, count: int) -> None:
+                metrics.events_relayed.inc(count)
+                metrics.relay_shard_events.labels(str(shard)).inc(count)
+
+            relay = runtime.relay = OutboxRelay(
+                database,
+                publisher,
+                shards=settings.relay_shards,
+                poll_seconds=settings.relay_poll_seconds,
+                standby_seconds=settings.relay_standby_seconds,
+                on_relayed=relayed,
+            )
+            metrics.track(metrics.relay_shards_led, lambda: len(relay.shards_led))
             wakeup.local = runtime.relay
             await _task(stack, runtime.relay.run(), "outbox-relay")
 
@@ -275,9 +288,11 @@ def create_app(settings: Settings) -> Starlette:
         metrics = runtime.metrics
         try:
             async with runtime.deps.database.connection() as conn:
-                backlog = await outbox.backlog(conn)
-            metrics.outbox_rows.set(backlog.rows)
-            metrics.outbox_oldest_age.set(backlog.oldest_age)
+                backlog = {row.shard: row for row in await outbox.backlog(conn, settings.relay_shards)}
+            metrics.outbox_rows.set(sum(row.rows for row in backlog.values()))
+            metrics.outbox_oldest_age.set(max((row.oldest_age for row in backlog.values()), default=0))
+            for shard in range(settings.relay_shards):
+                metrics.outbox_shard_rows.labels(str(shard)).set(backlog[shard].rows if shard in backlog else 0)
         except Exception:
             log.warning("could not read the outbox backlog", exc_info=True)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

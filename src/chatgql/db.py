@@ -131,9 +131,12 @@ class Database:
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
 
-    async def dedicated(self) -> asyncpg.Connection:
-        """A connection of its own, outside the pool (session state: locks, LISTEN). Close it when done."""
-        conn = await asyncpg.connect(self._dsn, record_class=Row)
+    async def dedicated(self, application_name: str | None = None) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (session state: locks, LISTEN). Close it when done.
+
+        application_name: how pg_stat_activity names it (relays find each other by it)."""
+        settings = {"application_name": application_name} if application_name else None
+        conn = await asyncpg.connect(self._dsn, record_class=Row, server_settings=settings)
         await _setup_connection(conn)
         return conn
 

@@ -19,6 +19,22 @@ class Metrics:
             "chatgql_outbox_oldest_age_seconds", "Age of the oldest outbox row", registry=self.registry
         )
         self.events_relayed = Counter("chatgql_events_relayed", "Events the relay published", registry=self.registry)
+        # Sharded relay (events/relay.py): what this process leads, and each shard's share.
+        self.relay_shards_led = Gauge(
+            "chatgql_relay_shards_led", "Outbox relay shards this process leads", registry=self.registry
+        )
+        self.relay_shard_events = Counter(
+            "chatgql_relay_shard_events_relayed",
+            "Events this process's relay published, by shard",
+            ["shard"],
+            registry=self.registry,
+        )
+        self.outbox_shard_rows = Gauge(
+            "chatgql_outbox_shard_rows",
+            "Events waiting in the outbox, by relay shard",
+            ["shard"],
+            registry=self.registry,
+        )
         self.consumer_lag = Gauge(
             "chatgql_consumer_lag", "Kafka records not yet handed to the bus", registry=self.registry
         )

@@ -4,6 +4,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     ForeignKey,
     Identity,
@@ -11,6 +12,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -98,4 +100,9 @@ outbox = Table(
     Column("msg_key", Text, nullable=False),
     Column("payload", JSONB, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The relay shard's bucket of msg_key (migration 0009): fixed, 64 slots.
+    Column(
+        "slot", SmallInteger, Computed("(hashtextextended(msg_key, 0) & 63)::smallint", persisted=True), nullable=False
+    ),
+    Index("outbox_slot_id_idx", "slot", "id"),
 )

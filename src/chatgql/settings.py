@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_JWT_SECRET = "chatgql-dev-secret-change-me-0000000000"
@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     kafka_group: str = "fanout"
     # Create the topic at start when missing (production: let ops own it).
     kafka_create_topic: bool = True
+    # Fixed when the topic is created: never add partitions to it later. Kafka picks a key's
+    # partition as hash(key) % partitions, so more partitions move conversations to other
+    # partitions, and a conversation's events before and after the change are no longer in
+    # order on one partition. To change it, make a new topic (and drain the old one first).
     kafka_topic_partitions: int = 16
     kafka_topic_replication: int = 1
     # Where a brand-new consumer group starts: the live path only needs what is new.
@@ -48,6 +52,23 @@ class Settings(BaseSettings):
     # Which background roles this process runs besides the API.
     run_relay: bool = True
     run_consumer: bool = True
+
+    # Sharded outbox relay (docs/scale/relayshards.md). The outbox is relayed as this many
+    # shards, chosen by a fixed hash of the conversation id (64 slots; shard s relays the slots
+    # with slot % shards == s), so it must divide 64; relay processes share the shards out.
+    relay_shards: int = Field(default=4, ge=1, le=64)
+    # How often a relay looks for shards to take or hand back: a dead relay's shards are taken
+    # over within about this long (plus a batch).
+    relay_standby_seconds: float = Field(default=0.5, gt=0)
+    # Each led shard also polls this often (a NOTIFY can be missed while reconnecting).
+    relay_poll_seconds: float = Field(default=1.0, gt=0)
+
+    @field_validator("relay_shards")
+    @classmethod
+    def _relay_shards_divide_the_slots(cls, shards: int) -> int:
+        if 64 % shards:
+            raise ValueError("CHATGQL_RELAY_SHARDS must divide 64 (1, 2, 4, 8, 16, 32 or 64)")
+        return shards
 
     jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     jwt_audience: str | None = None

@@ -53,8 +53,11 @@ def leaders(servers) -> list[RunningServer]:
 async def test_two_relays_keep_per_conversation_order_and_the_standby_takes_over(
     migrated_url, kafka, topic, http, engine
 ):
+    # One shard: one relay leads the whole outbox and the other stands by (tests/events/
+    # test_relay_shards.py has relay processes sharing several shards).
     servers = [
-        RunningServer(kafka_settings(migrated_url, kafka, topic, run_relay=True, run_consumer=False)) for _ in range(2)
+        RunningServer(kafka_settings(migrated_url, kafka, topic, run_relay=True, run_consumer=False, relay_shards=1))
+        for _ in range(2)
     ]
     async with contextlib.AsyncExitStack() as stack:
         for server in servers:

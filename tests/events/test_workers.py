@@ -134,7 +134,7 @@ async def test_two_workers_deliver_every_message_to_every_subscriber_whichever_w
             finally:
                 await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
-        # one relay drained everything (the others stood by)
+        # the workers' relays drained everything (they share the shards out)
         async with server.engine.connect() as conn:
             for _ in range(100):
                 if (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one() == 0:

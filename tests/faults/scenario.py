@@ -288,7 +288,8 @@ class Scenario:
             self.mark("api ready")
 
     async def relay_leader(self, timeout: float = 60) -> ChatProcess:
-        """The relay process holding the outbox advisory lock (found by its connection's port)."""
+        """A relay process leading outbox shards: holding slot advisory locks (RELAY_LOCK, slot),
+        found by its connection's port. With several relays each may lead some shards."""
         deadline = time.monotonic() + timeout
         while True:
             async with self.engine.connect() as conn:
@@ -298,7 +299,7 @@ class Scenario:
                             text(
                                 """
                     SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                     WHERE l.locktype = 'advisory' AND l.granted AND l.objid = :key
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :key AND l.objsubid = 2
                        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                     """
                             ),

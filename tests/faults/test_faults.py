@@ -86,12 +86,13 @@ async def test_kafka_stopped_for_30_seconds_mid_load(infra: Infra) -> None:
 
 
 async def test_relay_processes_killed_mid_stream_with_a_standby(infra: Infra) -> None:
-    """Two relays, one leading and one standing by on the advisory lock.
-    First the leader is SIGKILLed after Kafka stored a batch it sent but
+    """Two relays sharing the outbox's shards (CHATGQL_RELAY_SHARDS, two each).
+    First one of them is SIGKILLed after Kafka stored a batch it sent but
     before the acknowledgement reached it (the proxy between the relays and
-    Kafka holds the replies); then the new leader is frozen while the outbox
-    fills, let go and SIGKILLed as it works through the backlog. Each time the
-    standby takes over and the killed relay restarts as the new standby."""
+    Kafka holds the replies); then a relay leading shards is frozen while the
+    outbox fills, let go and SIGKILLed as it works through the backlog. Each
+    time the other takes its shards over, and the killed relay restarts and
+    gets its share back."""
 
     async def fault(s: Scenario) -> None:
         await asyncio.sleep(FAULT_AT)

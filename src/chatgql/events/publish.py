@@ -24,7 +24,15 @@ class Publisher(Protocol):
 
 
 async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> None:
-    """Create the events topic if it does not exist yet (keyed by conversation id)."""
+    """Create the events topic if it does not exist yet (keyed by conversation id).
+
+    The partition count is fixed here, at creation, for the topic's life: the producer
+    puts a key on partition hash(key) % partitions, so adding partitions later moves
+    conversations to other partitions, and a consumer may then see a conversation's new
+    events before its old ones. An existing topic is left as it is (its count is not
+    checked against CHATGQL_KAFKA_TOPIC_PARTITIONS). The relay's shards
+    (CHATGQL_RELAY_SHARDS) are independent of it: any shard may publish to any partition.
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
     await admin.start()
     try:
@@ -44,6 +52,9 @@ class KafkaPublisher:
     replacement happens when the next publish starts, and is tried again
     until one starts: a producer whose start() failed (Kafka unreachable) has
     no sender task, and whatever it is given would wait forever.
+
+    The relay's shards publish through one producer concurrently (their keys never
+    overlap, so each key's order is one shard's order); one of them replaces it.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str) -> None:
@@ -51,6 +62,7 @@ class KafkaPublisher:
         self._bootstrap = bootstrap_servers
         self.producer = self._new_producer()
         self._usable = False  # started, and no publish failed on it since
+        self._replacing = asyncio.Lock()
 
     def _new_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
@@ -72,13 +84,17 @@ class KafkaPublisher:
 
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
         if not self._usable:
-            await self._replace_producer()
+            async with self._replacing:
+                if not self._usable:  # another shard may have replaced it meanwhile
+                    await self._replace_producer()
+        producer = self.producer
         try:
             # send() queues in order per partition; then wait for every ack.
-            pending = [await self.producer.send(self.topic, value=payload, key=key) for key, payload in batch]
+            pending = [await producer.send(self.topic, value=payload, key=key) for key, payload in batch]
             await asyncio.gather(*pending)
         except BaseException:  # an error, or cancelled (timed out): don't trust this producer again
-            self._usable = False
+            if producer is self.producer:
+                self._usable = False
             raise
 
     async def _replace_producer(self) -> None:

@@ -1,16 +1,34 @@
-"""The outbox relay: outbox rows -> publisher, in id order, deleted after the ack.
+"""The outbox relay: outbox rows -> publisher, in id order per slot, deleted after the ack.
 
-Exactly one relay is active per database: the one holding a session-level
-advisory lock on its own connection. Others stand by and take over when that
-connection goes away. The leader wakes on LISTEN/NOTIFY at commit and polls
-as a fallback, since notifications can be missed while reconnecting.
-Writers in this process also set `wake` directly (events.wakeup).
+The outbox is split into R shards (CHATGQL_RELAY_SHARDS) by a fixed hash of the
+conversation id: every row has a slot (0-63, migration 0009) and shard s relays
+the slots with slot % R == s. One conversation is always one slot, and a slot is
+relayed only by the relay holding its advisory lock (RELAY_LOCK, slot), so each
+conversation's events reach Kafka in order whichever process relays them.
+
+One `OutboxRelay` runs per process. It holds one control connection of its own
+(named `chatgql-relay <id>` in pg_stat_activity), which holds the slot locks of
+the shards it leads and LISTENs for commits. Every `standby_seconds` it counts
+the relay processes connected to the database and takes free shards up to its
+fair share (R / relays, rounded up) or hands back what is over it (after that
+shard's current batch), so a relay that starts later gets its share. A process that
+dies (kill -9) loses its session and so its locks: another one takes its shards
+at its next look, within `standby_seconds` plus a batch.
+
+The shards it leads drain concurrently, each in id order. A wake-up (NOTIFY from
+any process, a commit in this process through events.wakeup, or a poll, since
+notifications can be missed while reconnecting) reads the oldest rows of every
+idle shard in one statement and starts a drain for each shard that has rows; a
+drain reads its own shard again until it is empty, then ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import uuid
+from collections.abc import Callable
 
 from ..db import Database
 from ..store import outbox
@@ -19,73 +37,217 @@ from .publish import Publisher
 log = logging.getLogger(__name__)
 
 
+def fair_share(shards: int, relays: int) -> int:
+    """The most shards one of `relays` relay processes leads: shards / relays, rounded up.
+
+    Rounded up, a relay never hands a shard back only to even out the others (the busiest
+    relay leads as many either way), and the shards of a relay that died always find room.
+    """
+    return -(-shards // max(relays, 1))
+
+
+class _Shard:
+    def __init__(self, index: int, shards: int) -> None:
+        self.index = index
+        self.slots = outbox.shard_slots(index, shards)
+        self.stopping = False
+        # A drain runs (then the dispatcher leaves the shard to it); dirty: events may have
+        # committed since its last read, so it reads again before it ends.
+        self.task: asyncio.Task | None = None
+        self.dirty = False
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
 class OutboxRelay:
     def __init__(
         self,
         database: Database,
         publisher: Publisher,
         *,
+        shards: int = 4,
         batch_size: int = 500,
         poll_seconds: float = 1.0,
-        standby_seconds: float = 1.0,
+        standby_seconds: float = 0.5,
         publish_timeout: float = 30.0,
-        on_relayed=lambda n: None,
+        on_relayed: Callable[[int, int], None] = lambda shard, n: None,
     ) -> None:
+        if outbox.SLOTS % shards:
+            raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
         self._database = database
         self._publisher = publisher
+        self.shards = shards
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
         self._standby_seconds = standby_seconds
         self._publish_timeout = publish_timeout
         self._on_relayed = on_relayed
-        self.is_leader = False
-        self.wake = asyncio.Event()  # set after commits in this process, and on NOTIFY
+        self.name = f"{outbox.RELAY_APPLICATION} {uuid.uuid4().hex[:12]}"
+        self._led: dict[int, _Shard] = {}
+        self._wakeup = asyncio.Event()
+
+    @property
+    def shards_led(self) -> list[int]:
+        return sorted(self._led)
+
+    @property
+    def is_leader(self) -> bool:
+        """This process leads every shard (then nobody else needs to be told of its commits)."""
+        return len(self._led) == self.shards
+
+    def wake(self) -> None:
+        """Events committed: look at every shard led here now."""
+        self._wakeup.set()
+        for shard in self._led.values():
+            shard.dirty = True
 
     async def run(self) -> None:
         """Relay until cancelled; any failure (database, Kafka) is retried."""
         while True:
             try:
-                await self._lead()
+                await self._control()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("outbox relay failed; retrying", exc_info=True)
                 await asyncio.sleep(self._standby_seconds)
 
-    async def _lead(self) -> None:
-        # The lock and LISTEN are session state: they live on a connection of their own.
-        lock_conn = await self._database.dedicated()
+    async def _control(self) -> None:
+        # The locks and LISTEN are session state: they live on a connection of their own.
+        conn = await self._database.dedicated(application_name=self.name)
+        dispatcher: asyncio.Task | None = None
         try:
-            while not await outbox.try_lead(lock_conn):
-                await asyncio.sleep(self._standby_seconds)
-            self.is_leader = True
-            await outbox.listen(lock_conn, self.wake.set)
+            await outbox.listen(conn, self.wake)
+            dispatcher = asyncio.create_task(self._dispatch(), name="outbox-relay-dispatch")
             while True:
-                self.wake.clear()
-                await self.drain()
-                try:
-                    await asyncio.wait_for(self.wake.wait(), self._poll_seconds)
-                except TimeoutError:
-                    # Quiet: make sure the lock connection (and so the lock) is alive.
-                    await outbox.try_lead(lock_conn)
+                await self._rebalance(conn)
+                await asyncio.sleep(self._standby_seconds)
         finally:
-            self.is_leader = False
-            # Closing the session releases the lock (terminate: the database may be gone).
-            lock_conn.terminate()
+            # The locks go with the session: stop relaying first, then close it (terminate:
+            # the database may be gone).
+            if dispatcher is not None:
+                dispatcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await dispatcher
+            await self._stop_all()
+            conn.terminate()
 
-    async def drain(self) -> int:
-        """Relay everything in the outbox now; returns how many events were sent."""
-        sent = 0
+    async def _rebalance(self, conn) -> None:
+        """Take free shards up to this relay's fair share, or hand back what is over it."""
+        relays = await outbox.relay_processes(conn)  # also: the control connection still works
+        if self.name not in relays:
+            relays.append(self.name)
+        quota = fair_share(self.shards, len(relays))
+        while len(self._led) > quota:
+            shard = self._led[max(self._led)]
+            await self._stop(shard)
+            await outbox.release_slots(conn, shard.slots)
+            log.debug("relay shard %d handed back (%d relays)", shard.index, len(relays))
+        if len(self._led) >= quota:
+            return
+        # Start where this relay's share would be, so relays starting together try different shards.
+        start = sorted(relays).index(self.name) * quota
+        for offset in range(self.shards):
+            index = (start + offset) % self.shards
+            if index in self._led:
+                continue
+            shard = _Shard(index, self.shards)
+            if await outbox.take_slots(conn, shard.slots):
+                self._led[index] = shard
+                self.wake()  # what waits in it (a dead relay's backlog) goes now
+                log.debug("relay shard %d led here (%d relays)", index, len(relays))
+                if len(self._led) >= quota:
+                    return
+
+    async def _stop(self, shard: _Shard) -> None:
+        """Stop relaying `shard` after its current batch (cancelled if it takes too long)."""
+        shard.stopping = True
+        if shard.task is not None:
+            done, _ = await asyncio.wait({shard.task}, timeout=self._publish_timeout + 5)
+            if not done:
+                shard.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await shard.task
+        self._led.pop(shard.index, None)
+
+    async def _stop_all(self) -> None:
+        shards = list(self._led.values())
+        self._led.clear()
+        for shard in shards:
+            shard.stopping = True
+            if shard.task is not None:
+                shard.task.cancel()
+        for shard in shards:
+            if shard.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await shard.task
+
+    async def _dispatch(self) -> None:
+        """On every wake-up (and every poll_seconds), read the oldest rows of all the idle shards
+        led here in one statement, and start a drain for each shard that has some: with little
+        traffic a wake-up costs one read, not one per shard. A busy shard reads for itself."""
         while True:
-            async with self._database.connection() as conn:
-                rows = await outbox.oldest(conn, self._batch_size)
-            if not rows:
-                return sent
-            # A publish that never completes must not stall the relay for good:
-            # time it out, and run() starts over (the rows are still there).
-            async with asyncio.timeout(self._publish_timeout):
-                await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
-            async with self._database.connection() as conn:
-                await outbox.delete(conn, [row.id for row in rows])
-            sent += len(rows)
-            self._on_relayed(len(rows))
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as the event is set, and the relay then never stops.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_seconds):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+            idle = {s.index: s for s in self._led.values() if not s.busy and not s.stopping}
+            for shard in idle.values():
+                shard.dirty = False
+            if not idle:
+                continue
+            try:
+                async with self._database.connection() as conn:
+                    rows = await outbox.oldest(
+                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size
+                    )
+            except Exception:
+                log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
+                await asyncio.sleep(self._standby_seconds)
+                self._wakeup.set()
+                continue
+            complete = len(rows) < self._batch_size  # every idle shard's rows, as of the read
+            batches: dict[int, list] = {}
+            for row in rows:
+                batches.setdefault(row.slot % self.shards, []).append(row)
+            for index, batch in batches.items():
+                shard = idle[index]
+                # Handed back (or the relay stopped) while reading: its next leader sends these.
+                if self._led.get(index) is shard and not shard.stopping and not shard.busy:
+                    shard.task = asyncio.create_task(
+                        self._drain(shard, batch, complete), name=f"outbox-relay-shard-{index}"
+                    )
+
+    async def _drain(self, shard: _Shard, rows: list | None = None, complete: bool = False) -> None:
+        """Relay the shard's rows until its slots are empty (rows: a first batch read for it;
+        complete: they were all its slots held then)."""
+        while not shard.stopping:
+            try:
+                if rows is None:
+                    shard.dirty = False
+                    async with self._database.connection() as conn:
+                        rows = await outbox.oldest(conn, shard.slots, self._batch_size)
+                    complete = len(rows) < self._batch_size
+                if rows:
+                    await self._relay(shard, rows)
+            except Exception:
+                log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
+                await asyncio.sleep(self._standby_seconds)
+                complete = False
+            if complete and not shard.dirty:
+                return  # nothing more as of the last read, and nothing committed since
+            rows = None
+
+    async def _relay(self, shard: _Shard, rows: list) -> None:
+        """Publish rows (a prefix of each of their slots, in id order), then delete them."""
+        # A publish that never completes must not stall the shard for good:
+        # time it out, and the shard reads again (the rows are still there).
+        async with asyncio.timeout(self._publish_timeout):
+            await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
+        async with self._database.connection() as conn:
+            await outbox.delete(conn, [row.id for row in rows])
+        self._on_relayed(shard.index, len(rows))

@@ -1,8 +1,8 @@
 """Waking the outbox relay once events have committed.
 
-After a mutation commits, wake() sets the in-process relay's event (if this
-process runs one) and, unless that relay is the leader (the one that drains),
-sends one pg_notify for the relay in another process.
+After a mutation commits, wake() wakes the shards of the in-process relay (if
+this process runs one) and, unless that relay leads every shard, sends one
+pg_notify for the relays of other processes (they wake all their shards).
 The NOTIFY is a statement of its own, outside the write transaction (a
 notifying commit takes a database-wide lock), and debounced: at most one in
 flight per process, so a burst of writes costs one NOTIFY, not one each.
@@ -29,8 +29,8 @@ class RelayWakeup:
 
     def wake(self) -> None:
         if self.local is not None:
-            self.local.wake.set()
-            if self.local.is_leader:
+            self.local.wake()
+            if self.local.is_leader:  # it leads every shard: no other relay has anything to do
                 return
         self._dirty = True
         if self._task is None or self._task.done():

@@ -21,33 +21,112 @@ async def append(conn: Connection, events: Sequence[tuple[str, dict]]) -> None:
     )
 
 
-async def oldest(conn: Connection, limit: int) -> list[Row]:
-    """The next events to relay, in id order."""
-    return await conn.fetch("SELECT id, msg_key, payload FROM outbox ORDER BY id LIMIT $1", limit)
+# Every outbox row has a slot, a fixed hash of its key (migration 0009): one conversation's
+# events are always in one slot. Shard s of R relays the slots with slot % R == s.
+SLOTS = 64
+
+
+def shard_slots(shard: int, shards: int) -> list[int]:
+    """The slots shard `shard` of `shards` relays."""
+    return list(range(shard, SLOTS, shards))
+
+
+async def oldest(conn: Connection, slots: Sequence[int], limit: int) -> list[Row]:
+    """The next events of these slots to relay, at most `limit`, in id order.
+
+    Each slot's rows come from its own (slot, id) index range, so a shard reads only its
+    own rows however long the others' backlog is. Whatever is returned is, for every
+    slot, a prefix of that slot's rows in id order: nothing of a conversation is skipped.
+    """
+    if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
+        return await conn.fetch("SELECT id, slot, msg_key, payload FROM outbox ORDER BY id LIMIT $1", limit)
+    return await conn.fetch(
+        """
+        SELECT e.id, e.slot, e.msg_key, e.payload
+          FROM unnest($1::smallint[]) AS s(slot)
+          CROSS JOIN LATERAL (
+                SELECT o.id, o.slot, o.msg_key, o.payload FROM outbox o
+                 WHERE o.slot = s.slot ORDER BY o.id LIMIT $2
+          ) AS e
+         ORDER BY e.id
+         LIMIT $2
+        """,
+        list(slots),
+        limit,
+    )
 
 
 async def delete(conn: Connection, ids: Sequence[int]) -> None:
     await conn.execute("DELETE FROM outbox WHERE id = ANY($1::bigint[])", list(ids))
 
 
-async def backlog(conn: Connection) -> Row:
-    """(rows, age of the oldest row in seconds) for /metrics."""
-    return await conn.fetchrow(
+async def backlog(conn: Connection, shards: int) -> list[Row]:
+    """(shard, rows, age of the oldest row in seconds) for every shard with rows, for /metrics."""
+    return await conn.fetch(
         """
-        SELECT count(*) AS rows,
+        SELECT slot % $1::int AS shard, count(*) AS rows,
                coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_age
           FROM outbox
-        """
+         GROUP BY 1
+        """,
+        shards,
     )
 
 
-RELAY_LOCK = 7261302  # advisory lock key: one active relay per database
+RELAY_LOCK = 7261302  # advisory locks (RELAY_LOCK, slot): the relay leading a slot holds its lock
 NOTIFY_CHANNEL = "chatgql_outbox"
+# The application_name of a relay process's control connection (it holds the slot locks and
+# LISTENs): relays count each other by it to share the shards out.
+RELAY_APPLICATION = "chatgql-relay"
 
 
-async def try_lead(conn: Connection) -> bool:
-    """Take the relay's session-level advisory lock on this (dedicated, autocommit) connection."""
-    return bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", RELAY_LOCK))
+async def take_slots(conn: Connection, slots: Sequence[int]) -> bool:
+    """Take the advisory locks of all these slots on this (dedicated) connection, or none.
+
+    Never ask for a slot this session holds already: session locks count up.
+    """
+    taken = await conn.fetchval(
+        "SELECT coalesce(array_agg(s), '{}') FROM unnest($2::int[]) AS s WHERE pg_try_advisory_lock($1, s)",
+        RELAY_LOCK,
+        list(slots),
+    )
+    if len(taken) == len(slots):
+        return True
+    await release_slots(conn, taken)
+    return False
+
+
+async def release_slots(conn: Connection, slots: Sequence[int]) -> None:
+    await conn.execute("SELECT pg_advisory_unlock($1, s) FROM unnest($2::int[]) AS s", RELAY_LOCK, list(slots))
+
+
+async def relay_processes(conn: Connection) -> list[str]:
+    """The application_name of every relay process connected to this database (their control
+    connections), this one included."""
+    return list(
+        await conn.fetchval(
+            """
+            SELECT coalesce(array_agg(application_name ORDER BY application_name), '{}')
+              FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name LIKE $1
+            """,
+            RELAY_APPLICATION + " %",
+        )
+    )
+
+
+async def slot_leaders(conn: Connection) -> list[Row]:
+    """(pid, application_name, slots) of every session holding relay slot locks in this database."""
+    return await conn.fetch(
+        """
+        SELECT l.pid, a.application_name, array_agg(l.objid::int ORDER BY l.objid) AS slots
+          FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::int::oid
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+         GROUP BY 1, 2
+        """,
+        RELAY_LOCK,
+    )
 
 
 async def notify(conn: Connection) -> None:
