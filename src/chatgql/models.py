@@ -100,7 +100,7 @@ outbox = Table(
     Column("msg_key", Text, nullable=False),
     Column("payload", JSONB, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # The relay shard's bucket of msg_key (migration 0009): fixed, 64 slots.
+    # The relay shard's bucket of msg_key (migration 0008): fixed, 64 slots.
     Column(
         "slot", SmallInteger, Computed("(hashtextextended(msg_key, 0) & 63)::smallint", persisted=True), nullable=False
     ),

@@ -1,7 +1,7 @@
 """The outbox relay: outbox rows -> publisher, in id order per slot, deleted after the ack.
 
 The outbox is split into R shards (CHATGQL_RELAY_SHARDS) by a fixed hash of the
-conversation id: every row has a slot (0-63, migration 0009) and shard s relays
+conversation id: every row has a slot (0-63, migration 0008) and shard s relays
 the slots with slot % R == s. One conversation is always one slot, and a slot is
 relayed only by the relay holding its advisory lock (RELAY_LOCK, slot), so each
 conversation's events reach Kafka in order whichever process relays them.

@@ -21,7 +21,7 @@ async def append(conn: Connection, events: Sequence[tuple[str, dict]]) -> None:
     )
 
 
-# Every outbox row has a slot, a fixed hash of its key (migration 0009): one conversation's
+# Every outbox row has a slot, a fixed hash of its key (migration 0008): one conversation's
 # events are always in one slot. Shard s of R relays the slots with slot % R == s.
 SLOTS = 64
 

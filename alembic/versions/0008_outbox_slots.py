@@ -1,7 +1,7 @@
 """outbox.slot: the fixed hash bucket (0-63) of an event's key, for sharded relays
 
-Revision ID: 0009
-Revises: 0004
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01
 
 The outbox is drained by CHATGQL_RELAY_SHARDS relay shards (events/relay.py):
@@ -23,8 +23,8 @@ only what the relay has not sent yet, so this is short.
 
 from alembic import op
 
-revision = "0009"
-down_revision = "0004"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
