@@ -55,7 +55,7 @@ KNOWN: list[tuple[str, re.Pattern[str], Callable[[tuple], list[int]]]] = [
     # viewer's page, not in the arguments (None: any of the test's conversations)
     (
         "inbox page with last messages",
-        re.compile(r"LEFT JOIN message lm ON lm\.conversation_id = p\.id"),
+        re.compile(r"WHERE conversation_id = p\.id AND seq = p\.last_seq"),
         lambda args: None,
     ),
 ]

@@ -184,7 +184,7 @@ async def test_inbox_loads_every_last_message_in_one_statement_however_it_is_ask
             assert last is None
     # the page and its last messages together (store.conversations.inbox_page_with_last_messages)
     assert len(statements) == 1, statements
-    assert "JOIN message" in statements[0], statements
+    assert "FROM message" in statements[0], statements  # the page joined to its last messages
 
 
 INBOX_WITH_HISTORY = """

@@ -210,7 +210,14 @@ async def inbox_page_with_last_messages(
              ORDER BY activity_at DESC, c.id DESC
              LIMIT $2
           ) p
-          LEFT JOIN message lm ON lm.conversation_id = p.id AND lm.seq = p.last_seq
+          -- LATERAL ... LIMIT 1: one index probe of one partition per conversation, whatever
+          -- the planner thinks of the table's size (a plain join may become a hash join that
+          -- scans every partition; tests/test_partitioning.py)
+          LEFT JOIN LATERAL (
+            SELECT sender_id, client_msg_id, body, created_at FROM message
+             WHERE conversation_id = p.id AND seq = p.last_seq
+             LIMIT 1
+          ) lm ON true
          ORDER BY p.activity_at DESC, p.id DESC
         """,
         *args,
