@@ -55,6 +55,7 @@ class Runtime:
     relay: OutboxRelay | None = None
     consumer: FanoutConsumer | None = None
     bus_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    bus: Bus | None = None
 
 
 async def _database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
@@ -101,9 +102,13 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         wakeup = runtime.deps.wakeup = RelayWakeup(database)
         stack.push_async_callback(wakeup.close)
 
-        bus = Bus(settings.broadcast_url)
+        if deps.rate_limit_store is not None:
+            stack.push_async_callback(deps.rate_limit_store.close)
+        bus = runtime.bus = Bus(settings.broadcast_url, settings.bus_buckets)
         await bus.connect()
         stack.push_async_callback(bus.disconnect)
+        metrics.track(metrics.bus_published, lambda: bus.published)
+        metrics.track(metrics.bus_received, lambda: bus.received)
 
         if api:
 
@@ -112,7 +117,10 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                     return frozenset(await conversations.member_user_ids(conn, conversation_id))
 
             dispatcher = Dispatcher(
-                MembershipCache(load_members), settings.subscriber_buffer, on_drop=metrics.subscribers_dropped.inc
+                MembershipCache(load_members),
+                settings.subscriber_buffer,
+                on_drop=metrics.subscribers_dropped.inc,
+                interest=bus if bus.sharded else None,  # a cluster bus listens only to the buckets needed
             )
             runtime.deps.dispatcher = dispatcher
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)

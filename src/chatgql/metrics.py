@@ -22,6 +22,14 @@ class Metrics:
         self.consumer_lag = Gauge(
             "chatgql_consumer_lag", "Kafka records not yet handed to the bus", registry=self.registry
         )
+        self.bus_published = Gauge(
+            "chatgql_bus_published", "Messages this process published on the bus (heartbeats too)", registry=self.registry
+        )
+        self.bus_received = Gauge(
+            "chatgql_bus_received",
+            "Messages this process's bus listeners received (heartbeats too): on a cluster bus, only its buckets",
+            registry=self.registry,
+        )
         self.subscriptions_active = Gauge(
             "chatgql_subscriptions_active", "Live GraphQL subscriptions in this process", registry=self.registry
         )

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from ..errors import LimitExceeded, NotFound
 from . import types as events
@@ -118,17 +119,30 @@ class Subscription:
                     self._waiter = None
 
 
+class Interest(Protocol):
+    """Told which conversations live subscriptions need (None: all of a viewer's): the bus."""
+
+    async def want(self, conversation_id: int | None) -> None: ...
+
+    async def release(self, conversation_id: int | None) -> None: ...
+
+
 class _Registration:
     """`async with dispatcher.subscribe(...) as sub`: sub receives events inside the block."""
 
-    __slots__ = ("_index", "_key", "_sub")
+    __slots__ = ("_index", "_key", "_sub", "_interest")
 
-    def __init__(self, index: dict[int, set[Subscription]], key: int, sub: Subscription) -> None:
+    def __init__(
+        self, index: dict[int, set[Subscription]], key: int, sub: Subscription, interest: Interest | None
+    ) -> None:
         self._index = index
         self._key = key
         self._sub = sub
+        self._interest = interest
 
     async def __aenter__(self) -> Subscription:
+        if self._interest is not None:
+            await self._interest.want(self._sub.conversation_id)
         self._index[self._key].add(self._sub)
         return self._sub
 
@@ -138,6 +152,8 @@ class _Registration:
             subs.discard(self._sub)
             if not subs:
                 del self._index[self._key]
+        if self._interest is not None:
+            await self._interest.release(self._sub.conversation_id)
 
 
 class MembershipCache:
@@ -164,8 +180,15 @@ class MembershipCache:
 
 
 class Dispatcher:
-    def __init__(self, membership: MembershipCache, buffer: int, on_drop: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        membership: MembershipCache,
+        buffer: int,
+        on_drop: Callable[[], None] = lambda: None,
+        interest: Interest | None = None,
+    ) -> None:
         self._membership = membership
+        self._interest = interest
         self._buffer = buffer
         self._on_drop = on_drop
         self._by_conversation: dict[int, set[Subscription]] = defaultdict(set)
@@ -179,8 +202,8 @@ class Dispatcher:
         """`async with dispatcher.subscribe(...) as subscription: async for event in subscription: ...`"""
         sub = Subscription(user_id, conversation_id, event_type, self._buffer)
         if conversation_id is None:
-            return _Registration(self._by_user, user_id, sub)
-        return _Registration(self._by_conversation, conversation_id, sub)
+            return _Registration(self._by_user, user_id, sub, self._interest)
+        return _Registration(self._by_conversation, conversation_id, sub, self._interest)
 
     async def dispatch(self, event: dict) -> None:
         cid = event["conversationId"]
