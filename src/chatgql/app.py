@@ -107,8 +107,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         bus = runtime.bus = Bus(settings.broadcast_url, settings.bus_buckets)
         await bus.connect()
         stack.push_async_callback(bus.disconnect)
-        metrics.track(metrics.bus_published, lambda: bus.published)
-        metrics.track(metrics.bus_received, lambda: bus.received)
+        metrics.track(metrics.bus_published, lambda: sum(bus.events_published.values()))
+        metrics.track(metrics.bus_received, lambda: sum(bus.events_received.values()))
 
         if api:
 
@@ -124,7 +124,11 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             )
             runtime.deps.dispatcher = dispatcher
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
-            await _task(stack, feed_dispatcher(bus, dispatcher, runtime.bus_ready), "bus-feed")
+            await _task(
+                stack,
+                feed_dispatcher(bus, dispatcher, runtime.bus_ready, heartbeat_seconds=settings.bus_heartbeat_seconds),
+                "bus-feed",
+            )
             await asyncio.wait_for(runtime.bus_ready.wait(), 10)
             # Mass disconnects leave glibc holding what the connections used (see heap.py).
             await _task(stack, HeapTrimmer().run(), "heap-trim")

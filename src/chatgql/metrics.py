@@ -23,11 +23,11 @@ class Metrics:
             "chatgql_consumer_lag", "Kafka records not yet handed to the bus", registry=self.registry
         )
         self.bus_published = Gauge(
-            "chatgql_bus_published", "Messages this process published on the bus (heartbeats too)", registry=self.registry
+            "chatgql_bus_published", "Events this process published on the bus", registry=self.registry
         )
         self.bus_received = Gauge(
             "chatgql_bus_received",
-            "Messages this process's bus listeners received (heartbeats too): on a cluster bus, only its buckets",
+            "Events this process's bus feed received: on a cluster bus, only those of its buckets",
             registry=self.registry,
         )
         self.subscriptions_active = Gauge(

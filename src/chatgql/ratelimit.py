@@ -137,9 +137,7 @@ class RedisStore:
             raise
         except Exception as error:
             if self._down_until == 0.0:
-                log.warning(
-                    "shared rate limits: Redis did not answer (%r); counting per process until it does", error
-                )
+                log.warning("shared rate limits: Redis did not answer (%r); counting per process until it does", error)
             self._down_until = now + RETRY_REDIS_SECONDS
             self.fallbacks += 1
             return None

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     # Conversation buckets of a redis+cluster:// bus (channel chatgql.events.{b}): fixed for a
     # deployment, every process must use the same number.
     bus_buckets: int = Field(default=64, ge=1, le=16384)
+    # The feed sends itself a heartbeat through every bus connection it listens on this often;
+    # nothing back within 8 times it: every subscription ends with the resync error, the bus reconnects.
+    bus_heartbeat_seconds: float = Field(default=2.0, gt=0)
     # With a redis:// or redis+cluster:// bus, the per-user rate limits are counted in that Redis
     # (shared by every process); off, or when Redis does not answer, each process counts alone.
     shared_rate_limits: bool = True

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 QUEUE_SIZE = 10_000
 # How long subscribe() waits for Redis to confirm.
 CONFIRM_SECONDS = 5.0
+# A command (publish, the cluster's slot map) waits this long for a node that stopped answering.
+COMMAND_SECONDS = 5.0
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
@@ -134,6 +136,8 @@ class _Listener:
         self._reader: asyncio.Task[None] | None = None
 
     async def subscribe(self, channel: str) -> None:
+        if self._inbox.failure is not None:
+            raise BusBroken(f"the bus is broken: {self._inbox.failure!r}")
         confirmed = asyncio.get_running_loop().create_future()
         self._confirming[channel] = confirmed
         self.channels.add(channel)
@@ -203,7 +207,8 @@ class _Listener:
             with contextlib.suppress(BaseException):
                 await self._reader
         for confirmed in self._confirming.values():
-            confirmed.cancel()
+            if not confirmed.done():
+                confirmed.set_exception(BusBroken(f"{self.name} closed"))
         with contextlib.suppress(Exception):
             await self._pubsub.aclose()
         with contextlib.suppress(Exception):
@@ -216,7 +221,14 @@ def _listening_client_options() -> dict[str, Any]:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    return {"retry": Retry(NoBackoff(), 0), "socket_connect_timeout": 2.0, "health_check_interval": 0}
+    # socket_timeout bounds the handshake and commands; the blocking read of what is published
+    # waits without one (redis-py passes no timeout to it)
+    return {
+        "retry": Retry(NoBackoff(), 0),
+        "socket_connect_timeout": 2.0,
+        "socket_timeout": COMMAND_SECONDS,
+        "health_check_interval": 0,
+    }
 
 
 class RedisBackend(BroadcastBackend):
@@ -235,7 +247,7 @@ class RedisBackend(BroadcastBackend):
     async def connect(self) -> None:
         from redis.asyncio import Redis
 
-        self._publisher = Redis.from_url(self._url, socket_connect_timeout=2.0)
+        self._publisher = Redis.from_url(self._url, socket_connect_timeout=2.0, socket_timeout=COMMAND_SECONDS)
         await self._publisher.ping()
         self._listener = _Listener(
             Redis.from_url(self._url, **_listening_client_options()), self._inbox, sharded=False, name=self._url
@@ -315,6 +327,7 @@ class RedisClusterBackend(BroadcastBackend):
         self._cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in self._startup],
             socket_connect_timeout=2.0,
+            socket_timeout=COMMAND_SECONDS,
             **self._auth(),
         )
         await self._cluster.initialize()

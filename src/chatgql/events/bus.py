@@ -65,6 +65,9 @@ class Bus:
         self._subscribed: set[str] = set()
         self._lock = asyncio.Lock()
         self.published = 0
+        # Events (not heartbeats) by channel: what this process published, what its feed received.
+        self.events_published: Counter[str] = Counter()
+        self.events_received: Counter[str] = Counter()
         self._received_before = 0  # by backends since replaced
         if not self.sharded:
             self._wanted[CHANNEL] += 1  # the one channel, always
@@ -74,6 +77,11 @@ class Bus:
         """What this process's backends received (events and heartbeats), over reconnects."""
         current = self._backend.received if self._backend is not None else 0
         return self._received_before + current
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The channels the current backend is subscribed to."""
+        return frozenset(self._subscribed)
 
     def channel_for(self, key: str | int) -> str:
         if not self.sharded:
@@ -167,7 +175,9 @@ class Bus:
         assert self._backend is not None, "bus not connected"
         if self.sharded and key is None:
             key = orjson.loads(message)["conversationId"]
-        await self.publish_on(self.channel_for(key if key is not None else ""), message)
+        channel = self.channel_for(key if key is not None else "")
+        await self.publish_on(channel, message)
+        self.events_published[channel] += 1
 
     async def publish_on(self, channel: str, message: str) -> None:
         assert self._backend is not None, "bus not connected"
@@ -277,6 +287,7 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
             payload = orjson.loads(event.message)
             if payload["type"] == HEARTBEAT:
                 continue
+            bus.events_received[event.channel] += 1
             try:
                 await dispatcher.dispatch(payload)
             except Exception:

@@ -52,9 +52,7 @@ class Deps:
         self.read_limiter = limiter("markRead", s.rate_read_per_second, s.rate_read_burst, store)
         self.group_limiter = limiter("createGroup", s.rate_group_per_second, s.rate_group_burst, store)
         self.direct_limiter = limiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst, store)
-        self.add_members_limiter = limiter(
-            "addMembers", s.rate_add_members_per_second, s.rate_add_members_burst, store
-        )
+        self.add_members_limiter = limiter("addMembers", s.rate_add_members_per_second, s.rate_add_members_burst, store)
         self.membership_policy = load_policy(s.membership_policy, s)
 
 
