@@ -103,6 +103,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         stack.push_async_callback(wakeup.close)
 
         if deps.rate_limit_store is not None:
+            await deps.rate_limit_store.start()
             stack.push_async_callback(deps.rate_limit_store.close)
         bus = runtime.bus = Bus(settings.broadcast_url, settings.bus_buckets)
         await bus.connect()

@@ -123,6 +123,18 @@ class RedisStore:
         self._script = self._client.register_script(TOKEN_BUCKET_LUA)
         return self._script
 
+    async def start(self, timeout: float = 5.0) -> None:
+        """Connect (a cluster's slot map too) before the first check, which has only `timeout` seconds."""
+        self._script or self._connect()
+        try:
+            async with asyncio.timeout(timeout):
+                if hasattr(self._client, "initialize"):
+                    await self._client.initialize()
+                else:
+                    await self._client.ping()
+        except Exception as error:
+            log.warning("shared rate limits: Redis did not answer at start (%r); will count per process", error)
+
     async def take(self, action: str, user_id: int, rate: float, burst: int) -> tuple[bool, float] | None:
         """(taken, retry after) from Redis; None when Redis did not answer (count per process)."""
         now = time.monotonic()
