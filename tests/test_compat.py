@@ -40,7 +40,6 @@ from websockets.uri import parse_uri
 from chatgql import compat
 from chatgql.websocket import _Flag, _Inbox
 
-
 ROOT = Path(__file__).resolve().parent.parent
 
 

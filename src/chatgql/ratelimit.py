@@ -105,7 +105,7 @@ class RedisStore:
         from .events.backends import CLUSTER_SCHEMES, cluster_nodes
 
         parts = urlsplit(self.url)
-        options = {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout}
+        options: dict[str, Any] = {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout}
         if parts.scheme in CLUSTER_SCHEMES:
             from redis.asyncio.cluster import ClusterNode, RedisCluster
 
