@@ -98,8 +98,9 @@ class Bus:
     async def connect(self) -> None:
         backend = backend_for(self.url)
         await backend.connect()
-        self._backend = backend
-        self._subscribed = set()
+        async with self._lock:  # not while a _sync of the previous backend is under way
+            self._backend = backend
+            self._subscribed = set()
         try:
             await self._sync()
         except BaseException:
@@ -159,8 +160,9 @@ class Bus:
                 await backend.subscribe(channel)
                 self._subscribed.add(channel)
             for channel in sorted(self._subscribed - self._wanted.keys()):
-                self._subscribed.discard(channel)
-                await backend.unsubscribe(channel)
+                if self._wanted[channel] <= 0:
+                    self._subscribed.discard(channel)
+                    await backend.unsubscribe(channel)
 
     def beat_channels(self) -> list[str]:
         """One subscribed channel per listening connection: a heartbeat on each passes every connection."""
