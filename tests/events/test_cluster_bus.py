@@ -211,6 +211,7 @@ class Follower:
                 except SubscriptionError as error:
                     assert error.extensions.get("resync") is True, error.errors
                     self.resyncs += 1
+                    await asyncio.sleep(0.2)  # as a client backs off
 
 
 async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_nothing_is_lost(
@@ -279,11 +280,15 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
 
         try:
             for f in followers:
-                await wait_until(
-                    lambda f=f: all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations),
-                    30,
-                    f"user {f.user} to have every message sent",
-                )
+                try:
+                    await wait_until(
+                        lambda f=f: all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations),
+                        60,
+                        f"user {f.user} to have every message sent",
+                    )
+                except AssertionError as error:
+                    missing = {c: sorted(set(range(1, sent[c] + 1)) - f.seen[c]) for c in f.conversations}
+                    raise AssertionError(f"{error}; missing {missing}; resyncs {f.resyncs}") from None
         finally:
             for task in tasks:
                 task.cancel()

@@ -29,6 +29,7 @@ import zlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from broadcaster import Event
@@ -60,7 +61,8 @@ class Bus:
         self.url = url
         self.sharded = is_sharded(url)
         self.buckets = buckets
-        self._backend: Any = None
+        self._backend: Any = None  # listens (and publishes, for memory://)
+        self._publisher: Any = None  # publishes, for Redis
         self._wanted: Counter[str] = Counter()
         self._subscribed: set[str] = set()
         self._lock = asyncio.Lock()
@@ -96,6 +98,15 @@ class Bus:
         return [self.channel_for(conversation_id)]
 
     async def connect(self) -> None:
+        """Connect the publishing side (once) and the listening side."""
+        if self._publisher is None and urlsplit(self.url).scheme != "memory":
+            # Its own clients: a broken listener (and the feed's reconnect) never stops publishing.
+            publisher = backend_for(self.url)
+            await publisher.connect()
+            self._publisher = publisher
+        await self._connect_listener()
+
+    async def _connect_listener(self) -> None:
         backend = backend_for(self.url)
         await backend.connect()
         async with self._lock:  # not while a _sync of the previous backend is under way
@@ -104,19 +115,27 @@ class Bus:
         try:
             await self._sync()
         except BaseException:
-            await self.disconnect()
+            await self._disconnect_listener()
             raise
 
-    async def disconnect(self) -> None:
+    async def _disconnect_listener(self) -> None:
         backend, self._backend = self._backend, None
         if backend is not None:
             self._received_before += backend.received
             with contextlib.suppress(Exception):
                 await backend.disconnect()
 
+    async def disconnect(self) -> None:
+        await self._disconnect_listener()
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            with contextlib.suppress(Exception):
+                await publisher.disconnect()
+
     async def reconnect(self) -> None:
-        await self.disconnect()
-        await self.connect()
+        """A new listening side (the publishing side stays as it is)."""
+        await self._disconnect_listener()
+        await self._connect_listener()
 
     async def want(self, conversation_id: int | None) -> None:
         """A subscription needs this conversation's events (None: all of the viewer's).
@@ -174,7 +193,6 @@ class Bus:
 
     async def publish(self, message: str, key: str | int | None = None) -> None:
         """Publish an event (key: its conversation id, which picks its bucket on a cluster)."""
-        assert self._backend is not None, "bus not connected"
         if self.sharded and key is None:
             key = orjson.loads(message)["conversationId"]
         channel = self.channel_for(key if key is not None else "")
@@ -182,8 +200,9 @@ class Bus:
         self.events_published[channel] += 1
 
     async def publish_on(self, channel: str, message: str) -> None:
-        assert self._backend is not None, "bus not connected"
-        await self._backend.publish(channel, message)
+        backend = self._publisher or self._backend
+        assert backend is not None, "bus not connected"
+        await backend.publish(channel, message)
         self.published += 1
         task = asyncio.current_task()
         if task is not None and task.cancelling():
