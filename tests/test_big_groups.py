@@ -55,7 +55,7 @@ def logging_statements(server: RunningServer) -> Iterator[list[tuple[str, tuple]
     async def logged() -> AsyncIterator:
         async with acquire() as conn:
             task = asyncio.current_task()
-            if task is not None and task.get_name() == "outbox-relay":
+            if task is not None and task.get_name().startswith("outbox-relay"):
                 yield conn
                 return
             log = lambda record: statements.append((record.query, tuple(record.args or ())))  # noqa: E731

@@ -31,7 +31,7 @@ def counting_statements(server) -> Iterator[list[str]]:
     async def counted() -> AsyncIterator:
         async with acquire() as conn:
             task = asyncio.current_task()
-            if task is not None and task.get_name() == "outbox-relay":
+            if task is not None and task.get_name().startswith("outbox-relay"):
                 yield conn
                 return
             # asyncpg reports each statement (call_soon) once it has run
