@@ -166,7 +166,7 @@ async def test_each_process_gets_its_buckets_and_every_subscriber_every_message_
             assert all(ch.startswith(CHANNEL + ".{") for ch in published)
 
         # the subscriptions are gone: B listens to nothing any more
-        await wait_until(lambda: not b.runtime.bus.channels, 10, "B to unsubscribe its buckets")
+        await wait_until(lambda: not b.runtime.bus.channels, 15, "B to unsubscribe its buckets (after 5 s)")
 
 
 class Follower:
@@ -183,6 +183,12 @@ class Follower:
         self.resyncs = 0
         self.out_of_order: list[tuple[str, int, int]] = []
 
+    def _registered(self) -> bool:
+        dispatcher = self.server.runtime.deps.dispatcher
+        index = dispatcher._by_user if self.conversation is None else dispatcher._by_conversation
+        key = self.user if self.conversation is None else int(self.conversation)
+        return any(sub.user_id == self.user for sub in index.get(key, ()))
+
     async def _history(self) -> None:
         for cid in self.conversations:
             data = await self.api.data(
@@ -196,6 +202,8 @@ class Follower:
         async with await ws_connect(self.server, self.user) as ws:
             while True:
                 op = await subscribe_messages(ws, self.conversation)
+                # as a client's "subscribe, then read what it missed": once the server holds it
+                await wait_until(self._registered, 10, f"user {self.user}'s subscription to be registered")
                 await self._history()
                 last: dict[str, int] = {}
                 try:
@@ -287,8 +295,19 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
                         f"user {f.user} to have every message sent",
                     )
                 except AssertionError as error:
-                    missing = {c: sorted(set(range(1, sent[c] + 1)) - f.seen[c]) for c in f.conversations}
-                    raise AssertionError(f"{error}; missing {missing}; resyncs {f.resyncs}") from None
+                    state = [
+                        (
+                            g.user,
+                            g.conversation,
+                            g.resyncs,
+                            {c: sorted(set(range(1, sent[c] + 1)) - g.seen[c]) for c in g.conversations},
+                        )
+                        for g in followers
+                    ]
+                    async with engine.connect() as conn:
+                        outbox = (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
+                    lags = [s.runtime.consumer.lag for s in (a, b)]
+                    raise AssertionError(f"{error}; followers {state}; outbox {outbox}; consumer lags {lags}") from None
         finally:
             for task in tasks:
                 task.cancel()

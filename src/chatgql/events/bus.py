@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
 DEFAULT_BUCKETS = 64
+# How long a channel no subscription wants stays subscribed (see Bus.release).
+UNSUBSCRIBE_AFTER_SECONDS = 5.0
 
 
 def bucket_of(key: str, buckets: int) -> int:
@@ -66,6 +68,9 @@ class Bus:
         self._wanted: Counter[str] = Counter()
         self._subscribed: set[str] = set()
         self._lock = asyncio.Lock()
+        self.unsubscribe_after = UNSUBSCRIBE_AFTER_SECONDS
+        self._pending_sync: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.published = 0
         # Events (not heartbeats) by channel: what this process published, what its feed received.
         self.events_published: Counter[str] = Counter()
@@ -126,6 +131,11 @@ class Bus:
                 await backend.disconnect()
 
     async def disconnect(self) -> None:
+        if self._pending_sync is not None:
+            self._pending_sync.cancel()
+            self._pending_sync = None
+        for task in list(self._background):
+            task.cancel()
         await self._disconnect_listener()
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
@@ -156,12 +166,26 @@ class Bus:
             raise StreamInterrupted() from None
 
     async def release(self, conversation_id: int | None) -> None:
+        """A subscription no longer needs this conversation's events. Its channels are
+        unsubscribed only after UNSUBSCRIBE_AFTER_SECONDS unwanted: a client subscribing
+        again (after a resync, a reconnect) finds them subscribed and is live at once."""
         channels = self._channels_for(conversation_id)
         if not channels:
             return
         self._forget(channels)
-        with contextlib.suppress(Exception):
-            await self._sync()
+        if self._pending_sync is None:
+            self._pending_sync = asyncio.get_running_loop().call_later(self.unsubscribe_after, self._sync_later)
+
+    def _sync_later(self) -> None:
+        self._pending_sync = None
+
+        async def run() -> None:
+            with contextlib.suppress(Exception):
+                await self._sync()
+
+        task = asyncio.create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _forget(self, channels: list[str]) -> None:
         self._wanted.subtract(channels)
