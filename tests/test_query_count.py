@@ -2,7 +2,7 @@
 
 Statements are counted with asyncpg query loggers on the connections the
 server's own pool hands out, for the duration of one HTTP request. The outbox
-relay shares that pool from its own task ("outbox-relay"); its statements
+relay shares that pool from its own tasks ("outbox-relay*"); their statements
 are left out, and the outbox is drained before measuring.
 """
 
