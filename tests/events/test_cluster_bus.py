@@ -184,10 +184,11 @@ class Follower:
         self.out_of_order: list[tuple[str, int, int]] = []
 
     def _registered(self) -> bool:
+        # the dispatcher's indexes: user id -> subscriptions, per conversation or for all of them
         dispatcher = self.server.runtime.deps.dispatcher
-        index = dispatcher._by_user if self.conversation is None else dispatcher._by_conversation
-        key = self.user if self.conversation is None else int(self.conversation)
-        return any(sub.user_id == self.user for sub in index.get(key, ()))
+        if self.conversation is None:
+            return bool(dispatcher._by_user.get(self.user))
+        return bool(dispatcher._by_conversation.get(int(self.conversation), {}).get(self.user))
 
     async def _history(self) -> None:
         for cid in self.conversations:
