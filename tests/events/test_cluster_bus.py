@@ -235,11 +235,18 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
         followers += [Follower(b, api_b, 3, cid, [cid]) for cid in conversations]
         tasks = [asyncio.create_task(f.run()) for f in followers]
 
-        def resynced(counts: list[int]) -> bool:
+        def check_followers() -> None:
             for task in tasks:
                 if task.done():
                     task.result()  # a follower that failed fails the test now
+
+        def resynced(counts: list[int]) -> bool:
+            check_followers()
             return all(f.resyncs > n for f, n in zip(followers, counts, strict=True))
+
+        def has_everything(f: Follower) -> bool:
+            check_followers()
+            return all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations)
 
         sent: dict[str, int] = {}
         stop_sending = asyncio.Event()
@@ -293,11 +300,7 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
             for f in followers:
                 try:
                     await wait_until(
-                        lambda f=f: (
-                            not resynced([0] * len(followers))
-                            and False
-                            or all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations)
-                        ),
+                        lambda f=f: has_everything(f),
                         60,
                         f"user {f.user} to have every message sent",
                     )
