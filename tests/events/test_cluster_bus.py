@@ -204,7 +204,10 @@ class Follower:
             while True:
                 op = await subscribe_messages(ws, self.conversation)
                 # as a client's "subscribe, then read what it missed": once the server holds it
-                await wait_until(self._registered, 10, f"user {self.user}'s subscription to be registered")
+                # (a subscription refused meanwhile is never registered: its error is read below)
+                deadline = asyncio.get_running_loop().time() + 5
+                while not self._registered() and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.02)
                 await self._history()
                 last: dict[str, int] = {}
                 try:
@@ -226,18 +229,25 @@ class Follower:
 async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_nothing_is_lost(
     migrated_url, engine, kafka, topic, http, redis_cluster, caplog
 ):
-    async with two_servers(migrated_url, kafka, topic, redis_cluster) as (a, b):
+    async with asyncio.timeout(200), two_servers(migrated_url, kafka, topic, redis_cluster) as (a, b):
         api_a, api_b = ChatApi.of(a, http), ChatApi.of(b, http)
         conversations = await conversations_on_every_node(api_a, a.runtime.bus, redis_cluster.url, per_node=1)
         followers = [Follower(a, api_a, 2, None, conversations)]
         followers += [Follower(b, api_b, 3, cid, [cid]) for cid in conversations]
         tasks = [asyncio.create_task(f.run()) for f in followers]
 
-        def resynced(counts: list[int]) -> bool:
+        def check_followers() -> None:
             for task in tasks:
                 if task.done():
                     task.result()  # a follower that failed fails the test now
+
+        def resynced(counts: list[int]) -> bool:
+            check_followers()
             return all(f.resyncs > n for f, n in zip(followers, counts, strict=True))
+
+        def has_everything(f: Follower) -> bool:
+            check_followers()
+            return all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations)
 
         sent: dict[str, int] = {}
         stop_sending = asyncio.Event()
@@ -291,7 +301,7 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
             for f in followers:
                 try:
                     await wait_until(
-                        lambda f=f: all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations),
+                        lambda f=f: has_everything(f),
                         60,
                         f"user {f.user} to have every message sent",
                     )

@@ -41,6 +41,7 @@ QUEUE_SIZE = 10_000
 CONFIRM_SECONDS = 5.0
 # A command (publish, the cluster's slot map) waits this long for a node that stopped answering.
 COMMAND_SECONDS = 5.0
+CLOSE_SECONDS = 2.0
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
@@ -209,10 +210,11 @@ class _Listener:
         for confirmed in self._confirming.values():
             if not confirmed.done():
                 confirmed.set_exception(BusBroken(f"{self.name} closed"))
+        # bounded: closing must never hang a shutdown or a feed reconnect
         with contextlib.suppress(Exception):
-            await self._pubsub.aclose()
+            await asyncio.wait_for(self._pubsub.aclose(), CLOSE_SECONDS)
         with contextlib.suppress(Exception):
-            await self._client.aclose()
+            await asyncio.wait_for(self._client.aclose(), CLOSE_SECONDS)
 
 
 def _listening_client_options() -> dict[str, Any]:
@@ -258,7 +260,7 @@ class RedisBackend(BroadcastBackend):
             await self._listener.close()
         if self._publisher is not None:
             with contextlib.suppress(Exception):
-                await self._publisher.aclose()
+                await asyncio.wait_for(self._publisher.aclose(), CLOSE_SECONDS)
 
     async def subscribe(self, channel: str) -> None:
         assert self._listener is not None, "not connected"
@@ -339,7 +341,7 @@ class RedisClusterBackend(BroadcastBackend):
         self._where.clear()
         if self._cluster is not None:
             with contextlib.suppress(Exception):
-                await self._cluster.aclose()
+                await asyncio.wait_for(self._cluster.aclose(), CLOSE_SECONDS)
 
     def _listener_for(self, channel: str) -> _Listener:
         from redis.asyncio import Redis
