@@ -334,10 +334,12 @@ async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None)
     """No Kafka: a broadcaster publish -> subscriber round trip on the bus the server uses:
     memory:// (in this process), or with workers the same redis-server (through the product's own
     redis backend), a channel of its own."""
-    from chatgql.events.bus import _new_broadcast
+    from broadcaster import Broadcast
+
+    from chatgql.events.backends import backend_for
 
     url = url or "memory://"
-    bus = _new_broadcast(url)
+    bus = Broadcast(backend=backend_for(url))  # chatgql's backend, driven by broadcaster's Broadcast
     await bus.connect()
     got: dict[str, int] = {}
     try:
@@ -363,12 +365,6 @@ async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None)
             await asyncio.sleep(0.2)
             task.cancel()
     finally:
-        # broadcaster's redis listener task dies with a ConnectionError when disconnect() closes its
-        # connection (and cancels it only after): stop it first, so nothing is left unretrieved
-        listener = getattr(getattr(bus, "_backend", None), "_listener", None)
-        if listener is not None:
-            listener.cancel()
-            await asyncio.gather(listener, return_exceptions=True)
         await bus.disconnect()
     lat, missing = _latencies(starts, got, set())
     kind = (

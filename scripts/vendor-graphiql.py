@@ -40,7 +40,10 @@ SOURCE_MAP = re.compile(rb"\n?(//|/\*)# sourceMappingURL=[^\n]*$")
 def pack(package: str, version: str, workdir: Path) -> tuple[Path, dict]:
     out = subprocess.run(
         ["npm", "pack", "--json", "--pack-destination", str(workdir), f"{package}@{version}"],
-        check=True, capture_output=True, text=True, cwd=workdir,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=workdir,
     ).stdout
     info = json.loads(out)[0]
     return workdir / info["filename"], info

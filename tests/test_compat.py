@@ -29,7 +29,6 @@ import uvicorn
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
-from broadcaster import Broadcast
 from graphql import GraphQLError, GraphQLResolveInfo, parse
 from graphql.execution import get_variable_values
 from strawberry.extensions import SchemaExtension
@@ -40,8 +39,6 @@ from websockets.uri import parse_uri
 
 from chatgql import compat
 from chatgql.websocket import _Flag, _Inbox
-
-from .events.test_multiprocess import redis_url  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -645,28 +642,6 @@ async def test_abandon_unacknowledged_fails_what_kafka_did_not_acknowledge():
     assert isinstance(failed, KafkaError) and failed.args == error.args, (
         "producer._message_accumulator.fail_all changed"
     )
-
-
-# --- broadcaster ---------------------------------------------------------------------------------
-
-
-async def test_subscribe_then_listen_redis_backend_receives_what_is_published(redis_url):  # noqa: F811
-    from broadcaster._backends.redis import RedisBackend
-
-    backend = compat.subscribe_then_listen_redis_backend(redis_url)
-    assert isinstance(backend, RedisBackend)
-    assert isinstance(backend._ready, asyncio.Event) and hasattr(backend._pubsub, "subscribe"), (
-        "broadcaster's RedisBackend no longer has _ready and _pubsub"
-    )
-    broadcast = Broadcast(backend=backend)
-    await broadcast.connect()
-    try:
-        async with broadcast.subscribe("compat") as subscriber:
-            await broadcast.publish("compat", "hello")
-            event = await asyncio.wait_for(subscriber.get(), 5)
-            assert event.message == "hello"
-    finally:
-        await broadcast.disconnect()
 
 
 # --- chatgql's subclasses of library classes -----------------------------------------------------

@@ -57,6 +57,7 @@ class Runtime:
     relay: OutboxRelay | None = None
     consumer: FanoutConsumer | None = None
     bus_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    bus: Bus | None = None
 
 
 async def _database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
@@ -119,9 +120,14 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             )
             stack.push_async_callback(batcher.close)
 
-        bus = Bus(settings.broadcast_url)
+        if deps.rate_limit_store is not None:
+            await deps.rate_limit_store.start()
+            stack.push_async_callback(deps.rate_limit_store.close)
+        bus = runtime.bus = Bus(settings.broadcast_url, settings.bus_buckets)
         await bus.connect()
         stack.push_async_callback(bus.disconnect)
+        metrics.track(metrics.bus_published, lambda: sum(bus.events_published.values()))
+        metrics.track(metrics.bus_received, lambda: sum(bus.events_received.values()))
 
         if api:
             big = settings.big_group_threshold
@@ -135,11 +141,16 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 MembershipCache(load_members, whole_up_to=big),
                 settings.subscriber_buffer,
                 on_drop=metrics.subscribers_dropped.inc,
+                interest=bus if bus.sharded else None,  # a cluster bus listens only to the buckets needed
                 read_interval=settings.big_group_read_interval_seconds,
             )
             runtime.deps.dispatcher = dispatcher
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
-            await _task(stack, feed_dispatcher(bus, dispatcher, runtime.bus_ready), "bus-feed")
+            await _task(
+                stack,
+                feed_dispatcher(bus, dispatcher, runtime.bus_ready, heartbeat_seconds=settings.bus_heartbeat_seconds),
+                "bus-feed",
+            )
             await asyncio.wait_for(runtime.bus_ready.wait(), 10)
             # Mass disconnects leave glibc holding what the connections used (see heap.py).
             await _task(stack, HeapTrimmer().run(), "heap-trim")

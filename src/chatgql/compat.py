@@ -50,7 +50,6 @@ PINNED: dict[str, str] = {
     "websockets": "17.4",
     "httptools": "0.9.0",
     "aiokafka": "0.14.0",
-    "broadcaster": "0.3.1",
 }
 
 __all__ = [
@@ -100,8 +99,6 @@ __all__ = [
     "drop_websocket_handshake",
     # aiokafka
     "abandon_unacknowledged",
-    # broadcaster
-    "subscribe_then_listen_redis_backend",
 ]
 
 
@@ -470,22 +467,3 @@ async def abandon_unacknowledged(producer: Any, error: BaseException, timeout: f
         sender.cancel()
         await asyncio.wait({sender}, timeout=timeout)
     producer._message_accumulator.fail_all(error)
-
-
-# --- broadcaster ---------------------------------------------------------------------------------
-
-
-def subscribe_then_listen_redis_backend(url: str) -> Any:
-    """broadcaster's RedisBackend (broadcaster._backends.redis, private; needs the redis extra),
-    with its start-up race fixed: its subscribe() wakes the listener (`_ready`) before SUBSCRIBE
-    (`_pubsub`) has completed, the listener finds no channel yet, its listen() loop ends and nothing
-    published is ever received. Here the listener is woken once the channel is subscribed.
-    Exactness; breaks if broadcaster moves the backend or renames the two attributes."""
-    from broadcaster._backends.redis import RedisBackend
-
-    class SubscribeThenListen(RedisBackend):
-        async def subscribe(self, channel: str) -> None:
-            await self._pubsub.subscribe(channel)
-            self._ready.set()
-
-    return SubscribeThenListen(url)

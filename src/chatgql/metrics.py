@@ -38,6 +38,14 @@ class Metrics:
         self.consumer_lag = Gauge(
             "chatgql_consumer_lag", "Kafka records not yet handed to the bus", registry=self.registry
         )
+        self.bus_published = Gauge(
+            "chatgql_bus_published", "Events this process published on the bus", registry=self.registry
+        )
+        self.bus_received = Gauge(
+            "chatgql_bus_received",
+            "Events this process's bus feed received: on a cluster bus, only those of its buckets",
+            registry=self.registry,
+        )
         self.subscriptions_active = Gauge(
             "chatgql_subscriptions_active", "Live GraphQL subscriptions in this process", registry=self.registry
         )

@@ -1,19 +1,69 @@
-"""Per-user rate limits (token buckets), per process.
+"""Per-user rate limits (token buckets): shared through Redis, or per process.
 
-Each API process limits on its own: behind N processes a user gets up to N
-times the rate. That is the accepted trade for needing no shared store.
+With a redis:// or redis+cluster:// bus (and CHATGQL_SHARED_RATE_LIMITS on, the
+default) each bucket lives in that Redis, taken from by one atomic Lua script
+on the server's clock: behind N processes a user gets the configured rate, not
+N times it. Without a Redis bus, or while Redis does not answer (within
+CHATGQL_SHARED_RATE_LIMIT_TIMEOUT_SECONDS), each process counts on its own; the
+switch is logged once each way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections import OrderedDict
+from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import LimitExceeded
 
+log = logging.getLogger(__name__)
+
+# KEYS[1]: the bucket (a hash: t = tokens, ts = when, server time). ARGV: rate per second, burst.
+# Returns {1, "0"} (taken) or {0, retry_after} (as text: Lua numbers come back as integers).
+TOKEN_BUCKET_LUA = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 't', 'ts')
+local tokens = tonumber(state[1])
+local last = tonumber(state[2])
+if tokens == nil or last == nil then
+  tokens = burst
+  last = now
+end
+tokens = math.min(burst, tokens + math.max(0, now - last) * rate)
+local taken = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  taken = 1
+end
+redis.call('HSET', KEYS[1], 't', tostring(tokens), 'ts', tostring(now))
+-- a bucket left alone this long is full again: the same as no bucket
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+if taken == 1 then
+  return {1, '0'}
+end
+return {0, tostring((1 - tokens) / rate)}
+"""
+
+KEY_PREFIX = "chatgql.ratelimit"
+# After Redis failed to answer, count per process this long before asking Redis again.
+RETRY_REDIS_SECONDS = 5.0
+
+
+def _limited(action: str, retry_after: float) -> LimitExceeded:
+    retry_after = round(retry_after, 3)
+    return LimitExceeded(
+        f"too many {action} calls; retry after {retry_after} s", reason="RATE_LIMITED", retryAfter=retry_after
+    )
+
 
 class RateLimiter:
-    """rate tokens per second, up to burst; rate <= 0 turns it off."""
+    """rate tokens per second, up to burst; rate <= 0 turns it off. Per process."""
 
     def __init__(self, action: str, rate: float, burst: int, max_keys: int = 100_000) -> None:
         self.action = action
@@ -22,8 +72,11 @@ class RateLimiter:
         self._max_keys = max_keys
         self._buckets: OrderedDict[int, tuple[float, float]] = OrderedDict()
 
-    def check(self, user_id: int, now: float | None = None) -> None:
+    async def check(self, user_id: int) -> None:
         """Take a token for user_id, or raise LIMIT_EXCEEDED with retryAfter (seconds)."""
+        self.take(user_id)
+
+    def take(self, user_id: int, now: float | None = None) -> None:
         if self.rate <= 0:
             return
         now = time.monotonic() if now is None else now
@@ -31,12 +84,113 @@ class RateLimiter:
         tokens = min(float(self.burst), tokens + (now - last) * self.rate)
         if tokens < 1:
             self._buckets[user_id] = (tokens, now)
-            retry_after = round((1 - tokens) / self.rate, 3)
-            raise LimitExceeded(
-                f"too many {self.action} calls; retry after {retry_after} s",
-                reason="RATE_LIMITED",
-                retryAfter=retry_after,
-            )
+            raise _limited(self.action, (1 - tokens) / self.rate)
         self._buckets[user_id] = (tokens - 1, now)
         if len(self._buckets) > self._max_keys:
             self._buckets.popitem(last=False)  # the longest idle user: a full bucket again
+
+
+class RedisStore:
+    """The Redis (or Redis Cluster) the buckets live in, with the fall-back state of all limiters."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._client: Any = None
+        self._script: Any = None
+        self._down_until = 0.0  # monotonic; while in the future, limiters count per process
+        self.fallbacks = 0  # checks counted per process because Redis did not answer
+
+    def _connect(self) -> Any:
+        from .events.backends import CLUSTER_SCHEMES, cluster_nodes
+
+        parts = urlsplit(self.url)
+        options: dict[str, Any] = {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout}
+        if parts.scheme in CLUSTER_SCHEMES:
+            from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+            self._client = RedisCluster(
+                startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(self.url)],
+                username=parts.username,
+                password=parts.password,
+                ssl=parts.scheme.startswith("rediss"),
+                **options,
+            )
+        else:
+            from redis.asyncio import Redis
+
+            self._client = Redis.from_url(self.url, **options)
+        self._script = self._client.register_script(TOKEN_BUCKET_LUA)
+        return self._script
+
+    async def start(self, timeout: float = 5.0) -> None:
+        """Connect (a cluster's slot map too) before the first check, which has only `timeout` seconds."""
+        self._script or self._connect()
+        try:
+            async with asyncio.timeout(timeout):
+                if hasattr(self._client, "initialize"):
+                    await self._client.initialize()
+                else:
+                    await self._client.ping()
+        except Exception as error:
+            log.warning("shared rate limits: Redis did not answer at start (%r); will count per process", error)
+
+    async def take(self, action: str, user_id: int, rate: float, burst: int) -> tuple[bool, float] | None:
+        """(taken, retry after) from Redis; None when Redis did not answer (count per process)."""
+        now = time.monotonic()
+        if now < self._down_until:
+            self.fallbacks += 1
+            return None
+        script = self._script or self._connect()
+        try:
+            async with asyncio.timeout(self.timeout):
+                taken, retry_after = await script(keys=[f"{KEY_PREFIX}.{action}.{user_id}"], args=[rate, burst])
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if self._down_until == 0.0:
+                log.warning("shared rate limits: Redis did not answer (%r); counting per process until it does", error)
+            self._down_until = now + RETRY_REDIS_SECONDS
+            self.fallbacks += 1
+            return None
+        if self._down_until:
+            log.warning("shared rate limits: Redis answers again; counting in Redis")
+            self._down_until = 0.0
+        return bool(int(taken)), float(retry_after)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client, self._script = self._client, None, None
+            await client.aclose()
+
+
+class SharedRateLimiter(RateLimiter):
+    """A RateLimiter whose buckets live in Redis; per process while Redis does not answer."""
+
+    def __init__(self, action: str, rate: float, burst: int, store: RedisStore) -> None:
+        super().__init__(action, rate, burst)
+        self.store = store
+
+    async def check(self, user_id: int) -> None:
+        if self.rate <= 0:
+            return
+        answer = await self.store.take(self.action, user_id, self.rate, self.burst)
+        if answer is None:
+            self.take(user_id)
+            return
+        taken, retry_after = answer
+        if not taken:
+            raise _limited(self.action, retry_after)
+
+
+def shared_store(broadcast_url: str, enabled: bool, timeout: float) -> RedisStore | None:
+    """The Redis to keep rate limits in: the bus's, when it is Redis and sharing is on."""
+    from .events.backends import CLUSTER_SCHEMES
+
+    if not enabled or urlsplit(broadcast_url).scheme not in ("redis", "rediss", *CLUSTER_SCHEMES):
+        return None
+    return RedisStore(broadcast_url, timeout)
+
+
+def limiter(action: str, rate: float, burst: int, store: RedisStore | None) -> RateLimiter:
+    return RateLimiter(action, rate, burst) if store is None else SharedRateLimiter(action, rate, burst, store)

@@ -46,7 +46,8 @@ class Settings(BaseSettings):
     kafka_topic_replication: int = 1
     # Where a brand-new consumer group starts: the live path only needs what is new.
     kafka_offset_reset: Literal["latest", "earliest"] = "latest"
-    # Broadcast bus that feeds subscriptions: memory:// or redis://host:port
+    # Broadcast bus that feeds subscriptions: memory://, redis://host:port, or
+    # redis+cluster://host:port,host:port (Redis Cluster sharded pub/sub; see the redisbus block)
     broadcast_url: str = "memory://"
 
     # Which background roles this process runs besides the API.
@@ -174,6 +175,19 @@ class Settings(BaseSettings):
     # Plan-once execution of accepted documents (graphql/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True
+
+    # redisbus: the Redis Cluster bus and rate limits shared through Redis (docs/scale/redisbus.md)
+    # Conversation buckets of a redis+cluster:// bus (channel chatgql.events.{b}): fixed for a
+    # deployment, every process must use the same number.
+    bus_buckets: int = Field(default=64, ge=1, le=16384)
+    # The feed sends itself a heartbeat through every bus connection it listens on this often;
+    # nothing back within 8 times it: every subscription ends with the resync error, the bus reconnects.
+    bus_heartbeat_seconds: float = Field(default=2.0, gt=0)
+    # With a redis:// or redis+cluster:// bus, the per-user rate limits are counted in that Redis
+    # (shared by every process); off, or when Redis does not answer, each process counts alone.
+    shared_rate_limits: bool = True
+    # How long a rate-limit check waits for Redis before counting in this process instead.
+    shared_rate_limit_timeout_seconds: float = Field(default=0.25, gt=0)
 
     # Garbage collector
     # `chatgql serve` freezes what survived after every this many young collections (0: only what

@@ -1,10 +1,22 @@
-"""The broadcast bus (the `broadcaster` package) and its feed into the Dispatcher.
+"""The broadcast bus and its feed into the Dispatcher.
 
-memory:// within one process; redis:// when several API processes serve
-subscribers. broadcaster's Redis listener dies silently when its connection
-drops, leaving subscribers waiting forever; so the feed sends itself a
-heartbeat through the bus and, when one does not come back in time, ends
-every subscription with a resync error and reconnects on a new Broadcast.
+memory:// within one process; redis:// (one Redis, one channel carrying every
+event to every API process) or redis+cluster:// (Redis Cluster sharded pub/sub)
+when several API processes serve subscribers. The backends are chatgql's own
+(events/backends.py), behind broadcaster's public BroadcastBackend interface.
+
+On a cluster, events go on per-conversation-bucket channels,
+`chatgql.events.{b}` with b = crc32(conversation id) % buckets (the hash tag
+puts a bucket on one slot, so one node), and each process listens only to the
+buckets its subscriptions need: a subscription to one conversation wants its
+bucket, a subscription to all of the viewer's conversations wants every bucket
+(a conversation the viewer joins later would otherwise be missed: its
+member.added event travels on its own bucket).
+
+A listener that stalls or breaks may have lost events, so the feed sends
+itself a heartbeat through every connection it listens on (one per cluster
+node) and, when one does not come back in time or the backend reports a break,
+ends every subscription with a resync error and reconnects.
 """
 
 from __future__ import annotations
@@ -13,53 +25,209 @@ import asyncio
 import contextlib
 import logging
 import uuid
+import zlib
+from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from broadcaster import Broadcast
+from broadcaster import Event
 
-from ..compat import subscribe_then_listen_redis_backend
-from .dispatch import Dispatcher
+from .backends import backend_for, is_sharded
+from .dispatch import Dispatcher, StreamInterrupted
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
+DEFAULT_BUCKETS = 64
+# How long a channel no subscription wants stays subscribed (see Bus.release).
+UNSUBSCRIBE_AFTER_SECONDS = 5.0
 
 
-def _new_broadcast(url: str) -> Broadcast:
-    if urlsplit(url).scheme in ("redis", "rediss"):
-        # broadcaster's RedisBackend with its start-up race fixed (see compat.py)
-        return Broadcast(backend=subscribe_then_listen_redis_backend(url))
-    return Broadcast(url)
+def bucket_of(key: str, buckets: int) -> int:
+    """A conversation's bucket (key: its id as text, the outbox and Kafka key): fixed, the same in every process."""
+    return zlib.crc32(key.encode()) % buckets
 
 
 class Bus:
-    """One process's handle on the broadcast bus; reconnect() swaps in a new one."""
+    """One process's handle on the broadcast bus; reconnect() swaps in a new backend.
 
-    def __init__(self, url: str) -> None:
+    want()/release() say which conversations this process's subscriptions need
+    (None: all of a viewer's); the bus keeps the backend subscribed to exactly
+    the channels that carry them, across reconnects.
+    """
+
+    def __init__(self, url: str, buckets: int = DEFAULT_BUCKETS) -> None:
         self.url = url
-        self._broadcast: Broadcast | None = None
+        self.sharded = is_sharded(url)
+        self.buckets = buckets
+        self._backend: Any = None  # listens (and publishes, for memory://)
+        self._publisher: Any = None  # publishes, for Redis
+        self._wanted: Counter[str] = Counter()
+        self._subscribed: set[str] = set()
+        self._lock = asyncio.Lock()
+        self.unsubscribe_after = UNSUBSCRIBE_AFTER_SECONDS
+        self._pending_sync: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.published = 0
+        # Events (not heartbeats) by channel: what this process published, what its feed received.
+        self.events_published: Counter[str] = Counter()
+        self.events_received: Counter[str] = Counter()
+        self._received_before = 0  # by backends since replaced
+        if not self.sharded:
+            self._wanted[CHANNEL] += 1  # the one channel, always
+
+    @property
+    def received(self) -> int:
+        """What this process's backends received (events and heartbeats), over reconnects."""
+        current = self._backend.received if self._backend is not None else 0
+        return self._received_before + current
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The channels the current backend is subscribed to."""
+        return frozenset(self._subscribed)
+
+    def channel_for(self, key: str | int) -> str:
+        if not self.sharded:
+            return CHANNEL
+        return f"{CHANNEL}.{{{bucket_of(str(key), self.buckets)}}}"
+
+    def _channels_for(self, conversation_id: int | None) -> list[str]:
+        if not self.sharded:
+            return []
+        if conversation_id is None:
+            return [f"{CHANNEL}.{{{b}}}" for b in range(self.buckets)]
+        return [self.channel_for(conversation_id)]
 
     async def connect(self) -> None:
-        broadcast = _new_broadcast(self.url)
-        await broadcast.connect()
-        self._broadcast = broadcast
+        """Connect the publishing side (once) and the listening side."""
+        if self._publisher is None and urlsplit(self.url).scheme != "memory":
+            # Its own clients: a broken listener (and the feed's reconnect) never stops publishing.
+            publisher = backend_for(self.url)
+            await publisher.connect()
+            self._publisher = publisher
+        await self._connect_listener()
+
+    async def _connect_listener(self) -> None:
+        backend = backend_for(self.url)
+        await backend.connect()
+        async with self._lock:  # not while a _sync of the previous backend is under way
+            self._backend = backend
+            self._subscribed = set()
+        try:
+            await self._sync()
+        except BaseException:
+            await self._disconnect_listener()
+            raise
+
+    async def _disconnect_listener(self) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            self._received_before += backend.received
+            with contextlib.suppress(Exception):
+                await backend.disconnect()
 
     async def disconnect(self) -> None:
-        broadcast, self._broadcast = self._broadcast, None
-        if broadcast is not None:
+        if self._pending_sync is not None:
+            self._pending_sync.cancel()
+            self._pending_sync = None
+        for task in list(self._background):
+            task.cancel()
+        await self._disconnect_listener()
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
             with contextlib.suppress(Exception):
-                await broadcast.disconnect()
+                await publisher.disconnect()
 
     async def reconnect(self) -> None:
-        await self.disconnect()
-        await self.connect()
+        """A new listening side (the publishing side stays as it is)."""
+        await self._disconnect_listener()
+        await self._connect_listener()
 
-    async def publish(self, message: str) -> None:
-        assert self._broadcast is not None, "bus not connected"
-        await self._broadcast.publish(CHANNEL, message)
+    async def want(self, conversation_id: int | None) -> None:
+        """A subscription needs this conversation's events (None: all of the viewer's).
+        Returns once the channels are subscribed (or the bus is down: the feed resyncs
+        everyone when it is back); raises StreamInterrupted when subscribing failed."""
+        channels = self._channels_for(conversation_id)
+        if not channels:
+            return
+        self._wanted.update(channels)
+        try:
+            await self._sync()
+        except asyncio.CancelledError:
+            self._forget(channels)
+            raise
+        except Exception:
+            self._forget(channels)
+            log.warning("could not subscribe the bus to %d channel(s)", len(channels), exc_info=True)
+            raise StreamInterrupted() from None
+
+    async def release(self, conversation_id: int | None) -> None:
+        """A subscription no longer needs this conversation's events. Its channels are
+        unsubscribed only after UNSUBSCRIBE_AFTER_SECONDS unwanted: a client subscribing
+        again (after a resync, a reconnect) finds them subscribed and is live at once."""
+        channels = self._channels_for(conversation_id)
+        if not channels:
+            return
+        self._forget(channels)
+        if self._pending_sync is None:
+            self._pending_sync = asyncio.get_running_loop().call_later(self.unsubscribe_after, self._sync_later)
+
+    def _sync_later(self) -> None:
+        self._pending_sync = None
+
+        async def run() -> None:
+            with contextlib.suppress(Exception):
+                await self._sync()
+
+        task = asyncio.create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _forget(self, channels: list[str]) -> None:
+        self._wanted.subtract(channels)
+        for channel in channels:
+            if self._wanted[channel] <= 0:
+                del self._wanted[channel]
+
+    async def _sync(self) -> None:
+        """Subscribe what is wanted and not subscribed, unsubscribe what is no longer wanted."""
+        async with self._lock:
+            backend = self._backend
+            if backend is None:
+                return
+            for channel in sorted(self._wanted.keys() - self._subscribed):
+                await backend.subscribe(channel)
+                self._subscribed.add(channel)
+            for channel in sorted(self._subscribed - self._wanted.keys()):
+                if self._wanted[channel] <= 0:
+                    self._subscribed.discard(channel)
+                    await backend.unsubscribe(channel)
+
+    def beat_channels(self) -> list[str]:
+        """One subscribed channel per listening connection: a heartbeat on each passes every connection."""
+        backend = self._backend
+        if backend is None:
+            return []
+        groups = backend.listening_groups() if hasattr(backend, "listening_groups") else [set(self._subscribed)]
+        return [min(group) for group in groups if group]
+
+    async def publish(self, message: str, key: str | int | None = None) -> None:
+        """Publish an event (key: its conversation id, which picks its bucket on a cluster)."""
+        if self.sharded and key is None:
+            key = orjson.loads(message)["conversationId"]
+        channel = self.channel_for(key if key is not None else "")
+        await self.publish_on(channel, message)
+        self.events_published[channel] += 1
+
+    async def publish_on(self, channel: str, message: str) -> None:
+        backend = self._publisher or self._backend
+        assert backend is not None, "bus not connected"
+        await backend.publish(channel, message)
+        self.published += 1
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             # redis-py (8.1, on Python 3.11) now and then swallows a cancellation
@@ -69,10 +237,18 @@ class Bus:
             raise asyncio.CancelledError
 
     @contextlib.asynccontextmanager
-    async def subscribe(self) -> AsyncIterator:
-        assert self._broadcast is not None, "bus not connected"
-        async with self._broadcast.subscribe(CHANNEL) as subscriber:
-            yield subscriber
+    async def subscribe(self) -> AsyncIterator[_Receiver]:
+        """What the backend receives, on every channel this bus is subscribed to."""
+        assert self._backend is not None, "bus not connected"
+        yield _Receiver(self._backend)
+
+
+class _Receiver:
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    async def get(self) -> Event:
+        return await self._backend.next_published()
 
 
 async def feed_dispatcher(
@@ -84,9 +260,9 @@ async def feed_dispatcher(
 ) -> None:
     """Hand every bus event to the dispatcher, until cancelled.
 
-    Any break in the stream (a stalled backend, an event that could not be
-    dispatched) may have lost events, so subscribers are ended with a resync
-    error rather than left believing they saw everything.
+    Any break in the stream (a stalled or broken listener, an event that could
+    not be dispatched) may have lost events, so subscribers are ended with a
+    resync error rather than left believing they saw everything.
     """
     nonce = uuid.uuid4().hex
     beat = orjson.dumps({"type": HEARTBEAT, "from": nonce}).decode()
@@ -114,29 +290,49 @@ async def feed_dispatcher(
             log.warning("broadcast bus reconnect failed; retrying", exc_info=True)
 
 
-async def _pump(bus: Bus, subscriber, dispatcher: Dispatcher, beat: str, every: float) -> None:
+async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: str, every: float) -> None:
+    loop = asyncio.get_running_loop()
+    # Anything arriving on a channel proves its connection alive; our own beats
+    # make sure something arrives on each. The deadline is generous: a process
+    # saturated with requests must not cut its subscribers off.
+    deadline = 8 * every
+    watched: dict[str, float] = {}  # beat channel -> since when it is watched
+    heard: dict[str, float] = {}  # channel -> when something last arrived on it
+
     async def send_beats() -> None:
         while True:
-            await bus.publish(beat)
+            channels = bus.beat_channels()
+            now = loop.time()
+            for channel in list(watched):
+                if channel not in channels:
+                    del watched[channel]
+            for channel in channels:
+                watched.setdefault(channel, now)
+                await bus.publish_on(channel, beat)
             await asyncio.sleep(every)
 
     beater = asyncio.create_task(send_beats())
-    loop = asyncio.get_running_loop()
-    last_heard = loop.time()
     try:
         while True:
-            # Anything arriving proves the listener alive; our own beats make
-            # sure something arrives. The deadline is generous: a process
-            # saturated with requests must not cut its subscribers off.
-            wait = max(0.0, last_heard + 8 * every - loop.time())
+            if beater.done():
+                beater.result()  # a heartbeat that cannot be sent: the bus is broken
+                raise RuntimeError("the heartbeat stopped")
             try:
-                event = await asyncio.wait_for(subscriber.get(), wait)
+                event = await asyncio.wait_for(subscriber.get(), every)
             except TimeoutError:
-                raise RuntimeError("nothing came back through the bus, not even a heartbeat") from None
-            last_heard = loop.time()
+                event = None
+            now = loop.time()
+            if event is not None:
+                heard[event.channel] = now
+            for channel, since in watched.items():
+                if now - max(since, heard.get(channel, since)) > deadline:
+                    raise RuntimeError(f"nothing came back through the bus on {channel}, not even a heartbeat")
+            if event is None:
+                continue
             payload = orjson.loads(event.message)
             if payload["type"] == HEARTBEAT:
                 continue
+            bus.events_received[event.channel] += 1
             try:
                 await dispatcher.dispatch(payload)
             except Exception:

@@ -61,7 +61,7 @@ class FanoutConsumer:
                 self.assigned.set()
             for records in batches.values():
                 for record in records:
-                    await self._bus.publish(record.value.decode())
+                    await self._bus.publish(record.value.decode(), record.key.decode() if record.key else None)
             if batches:
                 await consumer.commit()
             self.lag = await self._lag(consumer)

@@ -27,6 +27,7 @@ import asyncio
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
 
 from ..errors import LimitExceeded, NotFound
 from . import types as events
@@ -128,21 +129,34 @@ class Subscription:
                     self._waiter = None
 
 
+class Interest(Protocol):
+    """Told which conversations live subscriptions need (None: all of a viewer's): the bus."""
+
+    async def want(self, conversation_id: int | None) -> None: ...
+
+    async def release(self, conversation_id: int | None) -> None: ...
+
+
 class _Registration:
     """`async with dispatcher.subscribe(...) as sub`: sub receives events inside the block."""
 
-    __slots__ = ("_dispatcher", "_sub")
+    __slots__ = ("_dispatcher", "_sub", "_interest")
 
-    def __init__(self, dispatcher: Dispatcher, sub: Subscription) -> None:
+    def __init__(self, dispatcher: Dispatcher, sub: Subscription, interest: Interest | None) -> None:
         self._dispatcher = dispatcher
         self._sub = sub
+        self._interest = interest
 
     async def __aenter__(self) -> Subscription:
+        if self._interest is not None:
+            await self._interest.want(self._sub.conversation_id)
         self._dispatcher._add(self._sub)
         return self._sub
 
     async def __aexit__(self, *exc: object) -> None:
         self._dispatcher._remove(self._sub)
+        if self._interest is not None:
+            await self._interest.release(self._sub.conversation_id)
 
 
 class Members:
@@ -258,10 +272,12 @@ class Dispatcher:
         membership: MembershipCache,
         buffer: int,
         on_drop: Callable[[], None] = lambda: None,
+        interest: Interest | None = None,
         *,
         read_interval: float = 1.0,
     ) -> None:
         self._membership = membership
+        self._interest = interest
         self._buffer = buffer
         self._on_drop = on_drop
         # conversation id -> user id -> that user's subscriptions to the conversation
@@ -279,7 +295,7 @@ class Dispatcher:
 
     def subscribe(self, user_id: int, conversation_id: int | None, event_type: str) -> _Registration:
         """`async with dispatcher.subscribe(...) as subscription: async for event in subscription: ...`"""
-        return _Registration(self, Subscription(user_id, conversation_id, event_type, self._buffer))
+        return _Registration(self, Subscription(user_id, conversation_id, event_type, self._buffer), self._interest)
 
     def _add(self, sub: Subscription) -> None:
         cid = sub.conversation_id

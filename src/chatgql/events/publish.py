@@ -132,5 +132,5 @@ class BusPublisher:
         self.bus = bus
 
     async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
-        for _, payload in batch:
-            await self.bus.publish(orjson.dumps(payload).decode())
+        for key, payload in batch:
+            await self.bus.publish(orjson.dumps(payload).decode(), key)

@@ -18,7 +18,7 @@ from .. import compat
 from ..auth import user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
-from ..ratelimit import RateLimiter
+from ..ratelimit import RateLimiter, RedisStore, limiter, shared_store
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
@@ -43,15 +43,19 @@ class Deps:
     group_limiter: RateLimiter = field(init=False)
     direct_limiter: RateLimiter = field(init=False)
     add_members_limiter: RateLimiter = field(init=False)
+    rate_limit_store: RedisStore | None = field(init=False)  # the Redis shared rate limits live in, if any
     membership_policy: MembershipPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.send_limiter = RateLimiter("sendMessage", s.rate_send_per_second, s.rate_send_burst)
-        self.read_limiter = RateLimiter("markRead", s.rate_read_per_second, s.rate_read_burst)
-        self.group_limiter = RateLimiter("createGroup", s.rate_group_per_second, s.rate_group_burst)
-        self.direct_limiter = RateLimiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst)
-        self.add_members_limiter = RateLimiter("addMembers", s.rate_add_members_per_second, s.rate_add_members_burst)
+        store = self.rate_limit_store = shared_store(
+            s.broadcast_url, s.shared_rate_limits, s.shared_rate_limit_timeout_seconds
+        )
+        self.send_limiter = limiter("sendMessage", s.rate_send_per_second, s.rate_send_burst, store)
+        self.read_limiter = limiter("markRead", s.rate_read_per_second, s.rate_read_burst, store)
+        self.group_limiter = limiter("createGroup", s.rate_group_per_second, s.rate_group_burst, store)
+        self.direct_limiter = limiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst, store)
+        self.add_members_limiter = limiter("addMembers", s.rate_add_members_per_second, s.rate_add_members_burst, store)
         self.membership_policy = load_policy(s.membership_policy, s)
 
 

@@ -30,7 +30,7 @@ class Mutation:
         ctx = info.context
         viewer = ctx.viewer_id
         other = check_id(user_id, "userId")
-        ctx.deps.direct_limiter.check(viewer)
+        await ctx.deps.direct_limiter.check(viewer)
         cid = await conversation_service.do_create_direct_conversation(
             ctx.database, viewer, other, policy=ctx.deps.membership_policy
         )
@@ -47,7 +47,7 @@ class Mutation:
         members = check_ids(
             member_ids, "memberId", limit=min(settings.max_group_members, settings.max_members_per_call)
         )
-        ctx.deps.group_limiter.check(viewer)
+        await ctx.deps.group_limiter.check(viewer)
         cid = await conversation_service.do_create_group(
             ctx.database,
             viewer,
@@ -66,7 +66,7 @@ class Mutation:
         cid = check_id(conversation_id, "conversationId")
         settings = ctx.settings
         users = check_ids(user_ids, "userId", limit=min(settings.max_group_members, settings.max_members_per_call))
-        ctx.deps.add_members_limiter.check(viewer)
+        await ctx.deps.add_members_limiter.check(viewer)
         await conversation_service.do_add_members(
             ctx.database,
             viewer,
@@ -94,7 +94,7 @@ class Mutation:
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
-        ctx.deps.send_limiter.check(viewer)
+        await ctx.deps.send_limiter.check(viewer)
         result = await do_send_message(ctx.database, viewer, cid, client_msg_id, body, batcher=ctx.deps.send_batcher)
         ctx.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
@@ -107,7 +107,7 @@ class Mutation:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        ctx.deps.read_limiter.check(viewer)
+        await ctx.deps.read_limiter.check(viewer)
         result = await do_mark_read(ctx.database, viewer, cid, seq, coalescer=ctx.deps.read_coalescer)
         ctx.forget_conversation(cid)
         return MarkReadPayload(

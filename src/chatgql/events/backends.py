@@ -1,0 +1,376 @@
+"""chatgql's bus backends, behind broadcaster's public BroadcastBackend interface.
+
+- memory://            one process (the embedded default);
+- redis://host:port    one Redis: SUBSCRIBE/PUBLISH;
+- redis+cluster://h:p,h:p,...  Redis Cluster sharded pub/sub: SSUBSCRIBE/SPUBLISH,
+  one subscribe-mode connection per cluster node this process listens on.
+
+connect/disconnect/subscribe/unsubscribe/publish/next_published are broadcaster's
+interface (a Broadcast can drive any of these); chatgql's Bus drives them itself,
+without Broadcast's per-subscriber queues. What the interface does not say and
+these backends add:
+
+- subscribe() returns once Redis confirmed the subscription: from then on
+  nothing published on the channel is missed (broadcaster's own Redis backend
+  returned before, and could miss everything: its start-up race);
+- a listening connection that breaks, reconnects, or is dropped from a channel
+  by its node (a slot moved: resharding, failover) is never papered over:
+  next_published() raises, and the Bus's feed ends every subscription with the
+  resync error and reconnects (redis-py itself would reconnect and subscribe
+  again silently, losing what was published meanwhile);
+- what was received is counted (`received`, heartbeats included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from typing import Any
+from urllib.parse import urlsplit
+
+from broadcaster import BroadcastBackend, Event
+
+log = logging.getLogger(__name__)
+
+# Events waiting for the feed; when full, the reader stops reading its socket and Redis
+# buffers for it until its pub/sub output limit cuts the connection (then: resync).
+QUEUE_SIZE = 10_000
+# How long subscribe() waits for Redis to confirm.
+CONFIRM_SECONDS = 5.0
+# A command (publish, the cluster's slot map) waits this long for a node that stopped answering.
+COMMAND_SECONDS = 5.0
+CLOSE_SECONDS = 2.0
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def backend_for(url: str) -> BroadcastBackend:
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        return MemoryBackend(url)
+    if scheme in ("redis", "rediss"):
+        return RedisBackend(url)
+    if scheme in CLUSTER_SCHEMES:
+        return RedisClusterBackend(url)
+    raise ValueError(f"unsupported bus URL scheme {scheme!r}: memory://, redis://, redis+cluster://")
+
+
+def is_sharded(url: str) -> bool:
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+class BusBroken(Exception):
+    """A listening connection broke or lost a channel: events may have been missed."""
+
+
+class _Inbox:
+    """What the listeners received, for next_published(); and the first failure."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE)
+        self.failure: BaseException | None = None
+        self.received = 0
+
+    async def put(self, event: Event) -> None:
+        self.received += 1
+        await self.queue.put(event)
+
+    def fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(None)  # wakes a waiting next_published(); full: nobody waits
+
+    async def get(self) -> Event:
+        if self.failure is not None:
+            raise BusBroken(str(self.failure)) from self.failure
+        event = await self.queue.get()
+        if event is None or self.failure is not None:
+            raise BusBroken(str(self.failure)) from self.failure
+        return event
+
+
+class MemoryBackend(BroadcastBackend):
+    """One process: publish hands the event to this process's own listeners."""
+
+    def __init__(self, url: str) -> None:
+        self._subscribed: set[str] = set()
+        self._inbox = _Inbox()
+
+    @property
+    def received(self) -> int:
+        return self._inbox.received
+
+    async def connect(self) -> None:
+        pass
+
+    async def disconnect(self) -> None:
+        pass
+
+    async def subscribe(self, channel: str) -> None:
+        self._subscribed.add(channel)
+
+    async def unsubscribe(self, channel: str) -> None:
+        self._subscribed.discard(channel)
+
+    async def publish(self, channel: str, message: Any) -> None:
+        if channel in self._subscribed:
+            await self._inbox.put(Event(channel, message))
+
+    async def next_published(self) -> Event:
+        return await self._inbox.get()
+
+
+class _Listener:
+    """One connection in subscribe mode (to one Redis server or cluster node) and its reader task."""
+
+    def __init__(self, client: Any, inbox: _Inbox, *, sharded: bool, name: str) -> None:
+        self.name = name
+        self._client = client
+        self._pubsub = client.pubsub()
+        self._inbox = inbox
+        self._sharded = sharded
+        self.channels: set[str] = set()
+        self._confirming: dict[str, asyncio.Future[None]] = {}
+        self._unsubscribing: Counter[str] = Counter()  # unsubscriptions sent, not yet confirmed
+        self._reader: asyncio.Task[None] | None = None
+
+    async def subscribe(self, channel: str) -> None:
+        if self._inbox.failure is not None:
+            raise BusBroken(f"the bus is broken: {self._inbox.failure!r}")
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirming[channel] = confirmed
+        self.channels.add(channel)
+        try:
+            # one channel per command: SSUBSCRIBE takes channels of one slot only
+            if self._sharded:
+                await self._pubsub.ssubscribe(channel)
+            else:
+                await self._pubsub.subscribe(channel)
+            if self._reader is None:
+                self._reader = asyncio.create_task(self._read(), name=f"bus-listener {self.name}")
+            await asyncio.wait_for(asyncio.shield(confirmed), CONFIRM_SECONDS)
+        except BaseException as error:
+            self._confirming.pop(channel, None)
+            if not isinstance(error, asyncio.CancelledError):
+                self._inbox.fail(error)
+            raise
+
+    async def unsubscribe(self, channel: str) -> None:
+        self.channels.discard(channel)
+        self._unsubscribing[channel] += 1
+        if self._sharded:
+            await self._pubsub.sunsubscribe(channel)
+        else:
+            await self._pubsub.unsubscribe(channel)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self._pubsub.get_message(timeout=None)
+                if message is None:
+                    continue
+                kind = message["type"]
+                channel = message["channel"]
+                if isinstance(channel, bytes):
+                    channel = channel.decode()
+                if kind in ("smessage", "message"):
+                    data = message["data"]
+                    await self._inbox.put(Event(channel, data.decode() if isinstance(data, bytes) else data))
+                elif kind in ("ssubscribe", "subscribe"):
+                    confirmed = self._confirming.pop(channel, None)
+                    if confirmed is None:
+                        # redis-py reconnected and subscribed again by itself: the gap is lost
+                        raise BusBroken(f"{self.name}: the connection was re-established; events may be lost")
+                    if not confirmed.done():
+                        confirmed.set_result(None)
+                elif kind in ("sunsubscribe", "unsubscribe"):
+                    if self._unsubscribing[channel] > 0:
+                        self._unsubscribing[channel] -= 1
+                        if not self._unsubscribing[channel]:
+                            del self._unsubscribing[channel]
+                    elif channel in self.channels:
+                        # the node dropped us (its slot moved: resharding or failover)
+                        raise BusBroken(f"{self.name} no longer serves {channel}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.warning("bus listener %s broke: %r", self.name, error)
+            for confirmed in self._confirming.values():
+                if not confirmed.done():
+                    confirmed.set_exception(BusBroken(f"{self.name} broke: {error!r}"))
+            self._inbox.fail(error)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader
+        for confirmed in self._confirming.values():
+            if not confirmed.done():
+                confirmed.set_exception(BusBroken(f"{self.name} closed"))
+        # bounded: closing must never hang a shutdown or a feed reconnect
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._pubsub.aclose(), CLOSE_SECONDS)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._client.aclose(), CLOSE_SECONDS)
+
+
+def _listening_client_options() -> dict[str, Any]:
+    """A subscribe-mode connection that raises on a broken connection instead of
+    reconnecting and subscribing again behind our back."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    # socket_timeout bounds the handshake and commands; the blocking read of what is published
+    # waits without one (redis-py passes no timeout to it)
+    return {
+        "retry": Retry(NoBackoff(), 0),
+        "socket_connect_timeout": 2.0,
+        "socket_timeout": COMMAND_SECONDS,
+        "health_check_interval": 0,
+    }
+
+
+class RedisBackend(BroadcastBackend):
+    """redis://host:port: one Redis server, SUBSCRIBE/PUBLISH."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._inbox = _Inbox()
+        self._publisher: Any = None
+        self._listener: _Listener | None = None
+
+    @property
+    def received(self) -> int:
+        return self._inbox.received
+
+    async def connect(self) -> None:
+        from redis.asyncio import Redis
+
+        self._publisher = Redis.from_url(self._url, socket_connect_timeout=2.0, socket_timeout=COMMAND_SECONDS)
+        await self._publisher.ping()
+        self._listener = _Listener(
+            Redis.from_url(self._url, **_listening_client_options()), self._inbox, sharded=False, name=self._url
+        )
+
+    async def disconnect(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+        if self._publisher is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._publisher.aclose(), CLOSE_SECONDS)
+
+    async def subscribe(self, channel: str) -> None:
+        assert self._listener is not None, "not connected"
+        await self._listener.subscribe(channel)
+
+    async def unsubscribe(self, channel: str) -> None:
+        assert self._listener is not None, "not connected"
+        await self._listener.unsubscribe(channel)
+
+    async def publish(self, channel: str, message: Any) -> None:
+        await self._publisher.publish(channel, message)
+
+    async def next_published(self) -> Event:
+        return await self._inbox.get()
+
+    def listening_groups(self) -> list[set[str]]:
+        """The subscribed channels, grouped by the connection they arrive on."""
+        return [set(self._listener.channels)] if self._listener and self._listener.channels else []
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """redis+cluster://host:port,host:port -> [(host, port), ...] (the startup nodes)."""
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    nodes = []
+    for part in netloc.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bus URL {url!r}: expected redis+cluster://host:port[,host:port...]")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes
+
+
+class RedisClusterBackend(BroadcastBackend):
+    """redis+cluster://host:port,...: Redis Cluster sharded pub/sub.
+
+    SPUBLISH goes through redis-py's RedisCluster (it routes by the channel's slot
+    and follows MOVED). Each channel is SSUBSCRIBEd on the node that owns its slot,
+    on a connection of this backend's own per node (read by its own task: no
+    polling across nodes). A slot that moves away from its node ends the channel
+    there (Redis sends SUNSUBSCRIBE): next_published() raises, and the feed
+    reconnects with a fresh slot map.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._startup = cluster_nodes(url)
+        parts = urlsplit(url)
+        self._username = parts.username
+        self._password = parts.password
+        self._ssl = parts.scheme.startswith("rediss")
+        self._inbox = _Inbox()
+        self._cluster: Any = None
+        self._listeners: dict[str, _Listener] = {}
+        self._where: dict[str, str] = {}  # channel -> node name it is subscribed on
+
+    @property
+    def received(self) -> int:
+        return self._inbox.received
+
+    def _auth(self) -> dict[str, Any]:
+        return {"username": self._username, "password": self._password, "ssl": self._ssl}
+
+    async def connect(self) -> None:
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        self._cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in self._startup],
+            socket_connect_timeout=2.0,
+            socket_timeout=COMMAND_SECONDS,
+            **self._auth(),
+        )
+        await self._cluster.initialize()
+
+    async def disconnect(self) -> None:
+        for listener in self._listeners.values():
+            await listener.close()
+        self._listeners.clear()
+        self._where.clear()
+        if self._cluster is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._cluster.aclose(), CLOSE_SECONDS)
+
+    def _listener_for(self, channel: str) -> _Listener:
+        from redis.asyncio import Redis
+
+        node = self._cluster.get_node_from_key(channel)
+        listener = self._listeners.get(node.name)
+        if listener is None:
+            client = Redis(host=node.host, port=node.port, **self._auth(), **_listening_client_options())
+            listener = self._listeners[node.name] = _Listener(client, self._inbox, sharded=True, name=node.name)
+        return listener
+
+    async def subscribe(self, channel: str) -> None:
+        assert self._cluster is not None, "not connected"
+        listener = self._listener_for(channel)
+        self._where[channel] = listener.name
+        await listener.subscribe(channel)
+
+    async def unsubscribe(self, channel: str) -> None:
+        name = self._where.pop(channel, None)
+        listener = self._listeners.get(name) if name else None
+        if listener is not None:
+            await listener.unsubscribe(channel)
+
+    async def publish(self, channel: str, message: Any) -> None:
+        await self._cluster.spublish(channel, message)
+
+    async def next_published(self) -> Event:
+        return await self._inbox.get()
+
+    def listening_groups(self) -> list[set[str]]:
+        """The subscribed channels, grouped by the node connection they arrive on."""
+        return [set(listener.channels) for listener in self._listeners.values() if listener.channels]
