@@ -166,13 +166,18 @@ async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id:
 async def inbox_page(conn: Connection, user_id: int, limit: int, after: tuple[datetime, int] | None) -> list[Row]:
     """The viewer's conversations, newest activity first, keyset-paginated on
     (coalesce(last_message_at, created_at), id). Fetch limit + 1 to learn hasNextPage."""
+    page, args = _inbox_page_query(user_id, limit, after)
+    return await conn.fetch(page, *args)
+
+
+def _inbox_page_query(user_id: int, limit: int, after: tuple[datetime, int] | None) -> tuple[str, list[object]]:
+    """The inbox page's SELECT and its arguments ($1 user, $2 limit, $3-$4 the keyset)."""
     args: list[object] = [user_id, limit]
     keyset = ""
     if after is not None:
         keyset = "AND (coalesce(c.last_message_at, c.created_at), c.id) < ($3::timestamptz, $4::bigint)"
         args += after
-    return await conn.fetch(
-        f"""
+    page = f"""
         SELECT {_CONVERSATION_COLUMNS}, m.last_read_seq, m.role,
                coalesce(c.last_message_at, c.created_at) AS activity_at
           FROM conversation_member m
@@ -180,9 +185,8 @@ async def inbox_page(conn: Connection, user_id: int, limit: int, after: tuple[da
          WHERE m.user_id = $1 {keyset}
          ORDER BY activity_at DESC, c.id DESC
          LIMIT $2
-        """,
-        *args,
-    )
+        """
+    return page, args
 
 
 async def inbox_page_with_last_messages(
@@ -192,24 +196,12 @@ async def inbox_page_with_last_messages(
     columns lm_sender_id, lm_client_msg_id, lm_body, lm_created_at (null when it has none): one
     statement for a page of conversations and their previews (the page, then the messages by
     key, was two round trips)."""
-    args: list[object] = [user_id, limit]
-    keyset = ""
-    if after is not None:
-        keyset = "AND (coalesce(c.last_message_at, c.created_at), c.id) < ($3::timestamptz, $4::bigint)"
-        args += after
+    page, args = _inbox_page_query(user_id, limit, after)
     return await conn.fetch(
         f"""
         SELECT p.*, lm.sender_id AS lm_sender_id, lm.client_msg_id AS lm_client_msg_id,
                lm.body AS lm_body, lm.created_at AS lm_created_at
-          FROM (
-            SELECT {_CONVERSATION_COLUMNS}, m.last_read_seq, m.role,
-                   coalesce(c.last_message_at, c.created_at) AS activity_at
-              FROM conversation_member m
-              JOIN conversation c ON c.id = m.conversation_id
-             WHERE m.user_id = $1 {keyset}
-             ORDER BY activity_at DESC, c.id DESC
-             LIMIT $2
-          ) p
+          FROM ({page}) p
           -- LATERAL ... LIMIT 1: one index probe of one partition per conversation, whatever
           -- the planner thinks of the table's size (a plain join may become a hash join that
           -- scans every partition; tests/test_partitioning.py)
