@@ -26,7 +26,7 @@ from chatgql.store.conversations import SEEN_STATE_SQL
 
 from .conftest import RunningServer, create_engine, drop_database, make_settings, scratch_database
 from .events.helpers import ChatApi, Operation, wait_active_subscriptions, ws_connect
-from .test_query_count import outbox_drained
+from .test_query_count import outbox_drained, recording_statements
 
 BIG = 100_000
 BATCH = 1_000
@@ -48,28 +48,8 @@ MESSAGES = (
 def logging_statements(server: RunningServer) -> Iterator[list[tuple[str, tuple]]]:
     """(query, args) of every statement the server's pool runs meanwhile, but the outbox relay's."""
     statements: list[tuple[str, tuple]] = []
-    database = server.runtime.deps.database
-    acquire = database.connection
-
-    @contextlib.asynccontextmanager
-    async def logged() -> AsyncIterator:
-        async with acquire() as conn:
-            task = asyncio.current_task()
-            if task is not None and task.get_name().startswith("outbox-relay"):
-                yield conn
-                return
-            log = lambda record: statements.append((record.query, tuple(record.args or ())))  # noqa: E731
-            conn.add_query_logger(log)
-            try:
-                yield conn
-            finally:
-                conn.remove_query_logger(log)
-
-    database.connection = logged
-    try:
+    with recording_statements(server, lambda record: statements.append((record.query, tuple(record.args or ())))):
         yield statements
-    finally:
-        del database.connection
 
 
 def _member_rows(plan: dict) -> int:

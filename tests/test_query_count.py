@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -22,31 +23,38 @@ SMALL = 6
 
 
 @contextlib.contextmanager
-def counting_statements(server) -> Iterator[list[str]]:
-    statements: list[str] = []
+def recording_statements(server, record: Callable[[Any], None]) -> Iterator[None]:
+    """record(asyncpg's LoggedQuery) for every statement the server's pool runs meanwhile, but
+    the outbox relay's (its tasks are named outbox-relay*)."""
     database = server.runtime.deps.database
     acquire = database.connection
 
     @contextlib.asynccontextmanager
-    async def counted() -> AsyncIterator:
+    async def recorded() -> AsyncIterator:
         async with acquire() as conn:
             task = asyncio.current_task()
             if task is not None and task.get_name().startswith("outbox-relay"):
                 yield conn
                 return
             # asyncpg reports each statement (call_soon) once it has run
-            log = lambda record: statements.append(" ".join(record.query.split()))  # noqa: E731
-            conn.add_query_logger(log)
+            conn.add_query_logger(record)
             try:
                 yield conn
             finally:
-                conn.remove_query_logger(log)
+                conn.remove_query_logger(record)
 
-    database.connection = counted
+    database.connection = recorded
     try:
-        yield statements
+        yield
     finally:
         del database.connection
+
+
+@contextlib.contextmanager
+def counting_statements(server) -> Iterator[list[str]]:
+    statements: list[str] = []
+    with recording_statements(server, lambda record: statements.append(" ".join(record.query.split()))):
+        yield statements
 
 
 async def outbox_drained(engine) -> None:
