@@ -28,7 +28,7 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -39,7 +39,7 @@ from chatgql import db
 
 from .conftest import drop_database, scratch_database
 from .test_history import create_group, mark_read, send, send_many
-from .test_query_count import outbox_drained
+from .test_query_count import outbox_drained, recording_statements
 
 PARTITIONS = 16
 NAMES_MESSAGE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+message\b|\bchat_send\s*\(", re.I)
@@ -232,30 +232,6 @@ def _alembic(url: str, action: str, revision: str) -> None:
 # ------------------------------------------------------------------ the hot paths
 
 
-@contextlib.contextmanager
-def recording(server) -> Iterator[list[tuple[str, tuple]]]:
-    """Every statement the server's pool runs meanwhile, with its parameters."""
-    recorded: list[tuple[str, tuple]] = []
-    database = server.runtime.deps.database
-    acquire = database.connection
-
-    @contextlib.asynccontextmanager
-    async def recorded_connection() -> AsyncIterator:
-        async with acquire() as conn:
-            log = lambda q: recorded.append((q.query, tuple(q.args or ())))  # noqa: E731
-            conn.add_query_logger(log)
-            try:
-                yield conn
-            finally:
-                conn.remove_query_logger(log)
-
-    database.connection = recorded_connection
-    try:
-        yield recorded
-    finally:
-        del database.connection
-
-
 class Witness:
     """Runs a statement again in a rolled-back transaction and reports what it touched."""
 
@@ -330,7 +306,8 @@ async def test_every_hot_path_statement_touches_one_partition_per_conversation(s
         "{ message { seq } duplicate } }"
     )
     page = "nodes { seq seenByCount seenBy seen } pageInfo { hasNextPage hasPreviousPage }"
-    with recording(server) as recorded:
+    recorded: list[tuple[str, tuple]] = []
+    with recording_statements(server, lambda record: recorded.append((record.query, tuple(record.args or ())))):
         await send(client, owner, cid, "one more")
         first = await client.data(send_doc, {"c": cid, "k": retry}, user=owner)
         again = await client.data(send_doc, {"c": cid, "k": retry}, user=owner)
