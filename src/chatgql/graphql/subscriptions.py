@@ -50,6 +50,7 @@ from ..events.types import MESSAGE_NEW, READ_UPDATED, MessageNew, ReadUpdated
 from ..services.checks import check_id
 from ..services.history import read_replay
 from .loaders import EventReads, SeenKey
+from .scalars import Long
 from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
@@ -184,11 +185,10 @@ class Subscription:
         async with await _events(info, conversation_id, READ_UPDATED) as subscription:
             async for event in subscription:
                 read, reads = _read_event(event, info.context.database)
-                assert read.last_read_seq is not None  # from_wire requires the fields the store fills in
                 yield ReadUpdatedEvent(
                     conversation_id=ID(str(read.conversation_id)),
                     user_id=ID(str(read.user_id)),
-                    last_read_seq=read.last_read_seq,
+                    last_read_seq=Long(read.last_read_seq or 0),  # never None: from_wire requires it
                     coalesced=read.coalesced,
                     moves=read.moves,
                     source=event,
