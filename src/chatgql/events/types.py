@@ -74,6 +74,8 @@ class Event:
     __slots__ = ()
     TYPE: ClassVar[str]
     FIELDS: ClassVar[tuple[WireField, ...]]
+    _PRODUCED: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None], ...]]  # (name, key, encode or None)
+    _READ: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None, bool], ...]]  # ..., decode, required
     conversation_id: int
 
     @classmethod
@@ -92,9 +94,9 @@ class Event:
     def payload(self) -> dict[str, Any]:
         """The outbox payload the producer writes: its own fields (the store adds its own)."""
         out: dict[str, Any] = {"type": self.TYPE}
-        for wire in self.FIELDS:
-            if wire.filled_by == PRODUCER:
-                out[wire.key] = wire.encode(getattr(self, wire.name))
+        for name, key, encode in self._PRODUCED:  # on every write: kept short
+            value = getattr(self, name)
+            out[key] = value if encode is None else encode(value)
         return out
 
     def outbox_row(self) -> tuple[str, dict[str, Any]]:
@@ -114,13 +116,13 @@ class Event:
     def from_wire(cls: type[E], data: dict[str, Any]) -> E:
         """The event a subscriber receives; a missing producer or store field is a ValueError."""
         values: dict[str, Any] = {}
-        for wire in cls.FIELDS:
-            raw = data.get(wire.key)
+        for name, key, decode, required in cls._READ:  # once per event and process: kept short
+            raw = data.get(key)
             if raw is None:
-                if wire.filled_by != DISPATCH:
-                    raise ValueError(f"{cls.TYPE} event without {wire.key}")
+                if required:
+                    raise ValueError(f"{cls.TYPE} event without {key}")
                 continue
-            values[wire.name] = wire.decode(raw)
+            values[name] = raw if decode is None else decode(raw)
         return cls(**values)
 
 
@@ -141,6 +143,10 @@ def register(cls: type[E]) -> type[E]:
         default = None if f.default is dataclasses.MISSING else f.default
         wires.append(WireField(f.name, _camel(f.name), f.metadata.get("filled_by", PRODUCER), encode, decode, default))
     cls.FIELDS = tuple(wires)
+    cls._PRODUCED = tuple(
+        (w.name, w.key, None if w.encode is _same else w.encode) for w in wires if w.filled_by == PRODUCER
+    )
+    cls._READ = tuple((w.name, w.key, None if w.decode is _same else w.decode, w.filled_by != DISPATCH) for w in wires)
     if cls.TYPE in REGISTRY:
         raise ValueError(f"two event kinds are called {cls.TYPE}")
     REGISTRY[cls.TYPE] = cls
