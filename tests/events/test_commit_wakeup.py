@@ -11,11 +11,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
 from chatgql import db
-from chatgql.app import Runtime, running
+from chatgql.app import Runtime
 from chatgql.errors import NotFound
 from chatgql.events import types as events
 from chatgql.events.dispatch import Subscription
@@ -24,7 +25,7 @@ from chatgql.services.messages import do_send_message
 from chatgql.services.reads import do_mark_read
 from chatgql.store import outbox
 
-from ..conftest import drop_database, make_settings, scratch_database
+from ..conftest import GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
 from .helpers import wait_until
 
 POLL_SECONDS = 60.0  # the relay's poll: far longer than any wait below
@@ -32,19 +33,25 @@ PROMPT = 10.0  # an event woken for arrives well within this
 
 
 @pytest.fixture(scope="module")
-async def slow_poll(migrated_url: str) -> AsyncIterator[Runtime]:
-    """A whole chatgql process (relay, memory bus, dispatcher) on a database of its own, no HTTP."""
+async def slow_poll_server(migrated_url: str) -> AsyncIterator[RunningServer]:
+    """A whole chatgql (relay, memory bus, dispatcher, HTTP) on a database of its own."""
     name = f"{make_url(db.asyncpg_url(migrated_url)).database}_commit_wakeup"
     url = await scratch_database(migrated_url, name)
     try:
         settings = make_settings(url, relay_poll_seconds=POLL_SECONDS, mark_read_coalescing=True)
-        async with running(settings) as runtime:
-            assert runtime.relay is not None
-            await wait_until(lambda: runtime.relay.is_leader, 15, "the relay to lead every shard")
+        async with RunningServer(settings) as server:
+            relay = server.runtime.relay
+            assert relay is not None
+            await wait_until(lambda: relay.is_leader, 15, "the relay to lead every shard")
             await asyncio.sleep(0.5)  # past its first drain: from now on it waits (poll or wake-up)
-            yield runtime
+            yield server
     finally:
         await drop_database(migrated_url, name)
+
+
+@pytest.fixture
+def slow_poll(slow_poll_server: RunningServer) -> Runtime:
+    return slow_poll_server.runtime
 
 
 class Commits:
@@ -180,3 +187,27 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
 
 class _Abandoned(Exception):
     pass
+
+
+SEND = (
+    "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, body: $b) "
+    "{ message { seq } } }"
+)
+
+
+async def test_a_graphql_mutation_wakes_the_relay_through_its_service(
+    slow_poll_server: RunningServer, http: httpx.AsyncClient
+) -> None:
+    """The GraphQL layer no longer wakes the relay itself: a sendMessage over HTTP, by the ordinary
+    path and by the prepared-document path (the same document again), still reaches its
+    subscriber promptly."""
+    runtime = slow_poll_server.runtime
+    client = GraphQLClient(http, slow_poll_server.url, slow_poll_server.settings)
+    group = await conversation_service.do_create_group(runtime.deps.database, 1, "http", [2], max_members=10)
+    async with runtime.deps.dispatcher.subscribe(2, group, events.MESSAGE_NEW) as subscription:
+        for body in ("first: parsed and validated", "second: a prepared document"):
+            data = await client.data(SEND, {"c": str(group), "m": str(uuid.uuid4()), "b": body}, user=1)
+            event, _ = await next_event(subscription, f"sendMessage ({body})")
+            new = events.parse(event)
+            assert isinstance(new, events.MessageNew)
+            assert (new.body, new.seq) == (body, data["sendMessage"]["message"]["seq"])
