@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy.engine import make_url
@@ -167,6 +168,13 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
                     database.events_written(conn)
                     database.events_written(conn)  # twice in one transaction: still once at most
                     raise _Abandoned
+            assert commits.count == before
+            # A COMMIT that fails (a deferred constraint checked only then) is a rollback too.
+            with pytest.raises(asyncpg.UniqueViolationError):
+                async with database.transaction() as conn:
+                    await conn.execute("CREATE TEMP TABLE once (x int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+                    await conn.execute("INSERT INTO once VALUES (1), (1)")  # fine until COMMIT
+                    database.events_written(conn)
             assert commits.count == before
             # ...and once per commit, however often a transaction says it wrote events
             async with database.transaction() as conn:
