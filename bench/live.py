@@ -278,7 +278,11 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, b
 
 
 async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict, rate: float) -> dict:
+    from datetime import datetime
+
     from chatgql.events import types as events
+
+    CREATED_AT = datetime.fromisoformat("2026-11-30T04:49:51.123456+00:00")
     from chatgql.events.publish import KafkaPublisher, ensure_topic
 
     topic = f"bench.roundtrip.{uuid.uuid4().hex[:8]}"
@@ -295,10 +299,15 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
     async def send_one(i: int) -> tuple[str, int]:
         k = i % sizes.live_conversations + 1
         cmid = uuid.uuid4()
-        key, payload = events.message_new(
-            conversation_id=layout.LIVE_CID0 + k, sender_id=layout.LIVE_USER + k, client_msg_id=cmid, body=f"live {i}"
+        event = events.MessageNew(
+            conversation_id=layout.LIVE_CID0 + k,
+            sender_id=layout.LIVE_USER + k,
+            client_msg_id=cmid,
+            body=f"live {i}",
+            seq=i + 1,
+            created_at=CREATED_AT,
         )
-        payload.update(seq=i + 1, createdAt="2026-11-30T04:49:51.123456+00:00")
+        key, payload = str(event.conversation_id), event.to_wire()
         start = time.monotonic_ns()
         acks.append(await publisher.producer.send(topic, value=payload, key=key))
         return str(cmid), start

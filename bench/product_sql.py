@@ -84,10 +84,10 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
 def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
     """sendMessage's one statement (chat_send), with the event payloads the product builds."""
     cmid = UUID("00000000-0000-4000-8000-000000000000")
-    _, message_event = events.message_new(
+    message_event = events.MessageNew(
         conversation_id=conversation_id, sender_id=sender_id, client_msg_id=cmid, body="hello"
-    )
-    _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
+    ).payload()
+    read_event = events.ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     (stmt,) = _record(
         ("cid", "uid", "cmid", "body", "message_event", "read_event"),
         messages.send,
@@ -103,7 +103,7 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
 
 def mark_read_statement(conversation_id: int = 1, user_id: int = 1, seq: int = 1) -> Statement:
     """markRead's statement when the watermark advances (the update and its outbox row)."""
-    _, event = events.read_updated(conversation_id=conversation_id, user_id=user_id)
+    event = events.ReadUpdated(conversation_id=conversation_id, user_id=user_id).payload()
     (stmt,) = _record(("cid", "uid", "seq", "event"), reads.advance_watermark, conversation_id, user_id, seq, event)
     return stmt
 

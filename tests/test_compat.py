@@ -695,7 +695,7 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
                 "execute_operation",
             ),
         ),  # fmt: skip
-        (ChatOperation, SchemaExtension, ("on_parse", "on_validate", "on_execute")),
+        (ChatOperation, SchemaExtension, ("on_parse", "on_validate")),
         (_Loader, DataLoader, ("load",)),
     ]
 

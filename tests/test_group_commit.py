@@ -81,8 +81,8 @@ async def fetch(engine, sql: str, **params) -> list:
 
 
 def item(conversation_id: int, sender: int, cmid: uuid.UUID, body: str) -> SendItem:
-    _, new = events.message_new(conversation_id=conversation_id, sender_id=sender, client_msg_id=cmid, body=body)
-    _, read = events.read_updated(conversation_id=conversation_id, user_id=sender)
+    new = events.MessageNew(conversation_id=conversation_id, sender_id=sender, client_msg_id=cmid, body=body).payload()
+    read = events.ReadUpdated(conversation_id=conversation_id, user_id=sender).payload()
     return SendItem(sender, cmid, body, new, read)
 
 

@@ -109,7 +109,6 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 window_seconds=settings.mark_read_window_ms / 1000,
                 max_keys=settings.mark_read_max_batch,
                 on_flush=metrics.mark_read_flushed,
-                on_events=wakeup.wake,  # once per flush, not once per markRead (see ChatOperation)
             )
             coalescer.start()
             stack.push_async_callback(coalescer.close)  # drained before the pool closes

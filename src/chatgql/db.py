@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,11 @@ class Database:
     for reads, and for writes done in one statement (chat_send, the markRead
     CTE): one round trip instead of BEGIN, statement, COMMIT. Work that needs
     several statements in one transaction uses `transaction()`.
+
+    `on_commit(conn, callback)` runs a callback once conn's work has committed
+    (never after a rollback); `events_written(conn)` is the one the services
+    use: once per commit that wrote outbox rows, every `event_hooks` callback
+    runs (events.wakeup.RelayWakeup adds the relay's wake-up there).
     """
 
     def __init__(self, url: str, *, max_size: int = 20, min_size: int = 1) -> None:
@@ -98,6 +103,8 @@ class Database:
         self._max_size = max_size
         self._min_size = min(min_size, max_size)
         self._pool: asyncpg.Pool | None = None
+        self._on_commit: dict[asyncpg.Connection, list[Callable[[], None]]] = {}  # open transaction()s
+        self.event_hooks: list[Callable[[], None]] = []
 
     async def open(self) -> Database:
         self._pool = await asyncpg.create_pool(
@@ -127,9 +134,37 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection inside one transaction, committed on a clean exit."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield conn
+        """A pooled connection inside one transaction, committed on a clean exit; then the
+        callbacks on_commit() registered for it run (not when it rolled back)."""
+        callbacks: list[Callable[[], None]] = []
+        async with self.pool.acquire() as conn:
+            self._on_commit[conn] = callbacks
+            try:
+                async with conn.transaction():
+                    yield conn
+            finally:
+                del self._on_commit[conn]
+        _run(callbacks)
+
+    def on_commit(self, conn: asyncpg.Connection, callback: Callable[[], None]) -> None:
+        """Run callback once conn's work has committed: after the transaction() conn belongs to
+        commits (once, however often it is registered in it; never if it rolls back), or now
+        when conn is in autocommit (the statement that did the work has committed)."""
+        pending = self._on_commit.get(conn)
+        if pending is not None:
+            if callback not in pending:
+                pending.append(callback)
+        elif conn.is_in_transaction():
+            raise RuntimeError("on_commit() needs a transaction opened by Database.transaction()")
+        else:
+            _run([callback])
+
+    def events_written(self, conn: asyncpg.Connection) -> None:
+        """conn wrote outbox rows: run the event hooks once it has committed."""
+        self.on_commit(conn, self._events_committed)
+
+    def _events_committed(self) -> None:
+        _run(self.event_hooks)
 
     async def dedicated(self, application_name: str | None = None) -> asyncpg.Connection:
         """A connection of its own, outside the pool (session state: locks, LISTEN). Close it when done.
@@ -139,6 +174,15 @@ class Database:
         conn = await asyncpg.connect(self._dsn, record_class=Row, server_settings=settings)
         await _setup_connection(conn)
         return conn
+
+
+def _run(callbacks: list[Callable[[], None]]) -> None:
+    """After a commit: a failing callback is logged, never the caller's error (the work is durable)."""
+    for callback in list(callbacks):
+        try:
+            callback()
+        except Exception:
+            log.exception("an after-commit callback failed")
 
 
 def dsn(url: str) -> str:

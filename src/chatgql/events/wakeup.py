@@ -1,8 +1,13 @@
 """Waking the outbox relay once events have committed.
 
-After a mutation commits, wake() wakes the shards of the in-process relay (if
-this process runs one) and, unless that relay leads every shard, sends one
-pg_notify for the relays of other processes (they wake all their shards).
+A RelayWakeup hooks itself into its Database (`event_hooks`): every commit
+that wrote outbox rows through the services calls wake() once, whoever called
+the service (GraphQL, the markRead coalescer, group commit, a script, a test),
+and a rollback never does (db.Database.on_commit; services/ call
+database.events_written(conn)). wake() wakes the shards of the in-process
+relay (if this process runs one) and, unless that relay leads every shard,
+sends one pg_notify for the relays of other processes (they wake all their
+shards).
 The NOTIFY is a statement of its own, outside the write transaction (a
 notifying commit takes a database-wide lock), and debounced: at most one in
 flight per process, so a burst of writes costs one NOTIFY, not one each.
@@ -26,6 +31,7 @@ class RelayWakeup:
         self.local: OutboxRelay | None = None  # the in-process relay, when there is one
         self._dirty = False
         self._task: asyncio.Task | None = None
+        database.event_hooks.append(self.wake)
 
     def wake(self) -> None:
         if self.local is not None:
@@ -48,6 +54,8 @@ class RelayWakeup:
                 return
 
     async def close(self) -> None:
+        if self.wake in self._database.event_hooks:
+            self._database.event_hooks.remove(self.wake)
         if self._task is not None:
             self._task.cancel()
             try:

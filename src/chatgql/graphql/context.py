@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphql import FieldNode, GraphQLError, OperationDefinitionNode
+from graphql import GraphQLError, OperationDefinitionNode
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
-from strawberry.types.graphql import OperationType
 
 from .. import compat
 from ..auth import user_from_authorization
@@ -35,7 +34,7 @@ class Deps:
     settings: Settings
     database: Database
     dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
-    wakeup: Any = None  # events.wakeup.RelayWakeup
+    wakeup: Any = None  # events.wakeup.RelayWakeup (hooked into the database: the services wake it)
     read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
     send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
     send_limiter: RateLimiter = field(init=False)
@@ -135,9 +134,10 @@ class ChatOperation(SchemaExtension):
       document with several operations needs an operationName (Strawberry
       would run the first one);
     - fresh loaders per operation: a websocket's context lives as long as the
-      connection, so no operation may read another's cache;
-    - once a mutation has committed its outbox rows, wake the relay (a mutation
-      that wrote nothing costs one spurious, harmless wake-up).
+      connection, so no operation may read another's cache.
+
+    (The relay's wake-up after a mutation is not here: the services wake it once
+    their transaction has committed events, db.Database.events_written.)
     """
 
     def __init__(
@@ -193,31 +193,3 @@ class ChatOperation(SchemaExtension):
             errors = [GraphQLError("operationName is required when the document has several operations")]
         compat.set_validation_result(execution_context, errors)
         yield
-
-    def on_execute(self) -> Iterator[None]:
-        yield
-        context = self.execution_context.context
-        if (
-            self.execution_context.operation_type == OperationType.MUTATION
-            and isinstance(context, Context)
-            and context.deps.wakeup is not None
-            and not (context.deps.read_coalescer is not None and self._only_mark_read())
-        ):
-            context.deps.wakeup.wake()
-
-    def _only_mark_read(self) -> bool:
-        """Every root field of the operation is markRead: with coalescing, the flush that wrote
-        their events woke the relay once (a storm of them would otherwise wake it once each)."""
-        document = self.execution_context.graphql_document
-        name = self.execution_context.operation_name
-        if document is None:
-            return False
-        for definition in document.definitions:
-            if isinstance(definition, OperationDefinitionNode) and (
-                name is None or (definition.name is not None and definition.name.value == name)
-            ):
-                return all(
-                    isinstance(field, FieldNode) and field.name.value == "markRead"
-                    for field in definition.selection_set.selections
-                )
-        return False

@@ -13,7 +13,6 @@ import orjson
 import strawberry
 from cross_web import HTTPException
 from graphql import GraphQLError
-from graphql import OperationType as CoreOperationType
 from graphql.validation import MaxIntrospectionDepthRule, NoSchemaIntrospectionCustomRule
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
@@ -221,8 +220,6 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         result = await self._within_timeout(
             self.planner.execute(self.schema, document, query, variables, operation_name, context)
         )
-        if kind is CoreOperationType.MUTATION and self.deps.wakeup is not None:
-            self.deps.wakeup.wake()
         return self.graphql_response(result, headers.get("accept"))
 
     def encode_json(self, data: object) -> str:

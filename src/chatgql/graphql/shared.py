@@ -28,17 +28,23 @@ from graphql import (
 )
 
 from .. import compat
+from ..events.types import Event, MessageNew, ReadUpdated
 from .acyclic import AcyclicExecutionContext
+
+
+def _carried(kind: type[Event]) -> frozenset[str]:
+    """The fields an event carries (its definition's wire keys): the GraphQL fields of the same
+    names are read from the event alone (tests/events/test_event_types.py checks they exist)."""
+    return frozenset(wire.key for wire in kind.FIELDS)
+
 
 # Fields, by parent type, whose value is the same for every subscriber of an event.
 SHARABLE: dict[str, frozenset[str]] = {
     "Subscription": frozenset({"messageNew", "readUpdated"}),
-    "MessageNewEvent": frozenset({"conversationId", "seq", "message"}),
-    "Message": frozenset(
-        {"id", "conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt", "seenByCount", "seen", "seenBy"}
-    ),
-    "ReadUpdatedEvent": frozenset({"conversationId", "userId", "lastReadSeq", "member", "coalesced", "moves"}),
-    "Member": frozenset({"id", "userId", "lastReadSeq"}),  # role and joinedAt are loaded
+    "MessageNewEvent": frozenset({MessageNew.key("conversation_id"), MessageNew.key("seq"), "message"}),
+    "Message": _carried(MessageNew) | {"id", "seenByCount", "seen", "seenBy"},
+    "ReadUpdatedEvent": _carried(ReadUpdated) | {"member"},
+    "Member": frozenset({"id", ReadUpdated.key("user_id"), ReadUpdated.key("last_read_seq")}),  # role, joinedAt: loaded
 }
 # The type each sharable object field leads to.
 CHILD: dict[tuple[str, str], str] = {

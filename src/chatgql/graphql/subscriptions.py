@@ -38,20 +38,19 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
-from datetime import datetime
 from functools import partial
 from typing import Annotated, Any
-from uuid import UUID
 
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import BadUserInput, conversation_not_found
-from ..events import types as events
+from ..events.types import MESSAGE_NEW, READ_UPDATED, MessageNew, ReadUpdated
 from ..services.checks import check_id
 from ..services.history import read_replay
 from .loaders import EventReads, SeenKey
+from .scalars import Long
 from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
@@ -79,13 +78,14 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
     """A message.new event's fields as Message takes them, and its shared reads (once per event)."""
     found = _recent.get(id(event))
     if found is None or found[0] is not event:
+        new = MessageNew.from_wire(event)
         fields = {
-            "conversation_id": ID(str(event["conversationId"])),
-            "seq": event["seq"],
-            "sender_id": ID(str(event["senderId"])),
-            "client_msg_id": UUID(event["clientMsgId"]),
-            "body": event["body"],
-            "created_at": datetime.fromisoformat(event["createdAt"]),
+            "conversation_id": ID(str(new.conversation_id)),
+            "seq": new.seq,
+            "sender_id": ID(str(new.sender_id)),
+            "client_msg_id": new.client_msg_id,
+            "body": new.body,
+            "created_at": new.created_at,
         }
         found = _recent[id(event)] = (event, fields, EventReads(database))
         if len(_recent) > _RECENT:
@@ -93,18 +93,18 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
     return found[1], found[2]
 
 
-# Recent read.updated events -> (event, its shared reads): a member row selected by many subscribers
-# (member { role joinedAt }) is read once per event, not once per subscriber.
-_recent_reads: OrderedDict[int, tuple[dict, EventReads]] = OrderedDict()
+# Recent read.updated events -> (event, its typed form, its shared reads): a member row selected by many
+# subscribers (member { role joinedAt }) is read once per event, not once per subscriber.
+_recent_reads: OrderedDict[int, tuple[dict, ReadUpdated, EventReads]] = OrderedDict()
 
 
-def _reads_for(event: dict, database: Any) -> EventReads:
+def _read_event(event: dict, database: Any) -> tuple[ReadUpdated, EventReads]:
     found = _recent_reads.get(id(event))
     if found is None or found[0] is not event:
-        found = _recent_reads[id(event)] = (event, EventReads(database))
+        found = _recent_reads[id(event)] = (event, ReadUpdated.from_wire(event), EventReads(database))
         if len(_recent_reads) > _RECENT:
             _recent_reads.popitem(last=False)
-    return found[1]
+    return found[1], found[2]
 
 
 @strawberry.type
@@ -129,7 +129,7 @@ class Subscription:
         ] = strawberry.UNSET,
     ) -> AsyncGenerator[MessageNewEvent, None]:
         if cursors is strawberry.UNSET or cursors is None:
-            async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
+            async with await _events(info, conversation_id, MESSAGE_NEW) as subscription:
                 async for event in subscription:
                     fields, reads = _for_event(event, info.context.database)
                     message = Message(**fields, new_loaders=partial(info.context.fresh_loaders, reads))
@@ -143,7 +143,7 @@ class Subscription:
         only = None if conversation_id is None or conversation_id is strawberry.UNSET else conversation_id
         if only is not None and any(cid != check_id(only, "conversationId") for cid, _ in parsed):
             raise BadUserInput("with conversationId, every cursor must be for that conversation")
-        async with await _events(info, conversation_id, events.MESSAGE_NEW) as subscription:
+        async with await _events(info, conversation_id, MESSAGE_NEW) as subscription:
             replay = await read_replay(  # after registering: see the module docstring
                 ctx.database,
                 ctx.viewer_id,
@@ -164,11 +164,11 @@ class Subscription:
                 message.new_loaders = replay_loaders
                 yield MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message)
             async for event in subscription:
-                cid, seq = event["conversationId"], event["seq"]
+                fields, reads = _for_event(event, ctx.database)
+                cid, seq = int(fields["conversation_id"]), fields["seq"]
                 if seq <= held.get(cid, 0):
                     continue
                 held[cid] = seq
-                fields, reads = _for_event(event, ctx.database)
                 message = Message(**fields, new_loaders=partial(ctx.fresh_loaders, reads))
                 yield MessageNewEvent(
                     conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
@@ -182,14 +182,15 @@ class Subscription:
     async def read_updated(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET
     ) -> AsyncGenerator[ReadUpdatedEvent, None]:
-        async with await _events(info, conversation_id, events.READ_UPDATED) as subscription:
+        async with await _events(info, conversation_id, READ_UPDATED) as subscription:
             async for event in subscription:
+                read, reads = _read_event(event, info.context.database)
                 yield ReadUpdatedEvent(
-                    conversation_id=ID(str(event["conversationId"])),
-                    user_id=ID(str(event["userId"])),
-                    last_read_seq=event["lastReadSeq"],
-                    coalesced=event.get("coalesced", False),
-                    moves=event.get("moves", 1),
+                    conversation_id=ID(str(read.conversation_id)),
+                    user_id=ID(str(read.user_id)),
+                    last_read_seq=Long(read.last_read_seq or 0),  # never None: from_wire requires it
+                    coalesced=read.coalesced,
+                    moves=read.moves,
                     source=event,
-                    new_loaders=partial(info.context.fresh_loaders, _reads_for(event, info.context.database)),
+                    new_loaders=partial(info.context.fresh_loaders, reads),
                 )

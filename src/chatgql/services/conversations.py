@@ -7,7 +7,7 @@ from typing import Final
 
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
-from ..events import types as events
+from ..events.types import Event, MemberRemoved, MembersAdded
 from ..store import conversations, outbox
 from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
 
@@ -15,6 +15,12 @@ OWNER, MEMBER = "OWNER", "MEMBER"
 DIRECT: Final = "DIRECT"
 GROUP: Final = "GROUP"
 DAY_SECONDS = 24 * 3600
+
+
+async def _emit_txn(database: Database, conn: Connection, *events: Event) -> None:
+    """Write events to the outbox in conn's transaction; the relay is woken once it commits."""
+    await outbox.append(conn, [event.outbox_row() for event in events])
+    database.events_written(conn)
 
 
 class _LostRace(Exception):
@@ -43,7 +49,7 @@ async def do_create_direct_conversation(
             await conversations.insert_members(conn, created.id, [(low, MEMBER), (high, MEMBER)])
             if not await conversations.claim_direct_pair(conn, low, high, created.id):
                 raise _LostRace
-            await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=[low, high])])
+            await _emit_txn(database, conn, MembersAdded(conversation_id=created.id, user_ids=[low, high]))
             return created.id
     except _LostRace:
         async with database.connection() as conn:
@@ -78,7 +84,7 @@ async def do_create_group(
         added = await conversations.insert_members(
             conn, created.id, [(viewer_id, OWNER)] + [(uid, MEMBER) for uid in others]
         )
-        await outbox.append(conn, [events.members_added(conversation_id=created.id, user_ids=added)])
+        await _emit_txn(database, conn, MembersAdded(conversation_id=created.id, user_ids=added))
         return created.id
 
 
@@ -150,7 +156,7 @@ async def do_add_members(
         added = await conversations.insert_members(
             conn, conversation_id, [(uid, MEMBER) for uid in new], last_read_seq=conv.last_seq
         )
-        await outbox.append(conn, [events.members_added(conversation_id=conversation_id, user_ids=added)])
+        await _emit_txn(database, conn, MembersAdded(conversation_id=conversation_id, user_ids=added))
 
 
 async def do_remove_member(database: Database, viewer_id: int, conversation_id: int, user_id: int) -> None:
@@ -167,4 +173,4 @@ async def do_remove_member(database: Database, viewer_id: int, conversation_id: 
             raise NotFound(f"user {user_id} is not a member of conversation {conversation_id}")
         if removed_role == OWNER:
             await conversations.promote_if_ownerless(conn, conversation_id)
-        await outbox.append(conn, [events.member_removed(conversation_id=conversation_id, user_id=user_id)])
+        await _emit_txn(database, conn, MemberRemoved(conversation_id=conversation_id, user_id=user_id))

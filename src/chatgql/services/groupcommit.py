@@ -30,19 +30,21 @@ from uuid import UUID
 from ..db import Database, Row
 from ..store import messages
 
+STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)
+
 
 class SendItem(NamedTuple):
     sender_id: int
     client_msg_id: UUID
     body: str
-    message_event: dict
-    read_event: dict
+    message_event: dict  # MessageNew's payload (chat_send adds seq and createdAt)
+    read_event: dict  # ReadUpdated's payload (chat_send adds lastReadSeq)
 
 
 async def send_alone(database: Database, conversation_id: int, item: SendItem) -> Row:
-    """One send, its own transaction (chat_send)."""
+    """One send, its own transaction (chat_send); a stored message wakes the relay after it."""
     async with database.connection() as conn:
-        return await messages.send(
+        row = await messages.send(
             conn,
             conversation_id=conversation_id,
             sender_id=item.sender_id,
@@ -51,6 +53,9 @@ async def send_alone(database: Database, conversation_id: int, item: SendItem) -
             message_event=item.message_event,
             read_event=item.read_event,
         )
+        if row.outcome == STORED:  # only a stored message wrote events
+            database.events_written(conn)
+    return row
 
 
 class ShuttingDown(Exception):
@@ -135,7 +140,10 @@ class SendBatcher:
         if len(items) == 1:
             return [await send_alone(self._database, conversation_id, items[0])]
         async with self._database.connection() as conn:
-            return await messages.send_batch(conn, conversation_id, items)
+            rows = await messages.send_batch(conn, conversation_id, items)
+            if any(row.outcome == STORED for row in rows):  # one wake-up for the batch's commit
+                self._database.events_written(conn)
+        return rows
 
     async def close(self) -> None:
         """Stop the batches in flight (their callers get an error); at shutdown."""

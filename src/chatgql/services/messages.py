@@ -8,7 +8,7 @@ from uuid import UUID
 
 from ..db import Database
 from ..errors import Conflict, conversation_not_found
-from ..events import types as events
+from ..events.types import MessageNew, ReadUpdated
 from .groupcommit import SendBatcher, SendItem, send_alone
 
 
@@ -45,12 +45,13 @@ async def do_send_message(
     anything else reusing the clientMsgId is CONFLICT and writes nothing.
     The body must already be validated. With a batcher, the send may share
     its transaction with other sends to the conversation (group commit,
-    services/groupcommit.py); the answer is the same.
+    services/groupcommit.py); the answer is the same. Once a stored message has
+    committed, the relay is woken (database.events_written), however this was called.
     """
-    _, message_event = events.message_new(
+    message_event = MessageNew(
         conversation_id=conversation_id, sender_id=sender_id, client_msg_id=client_msg_id, body=body
-    )
-    _, read_event = events.read_updated(conversation_id=conversation_id, user_id=sender_id)
+    ).payload()
+    read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
     if batcher is None:
         row = await send_alone(database, conversation_id, item)

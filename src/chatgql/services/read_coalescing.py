@@ -31,7 +31,7 @@ from itertools import islice
 
 from ..db import Database, Row
 from ..errors import conversation_not_found
-from ..events import types as events
+from ..events.types import ReadUpdated
 from ..store import reads
 from .checks import check_seq
 from .reads import MarkReadResult
@@ -57,13 +57,11 @@ class ReadCoalescer:
         window_seconds: float = 0.0,
         max_keys: int = 500,
         on_flush: Callable[[int, int], None] | None = None,
-        on_events: Callable[[], None] | None = None,
     ) -> None:
         self._database = database
         self._window = window_seconds
         self._max_keys = max_keys
         self._on_flush = on_flush  # (keys, calls) of every flush that committed
-        self._on_events = on_events  # after a flush that wrote read.updated rows (wakes the relay)
         self._pending: dict[Key, list[_Call]] = {}
         self._wake = asyncio.Event()
         self._closing = False
@@ -125,12 +123,14 @@ class ReadCoalescer:
     async def _flush(self, batch: dict[Key, list[_Call]]) -> None:
         keys = list(batch)
         seqs = [max(call.seq for call in calls) for calls in batch.values()]
-        payloads = [events.read_updated(conversation_id=cid, user_id=uid)[1] for cid, uid in keys]
+        payloads = [ReadUpdated(conversation_id=cid, user_id=uid).payload() for cid, uid in keys]
         try:
             async with self._database.connection() as conn:
                 rows = await reads.advance_watermarks(
                     conn, [cid for cid, _ in keys], [uid for _, uid in keys], seqs, payloads
                 )
+                if any(row.moved for row in rows):  # one wake-up per flush, not one per markRead
+                    self._database.events_written(conn)
         except Exception as error:
             for calls in batch.values():
                 for call in calls:
@@ -145,9 +145,7 @@ class ReadCoalescer:
         try:
             if self._on_flush is not None:
                 self._on_flush(len(keys), sum(len(calls) for calls in batch.values()))
-            if self._on_events is not None and any(row.moved for row in rows):
-                self._on_events()
-        except Exception:  # metrics and the relay's wake-up: never worth a caller's answer
+        except Exception:  # metrics: never worth a caller's answer
             log.exception("after a markRead flush")
         found = {(row.conversation_id, row.user_id): row for row in rows}
         for key, calls in batch.items():

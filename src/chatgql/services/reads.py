@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..db import Database
 from ..errors import conversation_not_found
-from ..events import types as events
+from ..events.types import ReadUpdated
 from ..store import reads
 from .checks import check_seq
 
@@ -37,10 +37,11 @@ async def do_mark_read(
     check_seq(seq)
     if coalescer is not None:
         return await coalescer.mark_read(viewer_id, conversation_id, seq)
-    _, event = events.read_updated(conversation_id=conversation_id, user_id=viewer_id)
+    event = ReadUpdated(conversation_id=conversation_id, user_id=viewer_id).payload()
     async with database.connection() as conn:
         moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)
         if moved is not None:
+            database.events_written(conn)  # the statement committed its read.updated: wake the relay
             return MarkReadResult(conversation_id, moved.last_read_seq, moved.last_seq, advanced=True)
         # Nothing moved: read the watermark as it is now (it may be higher than
         # the update's snapshot showed, if another device just raised it).

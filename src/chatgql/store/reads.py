@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from ..db import Connection, Row
+from ..events.types import ReadUpdated
+
+# The key of the read.updated payload these statements fill in with the new watermark (its
+# definition names it; tests/events/test_event_types.py checks it is all they fill in).
+_WATERMARK_KEY = ReadUpdated.key("last_read_seq")
+assert _WATERMARK_KEY.isidentifier()  # spliced into the SQL below as a string literal
 
 
 async def advance_watermark(conn: Connection, conversation_id: int, user_id: int, seq: int, event: dict) -> Row | None:
@@ -13,10 +19,10 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
     when it did not (a seq at or below it, nothing newer, or not a member),
     and then no event is written. Concurrent calls serialise on the member
     row and re-check the condition, so the watermark only takes the maximum.
-    event: the read.updated payload; lastReadSeq is filled in here.
+    event: the read.updated payload (ReadUpdated.payload()); lastReadSeq is filled in here.
     """
     return await conn.fetchrow(
-        """
+        f"""
         WITH moved AS (
             UPDATE conversation_member m SET last_read_seq = LEAST($3::bigint, c.last_seq)
               FROM conversation c
@@ -25,7 +31,7 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
             RETURNING m.last_read_seq, c.last_seq
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object('lastReadSeq', moved.last_read_seq)
+            SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object('{_WATERMARK_KEY}', moved.last_read_seq)
               FROM moved
         )
         SELECT last_read_seq, last_seq FROM moved
@@ -73,7 +79,7 @@ async def advance_watermarks(
     and at or above everything committed before the statement began.
     """
     return await conn.fetch(
-        """
+        f"""
         WITH req AS (
             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
         ), snap AS (
@@ -95,7 +101,7 @@ async def advance_watermarks(
             RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT mv.cid::text, l.event || jsonb_build_object('lastReadSeq', mv.last_read_seq)
+            SELECT mv.cid::text, l.event || jsonb_build_object('{_WATERMARK_KEY}', mv.last_read_seq)
               FROM moved mv JOIN locked l ON l.cid = mv.cid AND l.uid = mv.uid
              ORDER BY mv.cid, mv.uid
         )

@@ -1,0 +1,249 @@
+"""Each event kind is defined once (events/types.py): its JSON form round-trips, the SQL that fills
+fields in fills exactly the ones the definition says it does, and what reads events (the shared
+subscription results) names only fields that exist."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import orjson
+import pytest
+from graphql import GraphQLObjectType, build_schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatgql.db import Database
+from chatgql.events import types as events
+from chatgql.events.types import DISPATCH, PRODUCER, STORE, MembersAdded, MessageNew, ReadUpdated
+from chatgql.graphql.shared import SHARABLE
+from chatgql.store import conversations, messages, outbox, reads
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=50)  # JSON has no lone surrogates
+IDS = st.integers(1, 2**63 - 1)
+_BY_TYPE: dict[Any, st.SearchStrategy] = {
+    int: IDS,
+    str: TEXT,
+    bool: st.booleans(),
+    uuid.UUID: st.uuids(),
+    list[int]: st.lists(IDS, max_size=5),
+}
+
+
+def _strategy(hint: Any) -> st.SearchStrategy:
+    args = [arg for arg in getattr(hint, "__args__", ()) if arg is not type(None)]
+    if hint in _BY_TYPE:
+        return _BY_TYPE[hint]
+    if len(args) == 1 and args[0] in _BY_TYPE:  # `int | None`: filled in, as a subscriber gets it
+        return _BY_TYPE[args[0]]
+    if "datetime" in str(hint):
+        return st.datetimes(timezones=st.just(UTC))
+    raise AssertionError(f"no strategy for {hint}: add one")
+
+
+def _kind_events(kind: type[events.Event]) -> st.SearchStrategy:
+    hints = get_type_hints(kind)
+    return st.builds(kind, **{wire.name: _strategy(hints[wire.name]) for wire in kind.FIELDS})
+
+
+EVERY_EVENT = st.one_of(*(_kind_events(kind) for kind in events.REGISTRY.values()))
+
+
+def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() -> None:
+    assert set(events.REGISTRY) == {"message.new", "read.updated", "member.added", "member.removed"}
+    assert (events.MESSAGE_NEW, events.READ_UPDATED, events.MEMBERS_ADDED, events.MEMBER_REMOVED) == (
+        "message.new",
+        "read.updated",
+        "member.added",
+        "member.removed",
+    )
+
+
+def test_the_wire_keys_are_todays() -> None:
+    """Compatible with what producers wrote and subscribers read before the definitions."""
+    assert MessageNew.keys(PRODUCER) == {"conversationId", "senderId", "clientMsgId", "body"}
+    assert MessageNew.keys(STORE) == {"seq", "createdAt"}
+    assert ReadUpdated.keys(PRODUCER) == {"conversationId", "userId"}
+    assert ReadUpdated.keys(STORE) == {"lastReadSeq"}
+    assert ReadUpdated.keys(DISPATCH) == {"coalesced", "moves"}
+    assert MembersAdded.keys(PRODUCER) == {"conversationId", "userIds"}
+    assert events.MemberRemoved.keys(PRODUCER) == {"conversationId", "userId"}
+    cmid = uuid.UUID("00000000-0000-4000-8000-000000000001")
+    assert MessageNew(conversation_id=7, sender_id=3, client_msg_id=cmid, body="hi").outbox_row() == (
+        "7",
+        {"type": "message.new", "conversationId": 7, "senderId": 3, "clientMsgId": str(cmid), "body": "hi"},
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EVERY_EVENT)
+def test_every_kind_round_trips_through_its_json(event: events.Event) -> None:
+    wire = orjson.loads(orjson.dumps(event.to_wire()))  # what the bus carries
+    assert events.parse(wire) == event
+    assert type(events.parse(wire)) is type(event)
+    payload = event.payload()
+    assert payload["type"] == event.TYPE
+    assert set(payload) == {"type"} | type(event).keys(PRODUCER)  # the producer writes its own fields only
+    assert {k: v for k, v in wire.items() if k in payload} == orjson.loads(orjson.dumps(payload))
+    # the rest is what the store filled in, and what the dispatcher set (when not its default)
+    assert set(wire) - set(payload) <= type(event).keys(STORE) | type(event).keys(DISPATCH)
+    assert set(wire) >= set(payload) | type(event).keys(STORE)
+    assert event.outbox_row()[0] == str(event.conversation_id)
+
+
+def test_a_subscriber_reads_a_dispatched_coalesced_read_the_way_the_dispatcher_writes_it() -> None:
+    """events/dispatch.py passes a coalesced read.updated on as {**event, coalesced, moves}."""
+    stored = {"type": "read.updated", "conversationId": 5, "userId": 9, "lastReadSeq": 12}
+    assert events.parse(stored) == ReadUpdated(conversation_id=5, user_id=9, last_read_seq=12)
+    coalesced = events.parse({**stored, "coalesced": True, "moves": 4})
+    assert coalesced == ReadUpdated(conversation_id=5, user_id=9, last_read_seq=12, coalesced=True, moves=4)
+    assert events.parse({**stored, "addedLater": 1}) == events.parse(stored)  # unknown keys: ignored
+
+
+def test_an_event_without_a_field_its_producer_or_the_store_fills_in_is_refused() -> None:
+    with pytest.raises(ValueError, match="lastReadSeq"):
+        events.parse({"type": "read.updated", "conversationId": 5, "userId": 9})
+    with pytest.raises(ValueError, match="senderId"):
+        events.parse({"type": "message.new", "conversationId": 5, "clientMsgId": str(uuid.uuid4()), "body": "x"})
+    with pytest.raises(KeyError):
+        events.parse({"type": "message.edited", "conversationId": 5})
+
+
+# --- the fields the store fills in -----------------------------------------------------------
+
+# `<event> || jsonb_build_object('key', value, ...)`: the keys a statement adds to a producer's payload
+_FILL = re.compile(r"([\w.]+)\s*\|\|\s*jsonb_build_object\(([^)]*)\)")
+
+
+def filled_keys(sql: str) -> dict[str, set[str]]:
+    """Per payload variable of the SQL, the keys added to it."""
+    found: dict[str, set[str]] = {}
+    for variable, arguments in _FILL.findall(sql):
+        keys = re.findall(r"'([^']*)'\s*,", arguments)
+        found.setdefault(variable.split(".")[-1], set()).update(keys)
+    return found
+
+
+async def test_chat_send_functions_fill_in_exactly_the_keys_the_definitions_leave_to_the_store(
+    migrated_url: str,
+) -> None:
+    """chat_send() and chat_send_batch() (migrations 0002, 0006) as the database holds them."""
+    database = await Database(migrated_url, max_size=1).open()
+    try:
+        async with database.connection() as conn:
+            rows = await conn.fetch(
+                "SELECT proname, prosrc FROM pg_proc WHERE proname IN ('chat_send', 'chat_send_batch')"
+            )
+    finally:
+        await database.close()
+    sources = {row["proname"]: row["prosrc"] for row in rows}
+    assert set(sources) == {"chat_send", "chat_send_batch"}
+    assert filled_keys(sources["chat_send"]) == {
+        "p_message_event": set(MessageNew.keys(STORE)),
+        "p_read_event": set(ReadUpdated.keys(STORE)),
+    }
+    assert filled_keys(sources["chat_send_batch"]) == {
+        "message_event": set(MessageNew.keys(STORE)),
+        "read_event": set(ReadUpdated.keys(STORE)),
+    }
+
+
+@pytest.fixture
+async def database(migrated_url: str) -> AsyncIterator[Database]:
+    database = await Database(migrated_url, max_size=2).open()
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def test_every_statement_that_writes_an_event_writes_what_its_definition_parses(database: Database) -> None:
+    """chat_send, chat_send_batch, the markRead statement and its coalesced form, and membership
+    events, run for real (in a transaction rolled back at the end: no relay sees them): every
+    outbox payload has exactly its definition's producer and store keys, and parses."""
+    rows: list = []
+    with pytest.raises(_RolledBack):
+        async with database.connection() as conn, conn.transaction():
+            group = (await conversations.insert_conversation(conn, "GROUP", "t", created_by=1)).id
+            added = await conversations.insert_members(conn, group, [(1, "OWNER"), (2, "MEMBER"), (3, "MEMBER")])
+            await outbox.append(conn, [MembersAdded(conversation_id=group, user_ids=added).outbox_row()])
+
+            def send_item(sender: int, body: str) -> tuple[int, uuid.UUID, str, dict, dict]:
+                cmid = uuid.uuid4()
+                new = MessageNew(conversation_id=group, sender_id=sender, client_msg_id=cmid, body=body)
+                return sender, cmid, body, new.payload(), ReadUpdated(conversation_id=group, user_id=sender).payload()
+
+            _, cmid, body, new, read = send_item(2, "first")
+            row = await messages.send(
+                conn,
+                conversation_id=group,
+                sender_id=2,
+                client_msg_id=cmid,
+                body=body,
+                message_event=new,
+                read_event=read,
+            )
+            assert row.outcome == "stored"
+            batch = [send_item(1, "a"), send_item(3, "b"), send_item(1, "c")]
+            assert [r.outcome for r in await messages.send_batch(conn, group, batch)] == ["stored"] * 3
+            read = ReadUpdated(conversation_id=group, user_id=2).payload()
+            assert await reads.advance_watermark(conn, group, 2, 3, read) is not None
+            payloads = [ReadUpdated(conversation_id=group, user_id=uid).payload() for uid in (2, 3)]
+            assert len(await reads.advance_watermarks(conn, [group, group], [2, 3], [4, 4], payloads)) == 2
+            await outbox.append(conn, [events.MemberRemoved(conversation_id=group, user_id=3).outbox_row()])
+            rows = await conn.fetch("SELECT msg_key, payload FROM outbox WHERE msg_key = $1 ORDER BY id", str(group))
+            raise _RolledBack  # nothing of this commits
+
+    for row in rows:
+        payload = row["payload"]
+        kind = events.REGISTRY[payload["type"]]
+        assert set(payload) == {"type"} | kind.keys(PRODUCER) | kind.keys(STORE), payload
+        event = events.parse(payload)
+        assert event.to_wire().keys() == payload.keys()
+        assert events.parse(orjson.loads(orjson.dumps(event.to_wire()))) == event
+        assert row["msg_key"] == str(event.conversation_id)
+    summary = []
+    for event in (events.parse(row["payload"]) for row in rows):
+        if isinstance(event, MessageNew):
+            summary.append(("new", event.sender_id, event.seq))
+        elif isinstance(event, ReadUpdated):
+            summary.append(("read", event.user_id, event.last_read_seq))
+        else:
+            summary.append((event.TYPE, event.conversation_id == group))
+    assert summary == [
+        ("member.added", True),
+        ("new", 2, 1),  # chat_send; nothing of others' unread: no read.updated
+        ("new", 1, 2),  # chat_send_batch: each send marks what others wrote before as read
+        ("read", 1, 2),
+        ("new", 3, 3),
+        ("read", 3, 3),
+        ("new", 1, 4),
+        ("read", 1, 4),
+        ("read", 2, 3),  # the markRead statement
+        ("read", 2, 4),  # its coalesced form
+        ("read", 3, 4),
+        ("member.removed", True),
+    ]
+
+
+class _RolledBack(Exception):
+    pass
+
+
+# --- what reads events -------------------------------------------------------------------------
+
+
+def test_every_field_shared_results_take_from_an_event_is_a_field_of_the_schema() -> None:
+    """graphql/shared.py derives its sharable fields from the definitions' wire keys: renaming a wire
+    key must not silently name a GraphQL field that does not exist (or another one)."""
+    schema = build_schema((REPO / "schema.graphql").read_text())
+    for type_name, names in SHARABLE.items():
+        graphql_type = schema.get_type(type_name)
+        assert isinstance(graphql_type, GraphQLObjectType), type_name
+        missing = set(names) - set(graphql_type.fields)
+        assert not missing, (type_name, missing)
