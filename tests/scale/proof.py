@@ -268,7 +268,7 @@ class Proof:
         )
         await asyncio.sleep(1)
         victim.start()
-        back = await top.wait(top._relays_share_the_shards, 60, "the restarted relay to get its share back")
+        back = await top.wait(top.relays_share_the_shards, 60, "the restarted relay to get its share back")
         self.mark(f"{victim.name} restarted, shares 2 + 2 again after {back:.1f} s")
 
     async def kill_a_consumer(self) -> None:
@@ -302,7 +302,7 @@ class Proof:
             f"rebalanced after {rebalance:.1f} s, lag drained {drained:.1f} s, all partitions live {flowing:.1f} s"
         )
         victim.start()
-        back = await top.wait(top._consumers_share_the_partitions, 90, "the restarted consumer to get partitions")
+        back = await top.wait(top.consumers_share_the_partitions, 90, "the restarted consumer to get partitions")
         self.mark(f"{victim.name} restarted, 3 + 3 partitions again after {back:.1f} s")
 
     async def kill_an_api_process(self) -> None:

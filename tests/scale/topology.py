@@ -123,8 +123,8 @@ class Topology:
         self.group_view = KafkaGroup(kafka.bootstrap, self.topic, self.group, self.partitions)
         await self.group_view.start()
         # Every shard led, shared out; every partition owned, shared out.
-        await self.wait(lambda: self._relays_share_the_shards(), 90, "the relays to share the outbox's shards")
-        await self.wait(lambda: self._consumers_share_the_partitions(), 90, "the consumers to share the partitions")
+        await self.wait(lambda: self.relays_share_the_shards(), 90, "the relays to share the outbox's shards")
+        await self.wait(lambda: self.consumers_share_the_partitions(), 90, "the consumers to share the partitions")
 
     async def __aexit__(self, *exc: object) -> None:
         for process in self.processes:
@@ -178,7 +178,7 @@ class Topology:
                     out[relay] = slots
         return out
 
-    async def _relays_share_the_shards(self) -> bool:
+    async def relays_share_the_shards(self) -> bool:
         leaders = await self.slot_leaders()
         alive = [r for r in self.relays if r.alive]
         held = [s for slots in leaders.values() for s in slots]
@@ -213,7 +213,7 @@ class Topology:
 
     # --- consumers ----------------------------------------------------------------------
 
-    async def _consumers_share_the_partitions(self) -> bool:
+    async def consumers_share_the_partitions(self) -> bool:
         owners = await self.group_view.owners()
         alive = sum(1 for c in self.consumers if c.alive)
         return len(owners) == alive and sorted(p for ps in owners for p in ps) == list(range(self.partitions))
