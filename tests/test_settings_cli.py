@@ -298,3 +298,13 @@ def test_docker_compose_chatgql_environment_loads_as_valid_settings_pointing_at_
     assert urlsplit(settings.database_url.get_secret_value()).hostname == "postgres"
     assert settings.kafka_bootstrap_servers is not None
     assert {server.split(":")[0] for server in settings.kafka_bootstrap_servers.split(",")} == {"kafka"}
+
+
+def test_a_kafka_heartbeat_must_fit_three_times_in_the_consumer_session(clean_env):
+    assert (
+        load_settings(kafka_session_timeout_ms=6000, kafka_heartbeat_interval_ms=2000).kafka_session_timeout_ms == 6000
+    )
+    with pytest.raises(ValueError, match="CHATGQL_KAFKA_HEARTBEAT_INTERVAL_MS"):
+        load_settings(kafka_session_timeout_ms=6000, kafka_heartbeat_interval_ms=2500)
+    defaults = load_settings()
+    assert (defaults.kafka_session_timeout_ms, defaults.kafka_heartbeat_interval_ms) == (10_000, 3_000)  # aiokafka's

@@ -187,7 +187,13 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
 
         if kafka and settings.run_consumer:
             consumer = runtime.consumer = FanoutConsumer(
-                kafka, settings.kafka_topic, settings.kafka_group, bus, offset_reset=settings.kafka_offset_reset
+                kafka,
+                settings.kafka_topic,
+                settings.kafka_group,
+                bus,
+                offset_reset=settings.kafka_offset_reset,
+                session_timeout_ms=settings.kafka_session_timeout_ms,
+                heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
             )
             metrics.track(metrics.consumer_lag, lambda: consumer.lag)
             await _task(stack, consumer.run(), "kafka-consumer")

@@ -46,6 +46,23 @@ class Settings(BaseSettings):
     kafka_topic_replication: int = 1
     # Where a brand-new consumer group starts: the live path only needs what is new.
     kafka_offset_reset: Literal["latest", "earliest"] = "latest"
+
+    # proof: how fast the consumer group notices a dead consumer (docs/scale/deployment.md). A consumer
+    # killed without leaving the group keeps its partitions until the broker has not heard its
+    # heartbeat for the session timeout; the survivors learn of the rebalance at their next heartbeat.
+    # 6000 (the broker's group.min.session.timeout.ms) / 2000: a rebalance within about 8 s.
+    kafka_session_timeout_ms: int = Field(default=10_000, ge=1)
+    kafka_heartbeat_interval_ms: int = Field(default=3_000, ge=1)
+
+    @model_validator(mode="after")
+    def _heartbeats_fit_in_the_session(self) -> Settings:
+        if self.kafka_heartbeat_interval_ms * 3 > self.kafka_session_timeout_ms:
+            raise ValueError(
+                "CHATGQL_KAFKA_HEARTBEAT_INTERVAL_MS must be at most a third of CHATGQL_KAFKA_SESSION_TIMEOUT_MS "
+                "(a consumer that misses one heartbeat must not be taken for dead)"
+            )
+        return self
+
     # Broadcast bus that feeds subscriptions: memory://, redis://host:port, or
     # redis+cluster://host:port,host:port (Redis Cluster sharded pub/sub; see the redisbus block)
     broadcast_url: str = "memory://"

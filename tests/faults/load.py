@@ -166,6 +166,10 @@ class Load:
         self.reads: list[ReadAck] = []
         self._sending = asyncio.Event()
 
+    def conversations_of(self, user: int) -> list[str]:
+        """The conversations user sends to and marks read in (a repeated one is picked more often)."""
+        return self.conversations
+
     def max_acked_seq(self, conversation_id: str) -> int:
         return max((a.seq for a in self.acks if a.conversation_id == conversation_id), default=0)
 
@@ -194,7 +198,7 @@ class Load:
         return ack
 
     async def mark_read(self, user: int, give_up_at: float) -> None:
-        conversation_id = random.choice(self.conversations)
+        conversation_id = random.choice(self.conversations_of(user))
         top = self.max_acked_seq(conversation_id)
         # Stale (a late device), current, or past the end (clamped by the server).
         asked = max(0, random.choice([top - random.randint(1, 20), top, top + random.randint(1, 5)]))
@@ -219,7 +223,7 @@ class Load:
             if n % self.read_every == self.read_every - 1:
                 await self.mark_read(user, give_up_at)
             else:
-                await self.send_one(user, rng.choice(self.conversations), give_up_at)
+                await self.send_one(user, rng.choice(self.conversations_of(user)), give_up_at)
             await asyncio.sleep(self.pace * rng.uniform(0.5, 1.5))
 
     async def run(self, stop: asyncio.Event, give_up_at: float) -> None:

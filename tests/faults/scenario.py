@@ -558,6 +558,18 @@ def check(
     database holds (stored messages in (conversation, seq) order, last_seq per
     conversation, watermark per (conversation, user)); every broken promise
     goes into result.failures."""
+    check_stored(result, load, stored, last_seqs)
+    check_subscriber(result, subscriber, stored, fetched)
+    check_watermarks(result, load, monitor, watermarks)
+    if result.outbox_end != 0:
+        result.failures.append(f"the outbox still holds {result.outbox_end} events")
+    if monitor.samples == 0:
+        result.failures.append("the watermark monitor never got a sample")
+
+
+def check_stored(result: Result, load: Load, stored: list[dict], last_seqs: dict[int, int]) -> None:
+    """Storage: every acknowledged message stored once, as acknowledged, nothing
+    stored that nobody sent, seqs 1..lastSeq with no gap."""
     fail = result.failures.append
     stats = load.stats
     acks = load.acks
@@ -615,7 +627,12 @@ def check(
             missing = sorted(set(range(1, last_seq + 1)) - set(seqs))[:10]
             fail(f"conversation {cid}: lastSeq {last_seq}, {len(seqs)} messages, missing {missing}")
 
-    # The subscriber: live (deduped) + sync = the stored messages, in seq order.
+
+def check_subscriber(result: Result, subscriber: Subscriber, stored: list[dict], fetched: list[dict]) -> None:
+    """The subscriber: live (deduped) + what sync fetched = the stored messages of its
+    conversations (`stored`, in (conversation, seq) order), live events in seq order, and
+    everything live when it never dropped nor resynced."""
+    fail = result.failures.append
     live = subscriber.unique()
     result.delivered = len(live)
     result.duplicates = len(subscriber.events) - len(live)
@@ -657,7 +674,14 @@ def check(
         if missed:
             fail(f"the subscriber stayed connected yet {missed} messages never came live")
 
-    # Watermarks: never backward, and at least every acknowledged read / send.
+
+def check_watermarks(
+    result: Result, load: Load, monitor: WatermarkMonitor, watermarks: dict[tuple[int, int], int]
+) -> None:
+    """Watermarks: never backward (sampled, and per answer), and at least every
+    acknowledged read / send at the end."""
+    fail = result.failures.append
+    acks = load.acks
     result.watermark_back = len(monitor.regressions)
     if monitor.regressions:
         fail(f"sampled values went backward: {monitor.regressions[:5]}")
@@ -680,11 +704,6 @@ def check(
         if final is None or final < at_least:
             result.watermark_back += 1
             fail(f"watermark of user {user} in {cid} is {final}, below the acknowledged {at_least}")
-
-    if result.outbox_end != 0:
-        fail(f"the outbox still holds {result.outbox_end} events")
-    if monitor.samples == 0:
-        fail("the watermark monitor never got a sample")
 
 
 async def _both(first: asyncio.Task, second: asyncio.Task) -> None:

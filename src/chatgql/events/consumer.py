@@ -24,12 +24,15 @@ class FanoutConsumer:
         bus: Bus,
         *,
         offset_reset: str = "latest",
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
         self._group = group
         self._bus = bus
         self._offset_reset = offset_reset
+        self._liveness = {"session_timeout_ms": session_timeout_ms, "heartbeat_interval_ms": heartbeat_interval_ms}
         self.assigned = asyncio.Event()
         self.lag = 0
 
@@ -41,6 +44,7 @@ class FanoutConsumer:
                 group_id=self._group,
                 enable_auto_commit=False,
                 auto_offset_reset=self._offset_reset,
+                **self._liveness,
             )
             try:
                 await consumer.start()
