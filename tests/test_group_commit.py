@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 from itertools import pairwise
 
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy import text
@@ -33,7 +34,7 @@ from chatgql.events import types as events
 from chatgql.services.groupcommit import SendBatcher, SendItem
 from chatgql.services.messages import SendResult, do_send_message
 from chatgql.settings import load_settings
-from chatgql.store import messages
+from chatgql.store import messages, reads
 
 from .conftest import REPO, create_engine, drop_database, free_port, scratch_database
 
@@ -497,3 +498,62 @@ async def test_a_batch_whose_backend_is_killed_stores_nothing_and_every_caller_r
     ]
     stored = await fetch(engine, "SELECT seq, client_msg_id FROM message WHERE conversation_id = :c", c=int(cid))
     assert sorted(s.seq for s in stored) == list(range(1, 11)) and len({s.client_msg_id for s in stored}) == 10
+
+
+async def test_send_batches_and_markread_flushes_racing_on_the_same_members_never_deadlock(migrated_url, engine):
+    """chat_send_batch moves its senders' watermarks while a markRead flush
+    (store.reads.advance_watermarks) locks member rows in (conversation, user) order: the batch
+    locks its senders' rows in user order too (migration 0009), so the two never wait for each
+    other in a cycle. Before, PostgreSQL found deadlocks under the soak (a markRead answered
+    INTERNAL_SERVER_ERROR); here, batches with their senders in shuffled order race flushes."""
+    members = 40
+    async with engine.begin() as conn:
+        cid = (await conn.execute(text("INSERT INTO conversation (type) VALUES ('GROUP') RETURNING id"))).scalar_one()
+        await conn.execute(
+            text(
+                "INSERT INTO conversation_member (conversation_id, user_id) SELECT :c, u FROM generate_series(1, :n) u"
+            ),
+            {"c": cid, "n": members},
+        )
+    database = await Database(migrated_url, max_size=12).open()
+    rng = random.Random(7)
+    deadlocks: list[str] = []
+    stored = 0
+
+    async def send_batches() -> None:
+        nonlocal stored
+        for _ in range(12):
+            senders = rng.sample(range(1, members + 1), members)
+            items = [item(cid, sender, uuid.uuid4(), "b") for sender in senders]
+            try:
+                async with database.connection() as conn:
+                    rows = await messages.send_batch(conn, cid, items)
+                stored += sum(row["outcome"] == "stored" for row in rows)
+            except asyncpg.DeadlockDetectedError as error:
+                deadlocks.append(f"send batch: {error}")
+
+    async def flush_reads() -> None:
+        for _ in range(30):
+            users = sorted(rng.sample(range(1, members + 1), members // 2))
+            event = events.ReadUpdated(conversation_id=cid, user_id=0).payload()
+            try:
+                async with database.connection() as conn:
+                    await reads.advance_watermarks(
+                        conn, [cid] * len(users), users, [10**9] * len(users), [event] * len(users)
+                    )
+            except asyncpg.DeadlockDetectedError as error:
+                deadlocks.append(f"markRead flush: {error}")
+
+    try:
+        await asyncio.gather(*(send_batches() for _ in range(5)), *(flush_reads() for _ in range(5)))
+    finally:
+        await database.close()
+    assert deadlocks == []
+    assert stored == 5 * 12 * members
+    [(last_seq, highest)] = await fetch(
+        engine,
+        "SELECT c.last_seq, max(m.last_read_seq) FROM conversation c JOIN conversation_member m "
+        "ON m.conversation_id = c.id WHERE c.id = :c GROUP BY c.last_seq",
+        c=cid,
+    )
+    assert (last_seq, highest) == (stored, stored)
