@@ -15,7 +15,8 @@ the handler's read loop saw it. Every library on the way says so differently
 WebSocketDisconnected once the close was seen, websockets' InvalidState while
 closing); the handlers' send_message turns each into Strawberry's
 WebSocketDisconnected, the one its handlers expect for a closed socket, and the
-operation ends quietly (logged at debug). Before, each was an ERROR with a
+operation ends quietly (logged at debug), its task without an exception (one kept
+would hold the connection in a reference cycle). Before, each was an ERROR with a
 traceback ("Exception in worker task", or asyncio's "Task exception was never
 retrieved" for the legacy protocol): 51 of them in a 15-minute soak
 (tests/adversarial/test_closed_sockets.py).
@@ -128,6 +129,15 @@ class TransportWSHandler(_Gone, _Pending, TransportWSHandlerBase[Context, None])
         finally:
             self._release()  # acknowledged, or refused and closing
         forget_cancelled_init_timeout(self)  # its job is over: not kept as long as the connection
+
+    async def run_operation(self, operation: Any) -> None:
+        """An operation's task. One whose client went ends without an exception: a task that keeps
+        its exception keeps the traceback, whose frames hold the operation, whose task it is (a
+        cycle, holding the whole connection; frozen, it would stay for good: collector.py)."""
+        try:
+            await super().run_operation(operation)
+        except WebSocketDisconnected:
+            pass  # logged at debug by handle_task_exception
 
     async def handle_task_exception(self, error: Exception) -> None:
         """An operation's task failed: an ERROR with its traceback, unless its client just went."""
