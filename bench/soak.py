@@ -337,14 +337,14 @@ class Soak:
 
     async def rss_after_leaving(self, baseline: int, within: float, settle: float = 20.0) -> list[tuple[float, int]]:
         """RSS every half second after every client left, until it is within `within` bytes of baseline
-        (and then two seconds more) or `settle` seconds passed."""
+        (and then two seconds more) or `settle` seconds passed (within < 0: for `settle` seconds)."""
         samples: list[tuple[float, int]] = []
         start = time.monotonic()
         back_at = None
         while time.monotonic() - start < settle:
             rss = rss_of(self.pid)
             samples.append((time.monotonic() - start, rss))
-            if rss - baseline <= within and back_at is None:
+            if within >= 0 and rss - baseline <= within and back_at is None:
                 back_at = time.monotonic()
             if back_at is not None and time.monotonic() - back_at > 2:
                 break
