@@ -184,7 +184,9 @@ class Soak:
         churn_per_second: int = 4,
         max_in_flight: int = 256,
     ) -> None:
-        self.host, self.port, self.pid, self.token = host, port, pid, token
+        self.host, self.port, self.pid = host, port, pid
+        self._issue = token
+        self._tokens: dict[int, str] = {}
         self.ws_url = f"ws://{host}:{port}/graphql"
         self.users = users
         self.sockets_per_user = sockets_per_user
@@ -199,6 +201,14 @@ class Soak:
         self.running = False
         self._t0 = 0.0
         self._rng = random.Random(13)
+
+    def token(self, user: int) -> str:
+        """The user's token: one per user, as a client keeps it (a new one every call would fill the
+        server's cache of verified tokens, 50,000 entries, and read as memory the load kept)."""
+        found = self._tokens.get(user)
+        if found is None:
+            found = self._tokens[user] = self._issue(user)
+        return found
 
     # ---- what the sockets report
 
@@ -441,6 +451,7 @@ async def _bench(args: argparse.Namespace, server, database_url: str) -> dict:
     await soak.connect()
     connected = rss_of(server.pid)
     cpu_per_pair = await soak.calibrate(args.calibration_rate, args.calibration_seconds)
+    _diag(server.pid)
     sustainable = 1.0 / cpu_per_pair
     rate = args.rate_factor * sustainable
     soak.reset()

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import gc
+import logging
 import uuid
 
 import uvicorn
@@ -127,6 +128,33 @@ async def test_subscriptions_ended_with_the_resync_error_leave_no_cycles_on_the_
             await asyncio.gather(*(ws.close() for ws in sockets))
             await asyncio.sleep(0.2)  # the server's side of each close handshake
             found = server_side_cyclic_garbage()
+    assert sum(found.values()) < n, found.most_common(20)
+
+
+async def test_subscriptions_writing_to_sockets_just_closed_leave_no_cycles_and_no_errors(migrated_url, caplog):
+    """Each subscription writes (its resync error) after its client's connection was lost and before the
+    handler's read loop saw it go: the race of the soak's 51 ERROR tracebacks, made certain here. The
+    connection-lost callbacks are queued first (the server side aborted), then the subscriptions' wake-ups,
+    then what the read loops do: every write finds its socket gone. Before: each operation's task kept
+    its exception (task -> exception -> traceback -> frame -> operation -> task), holding the whole
+    connection in a cycle, and logged "Exception in worker task" at ERROR with a traceback."""
+    n = 20
+    settings = make_settings(migrated_url, run_relay=False)
+    async with LeanServer(settings) as server:
+        sockets, _ = await _subscribed(server, settings, [9_160_000 + u for u in range(1, n + 1)])
+        with no_automatic_collection():
+            protocols = [c for c in server.server.server_state.connections if isinstance(c, LeanWebSocketProtocol)]
+            assert len(protocols) == n
+            for protocol in protocols:
+                protocol.transport.abort()
+            server.runtime.deps.dispatcher.interrupt_all()
+            await wait_active_subscriptions(server, 0)
+            await asyncio.sleep(0.2)
+            found = server_side_cyclic_garbage()
+        for ws in sockets:
+            ws.ws.transport.abort()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors[:5]]
     assert sum(found.values()) < n, found.most_common(20)
 
 
