@@ -514,7 +514,7 @@ def main() -> None:
     parser.add_argument("--sockets-per-user", type=int, default=3)
     parser.add_argument("--churn", type=int, default=4)
     parser.add_argument("--rate-factor", type=float, default=2.0)
-    parser.add_argument("--calibration-rate", type=float, default=50.0)
+    parser.add_argument("--calibration-rate", type=float, default=600.0)
     parser.add_argument("--calibration-seconds", type=float, default=5.0)
     parser.add_argument("--kafka", action="store_true")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server (repeatable)")

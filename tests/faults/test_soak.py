@@ -12,9 +12,12 @@ real PostgreSQL and Kafka, a production-mode `chatgql serve`, 60 users in
 groups of 10 on 3 websockets each (messageNew and readUpdated over all their
 conversations: 360 subscriptions; every send and every markRead goes to 30
 sockets), 4 sockets replaced a second, half of them dropped without a close
-frame. First a calibration at 50 pairs/s gives the server's CPU per
-send+markRead pair (its deliveries included): the sustainable rate is one
-core's worth. Then the load runs at twice that. Checked, all in the one run:
+frame. First a calibration past saturation (600 pairs/s asked for 5 s) gives
+the server's CPU per send+markRead pair (its deliveries included): the
+sustainable rate is one core's worth. Below saturation the figure overstates
+the cost (the server batches less: group commit, read coalescing, Kafka
+batches; at 100 pairs/s it read 5-7 ms a pair, the server then sustained
+330/s), so "twice" would not be overload. Then the load runs at twice that. Checked, all in the one run:
 
 - the lag from send to delivery stays bounded by CHATGQL_MAX_DELIVERY_DELAY_SECONDS
   plus slack, and does not grow through the run (last third vs first third);
@@ -48,9 +51,9 @@ pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(300)]
 
 MAX_DELAY = 2.0  # CHATGQL_MAX_DELIVERY_DELAY_SECONDS for this run
 LAG_SLACK = 3.0  # seconds past the bound a delivery may still arrive (the client's own loop on 2 busy cores)
-USERS, SOCKETS_PER_USER = 60, 3
-LOAD_SECONDS = 20
-SETTLE_SECONDS = 8  # after the clients left (the heap trimmer looks every 5 s)
+USERS, SOCKETS_PER_USER = 60, 5  # 5 websockets a user, as in the soak of the issue
+LOAD_SECONDS = 16
+SETTLE_SECONDS = 6  # after the clients left (the heap trimmer looks every 5 s)
 MB = 2**20
 
 
@@ -82,7 +85,7 @@ async def test_at_twice_the_sustainable_rate_lag_and_memory_stay_flat_and_subscr
         soak = Soak("127.0.0.1", server.port, server.pid, token, users=USERS, sockets_per_user=SOCKETS_PER_USER)
         idle = rss_of(server.pid)
         await soak.connect()
-        cpu_per_pair = await soak.calibrate(rate=50, seconds=5)  # low rates overstate it (less batching)
+        cpu_per_pair = await soak.calibrate(rate=600, seconds=5)  # past saturation: see the module docstring
         sustainable = 1.0 / max(cpu_per_pair, 1e-4)
         rate = 2 * sustainable
         for round_ in range(2):
