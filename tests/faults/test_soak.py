@@ -32,6 +32,7 @@ batches; at 100 pairs/s it read 5-7 ms a pair, the server then sustained
 from __future__ import annotations
 
 import asyncio
+import shutil
 import statistics
 import tempfile
 import uuid
@@ -140,3 +141,4 @@ async def test_at_twice_the_sustainable_rate_lag_and_memory_stay_flat_and_subscr
     # No ERROR traceback in the server's log.
     problems = _problems(log)
     assert not problems, "\n".join(problems[:20])
+    shutil.rmtree(scratch, ignore_errors=True)  # kept when a check failed: the server's log is in it
