@@ -17,12 +17,15 @@ import time
 import uuid
 from collections import defaultdict
 
+import orjson
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from chatgql.events.bus import Bus, feed_dispatcher
 from chatgql.events.consumer import DispatchSink, FanoutConsumer
 from chatgql.events.dispatch import DeliveryDelayed, Dispatcher, MembershipCache, SubscriberOverflow
-from chatgql.events.publish import DispatchPublisher, KafkaPublisher, ensure_topic
+from chatgql.events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, ensure_topic
 from chatgql.events.relay import OutboxRelay
 
 from ..conftest import RunningServer, make_settings
@@ -125,6 +128,33 @@ def _event(cid: int, seq: int) -> dict:
 
 async def _next(subscription) -> dict:
     return await asyncio.wait_for(subscription.__anext__(), 5)
+
+
+async def test_the_commit_time_travels_through_the_bus_beside_the_event_not_in_it():
+    """BusPublisher (and the consumer's BusSink) wrap the event in the envelope; the feed opens it:
+    the subscriber gets the event's JSON unchanged, and a stale one is shed by the bound."""
+    bus = Bus("memory://")
+    await bus.connect()
+    dispatcher, _ = _dispatcher(max_delay=1.0)
+    ready = asyncio.Event()
+    feed = asyncio.create_task(feed_dispatcher(bus, dispatcher, ready, heartbeat_seconds=0.2))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        publisher = BusPublisher(bus)
+        async with dispatcher.subscribe(2, 1, "message.new") as sub:
+            await publisher.publish([("1", _event(1, 1))], [time.time()])
+            assert await _next(sub) == _event(1, 1)
+            await bus.publish(orjson.dumps(_event(1, 2)).decode(), "1")  # no envelope: no commit time
+            assert await _next(sub) == _event(1, 2)
+            await publisher.publish([("1", _event(1, 3))], [time.time() - 10])
+            with pytest.raises(DeliveryDelayed):
+                await _next(sub)
+        assert dispatcher.shed == 1
+    finally:
+        feed.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feed
+        await bus.disconnect()
 
 
 async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed():
