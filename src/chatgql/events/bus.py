@@ -328,11 +328,23 @@ async def feed_dispatcher(
             log.warning("broadcast bus feed broke; ending subscriptions and reconnecting", exc_info=True)
         dispatcher.interrupt_all()
         reconnected = True
-        await asyncio.sleep(0.5)
-        try:
-            await bus.reconnect()
-        except Exception:
-            log.warning("broadcast bus reconnect failed; retrying", exc_info=True)
+        # Reconnect until it works (subscriptions taken meanwhile are told to resync once it
+        # does, above): ending everyone again on every failed attempt only adds noise.
+        pause, attempts = 0.5, 0
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                await bus.reconnect()
+                break
+            except Exception as error:
+                attempts += 1
+                if attempts == 1:
+                    log.warning("broadcast bus reconnect failed; retrying until it is back", exc_info=True)
+                else:
+                    log.info("broadcast bus reconnect failed again (%d): %r", attempts, error)
+                pause = min(pause * 2, 2.0)
+        if attempts:
+            log.warning("broadcast bus reconnected after %d failed attempt(s)", attempts)
 
 
 async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: str, every: float) -> None:
