@@ -78,6 +78,8 @@ class OutboxRelay:
             raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
         self._database = database
         self._publisher = publisher
+        # Kafka and the bus carry the payload's JSON text as PostgreSQL gives it: not decoded here.
+        self._text = getattr(publisher, "takes_text", False)
         self.shards = shards
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
@@ -203,7 +205,7 @@ class OutboxRelay:
             try:
                 async with self._database.connection() as conn:
                     rows = await outbox.oldest(
-                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size
+                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size, text=self._text
                     )
             except Exception:
                 log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
@@ -230,7 +232,7 @@ class OutboxRelay:
                 if rows is None:
                     shard.dirty = False
                     async with self._database.connection() as conn:
-                        rows = await outbox.oldest(conn, shard.slots, self._batch_size)
+                        rows = await outbox.oldest(conn, shard.slots, self._batch_size, text=self._text)
                     complete = len(rows) < self._batch_size
                 if rows:
                     await self._relay(shard, rows)
