@@ -185,14 +185,17 @@ async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_sta
         readers = [await stack.enter_async_context(dispatcher.subscribe(uid, 1, "message.new")) for uid in range(2, 22)]
         everyone = await stack.enter_async_context(dispatcher.subscribe(30, None, "message.new"))
         bystander = await stack.enter_async_context(dispatcher.subscribe(2, 7, "message.new"))
+        outsider = await stack.enter_async_context(dispatcher.subscribe(99, None, "message.new"))  # not a member
+        await dispatcher.dispatch(_event(1, 0), time.time())  # fresh: delivered, and the members are known
+        assert loads == [1]
         tasks = len(asyncio.all_tasks())
         stale = time.time() - 10
         await dispatcher.dispatch_many([(_event(1, seq), stale) for seq in range(1, 20_001)])
-        assert loads == []  # shedding reads nothing
+        assert loads == [1]  # shedding reads nothing
         assert len(asyncio.all_tasks()) == tasks  # and starts nothing per event
         assert dispatcher.shed == 20_000
-        for sub in [*readers, everyone]:  # membership unknown here: the all-conversations one may be a member
-            assert sub._pending is None
+        for sub in [*readers, everyone]:  # the all-conversations subscriber of a member too
+            assert sub._pending is None  # what was buffered (seq 0) is dropped with it
             try:
                 await _next(sub)
             except DeliveryDelayed:
@@ -200,6 +203,15 @@ async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_sta
             else:
                 raise AssertionError("a subscription survived a shed event")
         assert bystander._failure is None  # another conversation's subscriber is left alone
+        assert outsider._failure is None  # and a non-member's all-conversations one
+
+    # Membership not known here: every all-conversations subscriber may be a member, all end.
+    dispatcher, loads = _dispatcher(max_delay=1.0)
+    async with dispatcher.subscribe(99, None, "message.new") as maybe:
+        await dispatcher.dispatch(_event(1, 1), time.time() - 10)
+        assert loads == [] and dispatcher.delayed == 1
+        with pytest.raises(DeliveryDelayed):
+            await _next(maybe)
 
     # Fresh events flooding a reader that never reads: its buffer holds at most `buffer`.
     dispatcher, loads = _dispatcher(max_delay=1.0, buffer=100)
