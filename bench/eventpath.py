@@ -1,7 +1,7 @@
 """CPU per event of the live path (relay + consumer + dispatch + one subscriber's delivery),
 this tree against a baseline, interleaved in one run; and delivery capacity.
 
-`python -m bench.eventpath [--baseline REV] [--rate 300] [--seconds 5] [--rounds 2] [--configs kafka,nokafka]`
+`python -m bench.eventpath [--baseline REV] [--rate 300] [--seconds 4] [--rounds 2] [--configs kafka,nokafka,redis]`
 
 Two `chatgql serve` processes run at once, each with a database of its own in one
 embedded PostgreSQL (and a Kafka topic of its own on one broker): the baseline (src/
@@ -18,7 +18,8 @@ websocket handler writes it. A subscriber process holds the websocket(s).
   server spends idle for as long (heartbeats, relay polls, consumer fetch waits).
   The load alternates A B B A ... in short segments, so both servers share the
   machine's minutes. PostgreSQL's and Kafka's CPU per event are given for
-  reference (PostgreSQL's includes the load generator's inserts).
+  reference (PostgreSQL's includes the load generator's inserts), and Redis's for the redis config.
+- configs: kafka (Kafka + memory bus), nokafka (memory bus alone), redis (Kafka + redis:// bus).
 - capacity: 200 subscribers of one group on one server, events at a rate that asks
   for about 8,000 deliveries/s: deliveries/s achieved and server CPU per delivery.
 
@@ -45,7 +46,7 @@ import psutil
 
 from chatgql import db
 
-from .infra import REPO, Kafka, Postgres, Server, die_with_parent, log, machine_info, process_cpu, use_uvloop
+from .infra import REPO, Kafka, Postgres, Redis, Server, die_with_parent, log, machine_info, process_cpu, use_uvloop
 from .queries import token
 
 RESULTS = REPO / "bench" / "RESULTS.eventpath.md"
@@ -260,14 +261,21 @@ def _spawn(name: str, tree: Path, url: str, scratch: Path, kafka: Kafka | None, 
     return Target(name, server, url)
 
 
-async def _config(config: str, trees: dict[str, Path], pg: Postgres, kafka: Kafka, scratch: Path, args) -> dict:
-    use_kafka = kafka if config == "kafka" else None
+async def _config(
+    config: str, trees: dict[str, Path], pg: Postgres, kafka: Kafka, scratch: Path, args, redis: dict[str, Redis]
+) -> dict:
+    """kafka: Kafka + memory bus; nokafka: memory bus alone; redis: Kafka + a redis:// bus (the consumer
+    publishes to Redis and the process's feed reads it back: the multi-process path, in one process)."""
+    use_kafka = kafka if config in ("kafka", "redis") else None
+
     targets: dict[str, Target] = {}
     databases: dict[str, db.Database] = {}
     try:
         for name, tree in trees.items():
             url = await _create_database(pg.url, f"ev_{config}_{name}")
-            targets[name] = _spawn(f"{config}-{name}", tree, url, scratch, use_kafka, {})
+            # each server a Redis of its own (pub/sub channels are not per database number)
+            extra = {"CHATGQL_BROADCAST_URL": redis[name].url} if config == "redis" else {}
+            targets[name] = _spawn(f"{config}-{name}", tree, url, scratch, use_kafka, extra)
             databases[name] = await db.Database(url, max_size=2).open()
         for target in targets.values():
             target.cid = await _group(target, [2])
@@ -278,9 +286,11 @@ async def _config(config: str, trees: dict[str, Path], pg: Postgres, kafka: Kafk
         order = list(targets)
         for r in range(args.rounds):
             for name in order if r % 2 == 0 else order[::-1]:
+                redis0 = redis[name].cpu_seconds() if config == "redis" else 0.0
                 seg = await _segment(
                     targets[name], databases[name], pg, use_kafka, args.rate, args.seconds, args.per_insert
                 )
+                seg["redis"] = (redis[name].cpu_seconds() if config == "redis" else 0.0) - redis0
                 segments[name].append(seg)
                 log(f"{config} {name}: {seg}")
         result = {}
@@ -297,6 +307,7 @@ async def _config(config: str, trees: dict[str, Path], pg: Postgres, kafka: Kafk
                 "idle_cpu_percent": 100 * idle[name],
                 "pg_ms_per_event": 1000 * sum(s["pg"] for s in segs) / max(events, 1),
                 "kafka_ms_per_event": 1000 * sum(s["kafka"] for s in segs) / max(events, 1),
+                "redis_ms_per_event": 1000 * sum(s["redis"] for s in segs) / max(events, 1),
                 "rss_mb": targets[name].rss_mb(),
             }
         return result
@@ -392,18 +403,21 @@ def _report(results: dict, args, base_rev: str) -> str:
         "Events written straight into the outbox at a fixed rate; one `chatgql serve` per tree (relay +",
         "consumer + dispatch + websocket write to one subscriber), interleaved segments. CPU is the server",
         "process's (psutil user+system); 'net' subtracts what the same server spends idle for as long.",
+        "Configs: kafka = Kafka + memory bus (one process); nokafka = memory bus alone (the embedded default);",
+        "redis = Kafka + a redis:// bus (the consumer publishes to Redis, the feed reads it back: the",
+        "multi-process path, here in one process, each server with a Redis of its own).",
         "Target (issue 13 item 3): at most 0.3 ms per event.",
         "",
         "| config | tree | events sent/received | resync errors | CPU ms/event | net CPU ms/event | idle CPU % "
-        "| PostgreSQL ms/event | Kafka ms/event | RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| PostgreSQL ms/event | Kafka ms/event | Redis ms/event | RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config in args.configs:
         for name, r in results[config].items():
             lines.append(
                 f"| {config} | {name} | {r['sent']}/{r['received']} | {r['errors']} | {r['cpu_ms_per_event']:.3f} "
                 f"| {r['net_cpu_ms_per_event']:.3f} | {r['idle_cpu_percent']:.1f} | {r['pg_ms_per_event']:.3f} "
-                f"| {r['kafka_ms_per_event']:.3f} | {r['rss_mb']:.0f} |"
+                f"| {r['kafka_ms_per_event']:.3f} | {r['redis_ms_per_event']:.3f} | {r['rss_mb']:.0f} |"
             )
     if "capacity" in results:
         lines += [
@@ -441,13 +455,19 @@ async def _run(args) -> dict:
     trees = {"baseline": _export(base_rev, scratch / "baseline"), "this": REPO / "src"}
     pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
     kafka = await asyncio.to_thread(Kafka.start, scratch)
+    redises = {
+        name: await asyncio.to_thread(Redis.start, scratch / f"redis-{name}")
+        for name in (trees if "redis" in args.configs else ())
+    }
     results: dict = {"shedding": await _shedding()}
     try:
         for config in args.configs:
-            results[config] = await _config(config, trees, pg, kafka, scratch, args)
+            results[config] = await _config(config, trees, pg, kafka, scratch, args, redises)
         if args.capacity_rate:
             results["capacity"] = await _capacity(trees, pg, kafka, scratch, args)
     finally:
+        for redis in redises.values():
+            redis.stop()
         kafka.stop()
         pg.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -461,10 +481,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", default="main")
     parser.add_argument("--rate", type=float, default=300)
-    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--per-insert", type=int, default=1, help="events per outbox insert (transaction)")
-    parser.add_argument("--configs", default="kafka,nokafka")
+    parser.add_argument("--configs", default="kafka,nokafka,redis")
     parser.add_argument("--capacity-rate", type=float, default=40, help="events/s to 200 subscribers (0: skip)")
     args = parser.parse_args()
     args.configs = [c for c in args.configs.split(",") if c]
