@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
 DEFAULT_BUCKETS = 64
+# The feed hands on at most this many already-received events before letting other tasks run.
+YIELD_EVERY = 64
 # How long a channel no subscription wants stays subscribed (see Bus.release).
 UNSUBSCRIBE_AFTER_SECONDS = 5.0
 
@@ -295,6 +297,11 @@ class _Receiver:
     async def get(self) -> Event:
         return await self._backend.next_published()
 
+    def get_nowait(self) -> Event | None:
+        """An event already received, or None (backends without the method: always None)."""
+        poll = getattr(self._backend, "next_published_nowait", None)
+        return poll() if poll is not None else None
+
 
 async def feed_dispatcher(
     bus: Bus,
@@ -369,15 +376,26 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
             await asyncio.sleep(every)
 
     beater = asyncio.create_task(send_beats())
+    in_a_row = 0
     try:
         while True:
             if beater.done():
                 beater.result()  # a heartbeat that cannot be sent: the bus is broken
                 raise RuntimeError("the heartbeat stopped")
-            try:
-                event = await asyncio.wait_for(subscriber.get(), every)
-            except TimeoutError:
-                event = None
+            # What is already queued is taken without wait_for (which makes a task per call),
+            # letting the rest of the process run every so often.
+            event = subscriber.get_nowait()
+            if event is not None:
+                in_a_row += 1
+                if in_a_row >= YIELD_EVERY:
+                    in_a_row = 0
+                    await asyncio.sleep(0)
+            else:
+                in_a_row = 0
+                try:
+                    event = await asyncio.wait_for(subscriber.get(), every)
+                except TimeoutError:
+                    event = None
             now = loop.time()
             if event is not None:
                 heard[event.channel] = now
