@@ -22,11 +22,13 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from chatgql.db import Database
 from chatgql.events.bus import Bus, feed_dispatcher
 from chatgql.events.consumer import DispatchSink, FanoutConsumer
 from chatgql.events.dispatch import DeliveryDelayed, Dispatcher, MembershipCache, SubscriberOverflow
 from chatgql.events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, ensure_topic
 from chatgql.events.relay import OutboxRelay
+from chatgql.store import outbox
 
 from ..conftest import RunningServer, make_settings
 from .conftest import kafka_settings
@@ -58,6 +60,28 @@ async def test_one_process_hands_events_to_its_dispatcher_without_the_bus(migrat
             assert runtime.deps.dispatcher.dispatched >= dispatched + 5
             assert sum(runtime.bus.events_published.values()) == 0
             assert sum(runtime.bus.events_received.values()) == 0
+
+
+async def test_a_relay_read_deletes_the_rows_relayed_before_it_in_the_same_statement(migrated_url):
+    """One round trip per relay cycle: the next read deletes the batch just published, never
+    returns it again, and hands Kafka and the bus the payload's JSON text as stored."""
+    database = await Database(migrated_url, max_size=2).open()
+    try:
+        async with database.connection() as conn:
+            await outbox.append(conn, [(str(i % 7), {"n": i, "type": "t"}) for i in range(40)])
+            for slots in (list(range(outbox.SLOTS)), outbox.shard_slots(0, 4)):
+                first = await outbox.oldest(conn, slots, 5, text=True)
+                assert orjson.loads(first[0].payload)["type"] == "t" and isinstance(first[0].created, float)
+                second = await outbox.oldest(conn, slots, 5, delete=[row.id for row in first])
+                assert second and not {row.id for row in first} & {row.id for row in second}
+                assert min(row.id for row in second) > max(row.id for row in first)  # the next ones, in id order
+                gone = await conn.fetchval(
+                    "SELECT count(*) FROM outbox WHERE id = ANY($1::bigint[])", [row.id for row in first]
+                )
+                assert gone == 0
+            await conn.execute("DELETE FROM outbox")
+    finally:
+        await database.close()
 
 
 MESSAGES = "query($c: ID!) { messages(conversationId: $c, first: 50) { nodes { seq body } } }"
