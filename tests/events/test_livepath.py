@@ -17,13 +17,18 @@ import time
 import uuid
 from collections import defaultdict
 
+import orjson
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from chatgql.db import Database
+from chatgql.events.bus import Bus, feed_dispatcher
 from chatgql.events.consumer import DispatchSink, FanoutConsumer
 from chatgql.events.dispatch import DeliveryDelayed, Dispatcher, MembershipCache, SubscriberOverflow
-from chatgql.events.publish import DispatchPublisher, KafkaPublisher, ensure_topic
+from chatgql.events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, ensure_topic
 from chatgql.events.relay import OutboxRelay
+from chatgql.store import outbox
 
 from ..conftest import RunningServer, make_settings
 from .conftest import kafka_settings
@@ -55,6 +60,28 @@ async def test_one_process_hands_events_to_its_dispatcher_without_the_bus(migrat
             assert runtime.deps.dispatcher.dispatched >= dispatched + 5
             assert sum(runtime.bus.events_published.values()) == 0
             assert sum(runtime.bus.events_received.values()) == 0
+
+
+async def test_a_relay_read_deletes_the_rows_relayed_before_it_in_the_same_statement(migrated_url):
+    """One round trip per relay cycle: the next read deletes the batch just published, never
+    returns it again, and hands Kafka and the bus the payload's JSON text as stored."""
+    database = await Database(migrated_url, max_size=2).open()
+    try:
+        async with database.connection() as conn:
+            await outbox.append(conn, [(str(i % 7), {"n": i, "type": "t"}) for i in range(40)])
+            for slots in (list(range(outbox.SLOTS)), outbox.shard_slots(0, 4)):
+                first = await outbox.oldest(conn, slots, 5, text=True)
+                assert orjson.loads(first[0].payload)["type"] == "t" and isinstance(first[0].created, float)
+                second = await outbox.oldest(conn, slots, 5, delete=[row.id for row in first])
+                assert second and not {row.id for row in first} & {row.id for row in second}
+                assert min(row.id for row in second) > max(row.id for row in first)  # the next ones, in id order
+                gone = await conn.fetchval(
+                    "SELECT count(*) FROM outbox WHERE id = ANY($1::bigint[])", [row.id for row in first]
+                )
+                assert gone == 0
+            await conn.execute("DELETE FROM outbox")
+    finally:
+        await database.close()
 
 
 MESSAGES = "query($c: ID!) { messages(conversationId: $c, first: 50) { nodes { seq body } } }"
@@ -127,6 +154,33 @@ async def _next(subscription) -> dict:
     return await asyncio.wait_for(subscription.__anext__(), 5)
 
 
+async def test_the_commit_time_travels_through_the_bus_beside_the_event_not_in_it():
+    """BusPublisher (and the consumer's BusSink) wrap the event in the envelope; the feed opens it:
+    the subscriber gets the event's JSON unchanged, and a stale one is shed by the bound."""
+    bus = Bus("memory://")
+    await bus.connect()
+    dispatcher, _ = _dispatcher(max_delay=1.0)
+    ready = asyncio.Event()
+    feed = asyncio.create_task(feed_dispatcher(bus, dispatcher, ready, heartbeat_seconds=0.2))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        publisher = BusPublisher(bus)
+        async with dispatcher.subscribe(2, 1, "message.new") as sub:
+            await publisher.publish([("1", _event(1, 1))], [time.time()])
+            assert await _next(sub) == _event(1, 1)
+            await bus.publish(orjson.dumps(_event(1, 2)).decode(), "1")  # no envelope: no commit time
+            assert await _next(sub) == _event(1, 2)
+            await publisher.publish([("1", _event(1, 3))], [time.time() - 10])
+            with pytest.raises(DeliveryDelayed):
+                await _next(sub)
+        assert dispatcher.shed == 1
+    finally:
+        feed.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feed
+        await bus.disconnect()
+
+
 async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed():
     """A slow socket: the event sat in the subscription's buffer past the bound."""
     dispatcher, _ = _dispatcher(max_delay=0.3)
@@ -155,14 +209,17 @@ async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_sta
         readers = [await stack.enter_async_context(dispatcher.subscribe(uid, 1, "message.new")) for uid in range(2, 22)]
         everyone = await stack.enter_async_context(dispatcher.subscribe(30, None, "message.new"))
         bystander = await stack.enter_async_context(dispatcher.subscribe(2, 7, "message.new"))
+        outsider = await stack.enter_async_context(dispatcher.subscribe(99, None, "message.new"))  # not a member
+        await dispatcher.dispatch(_event(1, 0), time.time())  # fresh: delivered, and the members are known
+        assert loads == [1]
         tasks = len(asyncio.all_tasks())
         stale = time.time() - 10
         await dispatcher.dispatch_many([(_event(1, seq), stale) for seq in range(1, 20_001)])
-        assert loads == []  # shedding reads nothing
+        assert loads == [1]  # shedding reads nothing
         assert len(asyncio.all_tasks()) == tasks  # and starts nothing per event
         assert dispatcher.shed == 20_000
-        for sub in [*readers, everyone]:  # membership unknown here: the all-conversations one may be a member
-            assert sub._pending is None
+        for sub in [*readers, everyone]:  # the all-conversations subscriber of a member too
+            assert sub._pending is None  # what was buffered (seq 0) is dropped with it
             try:
                 await _next(sub)
             except DeliveryDelayed:
@@ -170,6 +227,15 @@ async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_sta
             else:
                 raise AssertionError("a subscription survived a shed event")
         assert bystander._failure is None  # another conversation's subscriber is left alone
+        assert outsider._failure is None  # and a non-member's all-conversations one
+
+    # Membership not known here: every all-conversations subscriber may be a member, all end.
+    dispatcher, loads = _dispatcher(max_delay=1.0)
+    async with dispatcher.subscribe(99, None, "message.new") as maybe:
+        await dispatcher.dispatch(_event(1, 1), time.time() - 10)
+        assert loads == [] and dispatcher.delayed == 1
+        with pytest.raises(DeliveryDelayed):
+            await _next(maybe)
 
     # Fresh events flooding a reader that never reads: its buffer holds at most `buffer`.
     dispatcher, loads = _dispatcher(max_delay=1.0, buffer=100)

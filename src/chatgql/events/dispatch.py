@@ -455,7 +455,8 @@ class Dispatcher:
         if self._by_user:
             known = self._membership.peek(cid)
             for uid, subs in self._by_user.items():
-                if known is not None and known.complete and uid not in known.ids:
+                # not a member, as far as this process knows (a big group's answer covers whom it asked about)
+                if known is not None and uid not in known.ids and (known.complete or uid in known.asked):
                     continue
                 for sub in subs:
                     if sub.event_type == kind and sub._failure is None:
