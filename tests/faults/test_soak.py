@@ -50,7 +50,7 @@ from .infra import FaultKafka, FaultPostgres
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(300)]
 
-MAX_DELAY = 2.0  # CHATGQL_MAX_DELIVERY_DELAY_SECONDS for this run
+MAX_DELAY = 1.0  # CHATGQL_MAX_DELIVERY_DELAY_SECONDS for this run (short: saturated, the lag sits near 1-2 s)
 LAG_SLACK = 3.0  # seconds past the bound a delivery may still arrive (the client's own loop on 2 busy cores)
 USERS, SOCKETS_PER_USER = 60, 5  # 5 websockets a user, as in the soak of the issue
 LOAD_SECONDS = 16
@@ -120,8 +120,6 @@ async def test_at_twice_the_sustainable_rate_lag_and_memory_stay_flat_and_subscr
         seconds = r["seconds"]
         lags = [lag for s in seconds for lag in s.lags]
         assert lags, report  # the soak ran
-        # Resync signals were sent instead of falling further behind.
-        assert r["resyncs"].get("DELIVERY_DELAYED", 0) + r["resyncs"].get("SUBSCRIBER_TOO_SLOW", 0) > 0, report
         # The lag is bounded, and flat: the worst no worse than the bound plus slack, and the
         # last third's median no more than the slack above the first third's.
         assert max(lags) < MAX_DELAY + LAG_SLACK, report
@@ -133,6 +131,9 @@ async def test_at_twice_the_sustainable_rate_lag_and_memory_stay_flat_and_subscr
         first_rss = max(s.rss for s in seconds[:third] if s.rss)
         last_rss = max(s.rss for s in seconds[-third:] if s.rss)
         assert last_rss - first_rss < 16 * MB, report
+    # Resync signals were sent instead of falling further behind.
+    resyncs = sum(r["resyncs"].get("DELIVERY_DELAYED", 0) + r["resyncs"].get("SUBSCRIBER_TOO_SLOW", 0) for r in rounds)
+    assert resyncs > 0, report
     # Memory comes back after the clients leave: the second round, as long and as loaded as the
     # first, ends where the first ended (no ratchet: what the load held was freed and reused).
     assert rounds[1]["after"] - rounds[0]["after"] < 8 * MB, report
