@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import gc
+import logging
 import uuid
 
 import uvicorn
@@ -106,6 +107,54 @@ async def test_closed_websockets_leave_no_cycles_on_the_server(migrated_url):
             found = server_side_cyclic_garbage()
     # Before: ~80 objects per closed websocket (its protocol, parser, handler, context and each
     # subscription's executor), all in cycles.
+    assert sum(found.values()) < n, found.most_common(20)
+
+
+async def test_subscriptions_ended_with_the_resync_error_leave_no_cycles_on_the_server(migrated_url):
+    """Under overload subscriptions end with the resync error (DELIVERY_DELAYED, SUBSCRIBER_TOO_SLOW,
+    STREAM_INTERRUPTED) by the hundred, and their clients often go at once. Before (issue 13's soak):
+    the error raised from Subscription.__anext__ held its frame, the frame the subscription, the
+    subscription the error: every ended subscription, its executor and its result stream stayed in
+    a cycle; frozen, for the life of the process."""
+    n = 20
+    settings = make_settings(migrated_url, run_relay=False)
+    async with LeanServer(settings) as server:
+        sockets, operations = await _subscribed(server, settings, [9_150_000 + u for u in range(1, n + 1)])
+        with no_automatic_collection():
+            server.runtime.deps.dispatcher.interrupt_all()
+            errors = await asyncio.gather(*(op.error() for op in operations))
+            assert {e.extensions.get("reason") for e in errors} == {"STREAM_INTERRUPTED"}, errors[:2]
+            await wait_active_subscriptions(server, 0)
+            await asyncio.gather(*(ws.close() for ws in sockets))
+            await asyncio.sleep(0.2)  # the server's side of each close handshake
+            found = server_side_cyclic_garbage()
+    assert sum(found.values()) < n, found.most_common(20)
+
+
+async def test_subscriptions_writing_to_sockets_just_closed_leave_no_cycles_and_no_errors(migrated_url, caplog):
+    """Each subscription writes (its resync error) after its client's connection was lost and before the
+    handler's read loop saw it go: the race of the soak's 51 ERROR tracebacks, made certain here. The
+    connection-lost callbacks are queued first (the server side aborted), then the subscriptions' wake-ups,
+    then what the read loops do: every write finds its socket gone. Before: each operation's task kept
+    its exception (task -> exception -> traceback -> frame -> operation -> task), holding the whole
+    connection in a cycle, and logged "Exception in worker task" at ERROR with a traceback."""
+    n = 20
+    settings = make_settings(migrated_url, run_relay=False)
+    async with LeanServer(settings) as server:
+        sockets, _ = await _subscribed(server, settings, [9_160_000 + u for u in range(1, n + 1)])
+        with no_automatic_collection():
+            protocols = [c for c in server.server.server_state.connections if isinstance(c, LeanWebSocketProtocol)]
+            assert len(protocols) == n
+            for protocol in protocols:
+                protocol.transport.abort()
+            server.runtime.deps.dispatcher.interrupt_all()
+            await wait_active_subscriptions(server, 0)
+            await asyncio.sleep(0.2)
+            found = server_side_cyclic_garbage()
+        for ws in sockets:
+            ws.ws.transport.abort()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors[:5]]
     assert sum(found.values()) < n, found.most_common(20)
 
 

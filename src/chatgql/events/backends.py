@@ -90,6 +90,18 @@ class _Inbox:
             raise BusBroken(str(self.failure)) from self.failure
         return event
 
+    def get_nowait(self) -> Event | None:
+        """What is already received, without waiting (None: nothing yet)."""
+        if self.failure is not None:
+            raise BusBroken(str(self.failure)) from self.failure
+        try:
+            event = self.queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+        if event is None:
+            raise BusBroken(str(self.failure)) from self.failure
+        return event
+
 
 class MemoryBackend(BroadcastBackend):
     """One process: publish hands the event to this process's own listeners."""
@@ -120,6 +132,9 @@ class MemoryBackend(BroadcastBackend):
 
     async def next_published(self) -> Event:
         return await self._inbox.get()
+
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
 
 
 class _Listener:
@@ -273,8 +288,18 @@ class RedisBackend(BroadcastBackend):
     async def publish(self, channel: str, message: Any) -> None:
         await self._publisher.publish(channel, message)
 
+    async def publish_many(self, messages: list[tuple[str, Any]]) -> None:
+        """PUBLISH each (channel, message), in order, in one pipelined round trip."""
+        async with self._publisher.pipeline(transaction=False) as pipe:
+            for channel, message in messages:
+                pipe.publish(channel, message)
+            await pipe.execute()
+
     async def next_published(self) -> Event:
         return await self._inbox.get()
+
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
 
     def listening_groups(self) -> list[set[str]]:
         """The subscribed channels, grouped by the connection they arrive on."""
@@ -368,8 +393,19 @@ class RedisClusterBackend(BroadcastBackend):
     async def publish(self, channel: str, message: Any) -> None:
         await self._cluster.spublish(channel, message)
 
+    async def publish_many(self, messages: list[tuple[str, Any]]) -> None:
+        """SPUBLISH each (channel, message), in order, through one cluster pipeline (redis-py
+        sends each node its commands in one round trip, the nodes at once)."""
+        async with self._cluster.pipeline(transaction=False) as pipe:
+            for channel, message in messages:
+                pipe.spublish(channel, message)
+            await pipe.execute()
+
     async def next_published(self) -> Event:
         return await self._inbox.get()
+
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
 
     def listening_groups(self) -> list[set[str]]:
         """The subscribed channels, grouped by the node connection they arrive on."""

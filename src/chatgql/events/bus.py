@@ -13,6 +13,15 @@ bucket, a subscription to all of the viewer's conversations wants every bucket
 (a conversation the viewer joins later would otherwise be missed: its
 member.added event travels on its own bucket).
 
+An event's commit time travels with it without touching the event's JSON: a
+message on the bus is either the event's JSON text, or `@<commit time in epoch
+ms> <the JSON text>` (envelope()). The feed decodes each message once and hands
+the event and its time to the Dispatcher, which applies the delay bound.
+
+Within one process (memory://) events do not take the bus at all: the Kafka
+consumer, or the relay when there is no Kafka, hands them decoded straight to
+the Dispatcher (app.py wires it). The bus then carries only the feed's heartbeat.
+
 A listener that stalls or breaks may have lost events, so the feed sends
 itself a heartbeat through every connection it listens on (one per cluster
 node) and, when one does not come back in time or the backend reports a break,
@@ -27,7 +36,7 @@ import logging
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,8 +51,27 @@ log = logging.getLogger(__name__)
 CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
 DEFAULT_BUCKETS = 64
+# The feed hands on at most this many already-received events before letting other tasks run.
+YIELD_EVERY = 64
 # How long a channel no subscription wants stays subscribed (see Bus.release).
 UNSUBSCRIBE_AFTER_SECONDS = 5.0
+
+
+def envelope(message: bytes, committed_ms: int | None) -> bytes:
+    """The bus message for an event's JSON and its commit time (epoch ms; None: unknown)."""
+    if committed_ms is None:
+        return message
+    return b"@%d %s" % (committed_ms, message)
+
+
+def open_envelope(message: str | bytes) -> tuple[dict, float | None]:
+    """(the decoded event, its commit time in epoch seconds or None): one JSON decode."""
+    if isinstance(message, bytes):
+        message = message.decode()
+    if message[:1] == "@":
+        space = message.index(" ")
+        return orjson.loads(message[space + 1 :]), int(message[1:space]) / 1000
+    return orjson.loads(message), None
 
 
 def bucket_of(key: str, buckets: int) -> int:
@@ -223,6 +251,25 @@ class Bus:
         await self.publish_on(channel, message)
         self.events_published[channel] += 1
 
+    async def publish_many(self, messages: Sequence[tuple[str, bytes | str]]) -> None:
+        """Publish (key, message) pairs in order, pipelined: one round trip per batch, not per event."""
+        if not messages:
+            return
+        backend = self._publisher or self._backend
+        assert backend is not None, "bus not connected"
+        pairs = [(self.channel_for(key), message) for key, message in messages]
+        if hasattr(backend, "publish_many"):
+            await backend.publish_many(pairs)
+        else:
+            for channel, message in pairs:
+                await backend.publish(channel, message)
+        self.published += len(pairs)
+        for channel, _ in pairs:
+            self.events_published[channel] += 1
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # see publish_on
+
     async def publish_on(self, channel: str, message: str) -> None:
         backend = self._publisher or self._backend
         assert backend is not None, "bus not connected"
@@ -249,6 +296,11 @@ class _Receiver:
 
     async def get(self) -> Event:
         return await self._backend.next_published()
+
+    def get_nowait(self) -> Event | None:
+        """An event already received, or None (backends without the method: always None)."""
+        poll = getattr(self._backend, "next_published_nowait", None)
+        return poll() if poll is not None else None
 
 
 async def feed_dispatcher(
@@ -283,11 +335,23 @@ async def feed_dispatcher(
             log.warning("broadcast bus feed broke; ending subscriptions and reconnecting", exc_info=True)
         dispatcher.interrupt_all()
         reconnected = True
-        await asyncio.sleep(0.5)
-        try:
-            await bus.reconnect()
-        except Exception:
-            log.warning("broadcast bus reconnect failed; retrying", exc_info=True)
+        # Reconnect until it works (subscriptions taken meanwhile are told to resync once it
+        # does, above): ending everyone again on every failed attempt only adds noise.
+        pause, attempts = 0.5, 0
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                await bus.reconnect()
+                break
+            except Exception as error:
+                attempts += 1
+                if attempts == 1:
+                    log.warning("broadcast bus reconnect failed; retrying until it is back", exc_info=True)
+                else:
+                    log.info("broadcast bus reconnect failed again (%d): %r", attempts, error)
+                pause = min(pause * 2, 2.0)
+        if attempts:
+            log.warning("broadcast bus reconnected after %d failed attempt(s)", attempts)
 
 
 async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: str, every: float) -> None:
@@ -312,15 +376,26 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
             await asyncio.sleep(every)
 
     beater = asyncio.create_task(send_beats())
+    in_a_row = 0
     try:
         while True:
             if beater.done():
                 beater.result()  # a heartbeat that cannot be sent: the bus is broken
                 raise RuntimeError("the heartbeat stopped")
-            try:
-                event = await asyncio.wait_for(subscriber.get(), every)
-            except TimeoutError:
-                event = None
+            # What is already queued is taken without wait_for (which makes a task per call),
+            # letting the rest of the process run every so often.
+            event = subscriber.get_nowait()
+            if event is not None:
+                in_a_row += 1
+                if in_a_row >= YIELD_EVERY:
+                    in_a_row = 0
+                    await asyncio.sleep(0)
+            else:
+                in_a_row = 0
+                try:
+                    event = await asyncio.wait_for(subscriber.get(), every)
+                except TimeoutError:
+                    event = None
             now = loop.time()
             if event is not None:
                 heard[event.channel] = now
@@ -329,12 +404,12 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
                     raise RuntimeError(f"nothing came back through the bus on {channel}, not even a heartbeat")
             if event is None:
                 continue
-            payload = orjson.loads(event.message)
+            payload, committed_at = open_envelope(event.message)
             if payload["type"] == HEARTBEAT:
                 continue
             bus.events_received[event.channel] += 1
             try:
-                await dispatcher.dispatch(payload)
+                await dispatcher.dispatch(payload, committed_at)
             except Exception:
                 log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
                 dispatcher.interrupt_all()
