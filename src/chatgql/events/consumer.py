@@ -91,8 +91,8 @@ class FanoutConsumer:
         offset_reset: str = "latest",
         max_records: int = MAX_RECORDS,
         commit_interval: float = COMMIT_INTERVAL_SECONDS,
-        session_timeout_ms: int = 10_000,
-        heartbeat_interval_ms: int = 3_000,
+        session_timeout_ms: int = 6_000,
+        heartbeat_interval_ms: int = 2_000,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
