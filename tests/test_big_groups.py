@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from sqlalchemy import make_url, text
@@ -26,7 +26,7 @@ from chatgql.store.conversations import SEEN_STATE_SQL
 
 from .conftest import RunningServer, create_engine, drop_database, make_settings, scratch_database
 from .events.helpers import ChatApi, Operation, wait_active_subscriptions, ws_connect
-from .test_query_count import outbox_drained, recording_statements
+from .test_query_count import logging_statements, outbox_drained
 
 BIG = 100_000
 BATCH = 1_000
@@ -42,14 +42,6 @@ READS_WITH_MEMBER = (
 MESSAGES = (
     "subscription($c: ID) { messageNew(conversationId: $c) { seq message { seq seen seenByCount seenBy(first: 5) } } }"
 )
-
-
-@contextlib.contextmanager
-def logging_statements(server: RunningServer) -> Iterator[list[tuple[str, tuple]]]:
-    """(query, args) of every statement the server's pool runs meanwhile, but the outbox relay's."""
-    statements: list[tuple[str, tuple]] = []
-    with recording_statements(server, lambda record: statements.append((record.query, tuple(record.args or ())))):
-        yield statements
 
 
 def _member_rows(plan: dict) -> int:

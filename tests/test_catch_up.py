@@ -21,7 +21,8 @@ from chatgql import db
 from .conftest import GraphQLClient, RunningServer, make_settings
 from .events.helpers import ws_connect
 from .test_history import create_group, send_many
-from .test_partitioning import NAMES_MESSAGE, recording
+from .test_partitioning import NAMES_MESSAGE
+from .test_query_count import logging_statements
 from .test_resume import RESUME, seqs_of
 
 BOUND = 5
@@ -128,7 +129,7 @@ async def test_messages_after_a_cursor_too_far_behind_answers_the_newest_page_wi
 async def test_no_statement_reads_more_than_a_page_however_far_behind(behind, api, migrated_url):
     cid = await create_group(api, 1, [2])
     await send_many(api, 1, cid, 60)
-    with recording(behind) as recorded:
+    with logging_statements(behind) as recorded:
         sync = await api.data(SYNC, {"k": [{"conversationId": cid, "afterSeq": 0}], "l": 4}, user=2)
         page = await api.data(PAGE, {"c": cid, "first": 4, "after": "3"}, user=2)
     assert sync["sync"][0]["tooLong"] and page["messages"]["gapTooLong"]

@@ -39,7 +39,7 @@ from chatgql import db
 
 from .conftest import drop_database, scratch_database
 from .test_history import create_group, mark_read, send, send_many
-from .test_query_count import outbox_drained, recording_statements
+from .test_query_count import logging_statements, outbox_drained
 
 PARTITIONS = 16
 NAMES_MESSAGE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+message\b|\bchat_send\s*\(", re.I)
@@ -306,8 +306,7 @@ async def test_every_hot_path_statement_touches_one_partition_per_conversation(s
         "{ message { seq } duplicate } }"
     )
     page = "nodes { seq seenByCount seenBy seen } pageInfo { hasNextPage hasPreviousPage }"
-    recorded: list[tuple[str, tuple]] = []
-    with recording_statements(server, lambda record: recorded.append((record.query, tuple(record.args or ())))):
+    with logging_statements(server) as recorded:
         await send(client, owner, cid, "one more")
         first = await client.data(send_doc, {"c": cid, "k": retry}, user=owner)
         again = await client.data(send_doc, {"c": cid, "k": retry}, user=owner)

@@ -51,6 +51,14 @@ def recording_statements(server, record: Callable[[Any], None]) -> Iterator[None
 
 
 @contextlib.contextmanager
+def logging_statements(server) -> Iterator[list[tuple[str, tuple]]]:
+    """(query, args) of every statement the server's pool runs meanwhile, but the outbox relay's."""
+    statements: list[tuple[str, tuple]] = []
+    with recording_statements(server, lambda record: statements.append((record.query, tuple(record.args or ())))):
+        yield statements
+
+
+@contextlib.contextmanager
 def counting_statements(server) -> Iterator[list[str]]:
     statements: list[str] = []
     with recording_statements(server, lambda record: statements.append(" ".join(record.query.split()))):
