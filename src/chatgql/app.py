@@ -27,9 +27,9 @@ from starlette.types import Receive, Scope, Send
 from . import collector, db
 from .db import Database
 from .events.bus import Bus, feed_dispatcher
-from .events.consumer import FanoutConsumer
+from .events.consumer import BusSink, DispatchSink, FanoutConsumer, Sink
 from .events.dispatch import Dispatcher, MembershipCache
-from .events.publish import BusPublisher, KafkaPublisher, Publisher, ensure_topic
+from .events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, Publisher, ensure_topic
 from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
 from .graphql import validation
@@ -129,6 +129,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         metrics.track(metrics.bus_published, lambda: sum(bus.events_published.values()))
         metrics.track(metrics.bus_received, lambda: sum(bus.events_received.values()))
 
+        live: Dispatcher | None = None  # this process's, when it serves subscriptions
         if api:
             big = settings.big_group_threshold
 
@@ -143,9 +144,12 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 on_drop=metrics.subscribers_dropped.inc,
                 interest=bus if bus.sharded else None,  # a cluster bus listens only to the buckets needed
                 read_interval=settings.big_group_read_interval_seconds,
+                max_delay=settings.max_delivery_delay_seconds,
             )
-            runtime.deps.dispatcher = dispatcher
+            runtime.deps.dispatcher = live = dispatcher
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
+            metrics.track(metrics.subscribers_delayed, lambda: dispatcher.delayed)
+            metrics.track(metrics.events_shed, lambda: dispatcher.shed)
             await _task(
                 stack,
                 feed_dispatcher(bus, dispatcher, runtime.bus_ready, heartbeat_seconds=settings.bus_heartbeat_seconds),
@@ -156,6 +160,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             await _task(stack, HeapTrimmer().run(), "heap-trim")
 
         kafka = settings.kafka_bootstrap_servers
+        # One process (memory://) hands events decoded straight to its Dispatcher: no JSON, no bus.
+        direct = live if live is not None and urlsplit(settings.broadcast_url).scheme == "memory" else None
         if settings.run_relay:
             publisher: Publisher
             if kafka:
@@ -167,6 +173,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 await producer.start()
                 stack.push_async_callback(producer.stop)
                 publisher = producer
+            elif direct is not None:
+                publisher = DispatchPublisher(direct)
             else:
                 publisher = BusPublisher(bus)
 
@@ -187,8 +195,9 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             await _task(stack, runtime.relay.run(), "outbox-relay")
 
         if kafka and settings.run_consumer:
+            sink: Sink = DispatchSink(direct) if direct is not None else BusSink(bus)
             consumer = runtime.consumer = FanoutConsumer(
-                kafka, settings.kafka_topic, settings.kafka_group, bus, offset_reset=settings.kafka_offset_reset
+                kafka, settings.kafka_topic, settings.kafka_group, sink, offset_reset=settings.kafka_offset_reset
             )
             metrics.track(metrics.consumer_lag, lambda: consumer.lag)
             await _task(stack, consumer.run(), "kafka-consumer")

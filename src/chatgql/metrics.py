@@ -53,6 +53,17 @@ class Metrics:
             "chatgql_subscribers_dropped", "Subscriptions ended because the client fell behind", registry=self.registry
         )
         # Read-storm coalescing: flushes, and the markRead calls they answered
+        # livepath: the delay bound (docs/scale/livepath.md)
+        self.subscribers_delayed = Gauge(
+            "chatgql_subscribers_delayed",
+            "Subscriptions ended with DELIVERY_DELAYED: an event for them was older than the delay bound",
+            registry=self.registry,
+        )
+        self.events_shed = Gauge(
+            "chatgql_events_shed",
+            "Events not delivered: older than the delay bound when dispatched",
+            registry=self.registry,
+        )
         self.mark_read_flushes = Counter(
             "chatgql_mark_read_flushes", "markRead flushes committed (one statement each)", registry=self.registry
         )

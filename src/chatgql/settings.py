@@ -189,6 +189,13 @@ class Settings(BaseSettings):
     # How long a rate-limit check waits for Redis before counting in this process instead.
     shared_rate_limit_timeout_seconds: float = Field(default=0.25, gt=0)
 
+    # livepath: the live path's delay bound (docs/scale/livepath.md)
+    # Seconds from an event's commit to its delivery at most: an event older than this when this
+    # process dispatches it (the process is behind) or when its subscription's reader takes it
+    # (a slow socket) is not delivered; the subscriptions it was for end with the resync error
+    # (reason DELIVERY_DELAYED) instead of falling further behind. 0: no bound.
+    max_delivery_delay_seconds: float = Field(default=5.0, ge=0)
+
     # Garbage collector
     # `chatgql serve` freezes what survived after every this many young collections (0: only what
     # is alive at start): later collections never walk it again (collector.py).

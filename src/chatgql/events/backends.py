@@ -273,6 +273,13 @@ class RedisBackend(BroadcastBackend):
     async def publish(self, channel: str, message: Any) -> None:
         await self._publisher.publish(channel, message)
 
+    async def publish_many(self, messages: list[tuple[str, Any]]) -> None:
+        """PUBLISH each (channel, message), in order, in one pipelined round trip."""
+        async with self._publisher.pipeline(transaction=False) as pipe:
+            for channel, message in messages:
+                pipe.publish(channel, message)
+            await pipe.execute()
+
     async def next_published(self) -> Event:
         return await self._inbox.get()
 
@@ -367,6 +374,14 @@ class RedisClusterBackend(BroadcastBackend):
 
     async def publish(self, channel: str, message: Any) -> None:
         await self._cluster.spublish(channel, message)
+
+    async def publish_many(self, messages: list[tuple[str, Any]]) -> None:
+        """SPUBLISH each (channel, message), in order, through one cluster pipeline (redis-py
+        sends each node its commands in one round trip, the nodes at once)."""
+        async with self._cluster.pipeline(transaction=False) as pipe:
+            for channel, message in messages:
+                pipe.spublish(channel, message)
+            await pipe.execute()
 
     async def next_published(self) -> Event:
         return await self._inbox.get()

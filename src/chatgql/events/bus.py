@@ -13,6 +13,15 @@ bucket, a subscription to all of the viewer's conversations wants every bucket
 (a conversation the viewer joins later would otherwise be missed: its
 member.added event travels on its own bucket).
 
+An event's commit time travels with it without touching the event's JSON: a
+message on the bus is either the event's JSON text, or `@<commit time in epoch
+ms> <the JSON text>` (envelope()). The feed decodes each message once and hands
+the event and its time to the Dispatcher, which applies the delay bound.
+
+Within one process (memory://) events do not take the bus at all: the Kafka
+consumer, or the relay when there is no Kafka, hands them decoded straight to
+the Dispatcher (app.py wires it). The bus then carries only the feed's heartbeat.
+
 A listener that stalls or breaks may have lost events, so the feed sends
 itself a heartbeat through every connection it listens on (one per cluster
 node) and, when one does not come back in time or the backend reports a break,
@@ -27,7 +36,7 @@ import logging
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,6 +53,23 @@ HEARTBEAT = "bus.heartbeat"
 DEFAULT_BUCKETS = 64
 # How long a channel no subscription wants stays subscribed (see Bus.release).
 UNSUBSCRIBE_AFTER_SECONDS = 5.0
+
+
+def envelope(message: bytes, committed_ms: int | None) -> bytes:
+    """The bus message for an event's JSON and its commit time (epoch ms; None: unknown)."""
+    if committed_ms is None:
+        return message
+    return b"@%d %s" % (committed_ms, message)
+
+
+def open_envelope(message: str | bytes) -> tuple[dict, float | None]:
+    """(the decoded event, its commit time in epoch seconds or None): one JSON decode."""
+    if isinstance(message, bytes):
+        message = message.decode()
+    if message[:1] == "@":
+        space = message.index(" ")
+        return orjson.loads(message[space + 1 :]), int(message[1:space]) / 1000
+    return orjson.loads(message), None
 
 
 def bucket_of(key: str, buckets: int) -> int:
@@ -223,6 +249,25 @@ class Bus:
         await self.publish_on(channel, message)
         self.events_published[channel] += 1
 
+    async def publish_many(self, messages: Sequence[tuple[str, bytes | str]]) -> None:
+        """Publish (key, message) pairs in order, pipelined: one round trip per batch, not per event."""
+        if not messages:
+            return
+        backend = self._publisher or self._backend
+        assert backend is not None, "bus not connected"
+        pairs = [(self.channel_for(key), message) for key, message in messages]
+        if hasattr(backend, "publish_many"):
+            await backend.publish_many(pairs)
+        else:
+            for channel, message in pairs:
+                await backend.publish(channel, message)
+        self.published += len(pairs)
+        for channel, _ in pairs:
+            self.events_published[channel] += 1
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # see publish_on
+
     async def publish_on(self, channel: str, message: str) -> None:
         backend = self._publisher or self._backend
         assert backend is not None, "bus not connected"
@@ -329,12 +374,12 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
                     raise RuntimeError(f"nothing came back through the bus on {channel}, not even a heartbeat")
             if event is None:
                 continue
-            payload = orjson.loads(event.message)
+            payload, committed_at = open_envelope(event.message)
             if payload["type"] == HEARTBEAT:
                 continue
             bus.events_received[event.channel] += 1
             try:
-                await dispatcher.dispatch(payload)
+                await dispatcher.dispatch(payload, committed_at)
             except Exception:
                 log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
                 dispatcher.interrupt_all()

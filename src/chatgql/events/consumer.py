@@ -1,18 +1,83 @@
-"""The Kafka consumer (group `fanout`): chat.events -> this process's broadcast bus.
+"""The Kafka consumer (group `fanout`): chat.events -> this process's subscribers or the bus.
 
-Offsets are committed only after every event of a batch was handed to the bus.
+Each getmany() batch is handed on in one go to a Sink:
+
+- DispatchSink (memory://, subscribers in this process): each record's JSON is
+  decoded once and the event goes straight to the Dispatcher with its commit time
+  (the record's timestamp, which the relay sets to the outbox row's created_at);
+- BusSink (redis://, redis+cluster://): the records' bytes go to the bus as they
+  are, in the commit-time envelope, pipelined (one round trip per batch); each
+  API process's feed decodes them once.
+
+Offsets are committed by a task of their own, in the background, with explicit
+offsets: for each partition, the offset after the last record handed on, never
+further. A record is handed on when the sink returned: on the Dispatcher, in every
+subscription's buffer (or its subscription ended with the resync error); on the
+bus, acknowledged by Redis. So a process killed at any point has committed only
+what reached its subscribers or the bus, and the group's next consumer starts
+after that (what was handed on but not committed yet comes again: at least once,
+which subscribers dedupe by seq). Partitions taken away by a rebalance get their
+handed-on offsets committed first.
+
+What waits here is bounded: aiokafka buffers at most one fetch per partition
+(max_partition_fetch_bytes each, FETCH_MAX_BYTES a request), and the loop holds
+one batch of at most MAX_RECORDS records at a time; the sink is awaited, so a
+slow Dispatcher or Redis holds the rest in Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer
+import orjson
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from .bus import Bus
+from .bus import Bus, envelope
+from .dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
+
+# Records in one hand-off at most.
+MAX_RECORDS = 1000
+# aiokafka's fetch buffer: at most one fetch per partition is held unconsumed.
+MAX_PARTITION_FETCH_BYTES = 1024 * 1024
+FETCH_MAX_BYTES = 16 * 1024 * 1024
+# The committer commits at most this often (what was handed on meanwhile goes in one commit).
+COMMIT_INTERVAL_SECONDS = 0.1
+# How long a consumer that stops waits for its last commit.
+FINAL_COMMIT_SECONDS = 5.0
+
+
+class Sink(Protocol):
+    async def hand_on(self, records: Sequence[Any]) -> None:
+        """Hand on these records (in order per partition); returns once they are handed on."""
+
+
+class DispatchSink:
+    """Subscribers in this process: decoded events straight to the Dispatcher (no bus, no queue)."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    async def hand_on(self, records: Sequence[Any]) -> None:
+        loads = orjson.loads
+        await self.dispatcher.dispatch_many([(loads(r.value), r.timestamp / 1000) for r in records])
+
+
+class BusSink:
+    """Subscribers in other processes: the records' bytes onto the bus, pipelined."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def hand_on(self, records: Sequence[Any]) -> None:
+        await self.bus.publish_many(
+            [(r.key.decode() if r.key else "", envelope(r.value, r.timestamp)) for r in records]
+        )
 
 
 class FanoutConsumer:
@@ -21,30 +86,44 @@ class FanoutConsumer:
         bootstrap_servers: str,
         topic: str,
         group: str,
-        bus: Bus,
+        sink: Sink | Bus,
         *,
         offset_reset: str = "latest",
+        max_records: int = MAX_RECORDS,
+        commit_interval: float = COMMIT_INTERVAL_SECONDS,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
         self._group = group
-        self._bus = bus
+        self.sink: Sink = BusSink(sink) if isinstance(sink, Bus) else sink
         self._offset_reset = offset_reset
+        self._max_records = max_records
+        self._commit_interval = commit_interval
         self.assigned = asyncio.Event()
         self.lag = 0
+        self.handed: dict[TopicPartition, int] = {}  # partition -> offset after the last record handed on
+        self.committed: dict[TopicPartition, int] = {}  # partition -> offset committed by this consumer
+        self.records = 0  # handed on, over restarts
+        self._to_commit = asyncio.Event()
 
     async def run(self) -> None:
         while True:
             consumer = AIOKafkaConsumer(
-                self._topic,
                 bootstrap_servers=self._bootstrap,
                 group_id=self._group,
                 enable_auto_commit=False,
                 auto_offset_reset=self._offset_reset,
+                max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
+                fetch_max_bytes=FETCH_MAX_BYTES,
             )
+            consumer.subscribe([self._topic], listener=_Rebalance(self, consumer))
+            self.handed.clear()
+            self.committed.clear()
+            committer: asyncio.Task | None = None
             try:
                 await consumer.start()
-                await self._consume(consumer)
+                committer = asyncio.create_task(self._commit_loop(consumer), name="kafka-commit")
+                await self._consume(consumer, committer)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -52,26 +131,94 @@ class FanoutConsumer:
                 await asyncio.sleep(1)
             finally:
                 self.assigned.clear()
+                if committer is not None:
+                    committer.cancel()
+                    with contextlib.suppress(BaseException):
+                        await committer
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._commit(consumer), FINAL_COMMIT_SECONDS)
                 await consumer.stop()
 
-    async def _consume(self, consumer: AIOKafkaConsumer) -> None:
+    async def _consume(self, consumer: AIOKafkaConsumer, committer: asyncio.Task) -> None:
+        loop = asyncio.get_running_loop()
+        lag_at = 0.0
         while True:
-            batches = await consumer.getmany(timeout_ms=500, max_records=1000)
-            if consumer.assignment():
+            if committer.done():
+                committer.result()
+                raise RuntimeError("the committer stopped")
+            batches = await consumer.getmany(timeout_ms=500, max_records=self._max_records)
+            if not self.assigned.is_set() and consumer.assignment():
                 self.assigned.set()
-            for records in batches.values():
-                for record in records:
-                    await self._bus.publish(record.value.decode(), record.key.decode() if record.key else None)
             if batches:
-                await consumer.commit()
-            self.lag = await self._lag(consumer)
+                if len(batches) == 1:
+                    records = next(iter(batches.values()))
+                else:
+                    records = [record for partition in batches.values() for record in partition]
+                await self.sink.hand_on(records)
+                assignment = consumer.assignment()
+                for tp, partition in batches.items():
+                    if tp in assignment:  # taken away meanwhile: its next owner has them again
+                        self.handed[tp] = partition[-1].offset + 1
+                self.records += len(records)
+                self._to_commit.set()
+            now = loop.time()
+            if now - lag_at >= 1.0:
+                lag_at = now
+                self.lag = self._lag(consumer)
 
-    @staticmethod
-    async def _lag(consumer: AIOKafkaConsumer) -> int:
-        """Records on the broker not yet handed on, over this process's partitions."""
+    def _lag(self, consumer: AIOKafkaConsumer) -> int:
+        """Records on the broker not yet handed on, over this process's partitions (as of the last fetch)."""
         lag = 0
         for tp in consumer.assignment():
             end = consumer.highwater(tp)
-            if end is not None:
-                lag += max(0, end - await consumer.position(tp))
+            done = self.handed.get(tp, self.committed.get(tp))
+            if end is not None and done is not None:
+                lag += max(0, end - done)
         return lag
+
+    async def _commit_loop(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            await self._to_commit.wait()
+            self._to_commit.clear()
+            try:
+                await self._commit(consumer)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A rebalance under way (the partitions' next owner starts from the last commit
+                # and sees those records again), or Kafka away: the next hand-off tries again.
+                log.info("Kafka offset commit failed; will retry", exc_info=True)
+            await asyncio.sleep(self._commit_interval)
+
+    async def _commit(self, consumer: AIOKafkaConsumer, only: set[TopicPartition] | None = None) -> None:
+        """Commit what was handed on and not committed yet (only: of these partitions)."""
+        assignment = consumer.assignment()
+        offsets = {
+            tp: offset
+            for tp, offset in self.handed.items()
+            if offset > self.committed.get(tp, -1) and tp in assignment and (only is None or tp in only)
+        }
+        if offsets:
+            await consumer.commit(offsets)
+            self.committed.update(offsets)
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, owner: FanoutConsumer, consumer: AIOKafkaConsumer) -> None:
+        self._owner = owner
+        self._consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        """Commit what was handed on of the partitions going away, before they go."""
+        try:
+            await self._owner._commit(self._consumer, set(revoked))
+        except Exception:
+            log.info("could not commit before a rebalance; those records will come again", exc_info=True)
+        for tp in revoked:
+            self._owner.handed.pop(tp, None)
+            self._owner.committed.pop(tp, None)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        for tp in assigned:
+            self._owner.handed.pop(tp, None)
+            self._owner.committed.pop(tp, None)

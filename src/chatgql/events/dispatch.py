@@ -19,12 +19,21 @@ broadcast bus) and hands each to the subscriptions that should see it:
 Each subscription has a bounded buffer. A subscriber that falls behind is cut
 off with SubscriberOverflow (it resyncs with messages(after:) or sync) and
 never slows the others down.
+
+Every event travels with its commit time (the outbox row's created_at; None
+when unknown). With a delay bound (CHATGQL_MAX_DELIVERY_DELAY_SECONDS), an
+event older than it is never delivered late: when the dispatcher is handed one
+(the process is behind) it ends the subscriptions that would have received it
+with DeliveryDelayed, without reading anything (so a backlog is dropped fast),
+and a subscription whose reader takes one out of its buffer too late (a slow
+socket, a busy loop) ends the same way. Both resync with messages(after:).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
@@ -61,6 +70,21 @@ class StreamInterrupted(LimitExceeded):
         )
 
 
+class DeliveryDelayed(LimitExceeded):
+    """An event for the subscriber was older than the delay bound: the live path is behind."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "subscription ended: events reached this server too late; resync with messages(after:) or sync",
+            reason="DELIVERY_DELAYED",
+            resync=True,
+        )
+
+
+# An event and its commit time (epoch seconds; None: unknown, never too late).
+Stamped = tuple[dict, float | None]
+
+
 class Subscription:
     """One live subscription: a bounded buffer, read by async iteration.
 
@@ -68,19 +92,32 @@ class Subscription:
     (a deque) and the reader's wake-up future exist only while needed.
     """
 
-    __slots__ = ("user_id", "conversation_id", "event_type", "_buffer", "_pending", "_waiter", "_failure")
+    __slots__ = (
+        "user_id",
+        "conversation_id",
+        "event_type",
+        "_buffer",
+        "_max_delay",
+        "_pending",
+        "_waiter",
+        "_failure",
+    )
 
-    def __init__(self, user_id: int, conversation_id: int | None, event_type: str, buffer: int) -> None:
+    def __init__(
+        self, user_id: int, conversation_id: int | None, event_type: str, buffer: int, max_delay: float = 0.0
+    ) -> None:
         self.user_id = user_id
         self.conversation_id = conversation_id
         self.event_type = event_type
         self._buffer = buffer
-        self._pending: deque[dict] | None = None
+        self._max_delay = max_delay  # 0: no bound
+        self._pending: deque[Stamped] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._failure: Exception | None = None
 
-    def offer(self, event: dict) -> bool:
-        """Buffer event; False when this overflowed the buffer and ended the subscription."""
+    def offer(self, event: Stamped) -> bool:
+        """Buffer (event, commit time); False when this overflowed the buffer and ended the
+        subscription. One tuple is shared by every subscription offered it."""
         if self._failure is not None:
             return True
         pending = self._pending
@@ -117,9 +154,12 @@ class Subscription:
                 raise self._failure
             pending = self._pending
             if pending:
-                event = pending.popleft()
+                event, committed_at = pending.popleft()
                 if not pending:
                     self._pending = None  # an idle subscription holds no buffer
+                if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
+                    self.fail(DeliveryDelayed())
+                    continue
                 return event
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
@@ -225,6 +265,17 @@ class MembershipCache:
                 self._entries.popitem(last=False)
         return entry
 
+    def cached(self, conversation_id: int, version: int) -> Members | None:
+        """members() without a read, when it needs none (the common case); else None."""
+        found = self._entries.get(conversation_id)
+        if found is not None and (found.complete or found.version == version):
+            return found
+        return None
+
+    def peek(self, conversation_id: int) -> Members | None:
+        """Whatever is known of the conversation, however stale for big groups."""
+        return self._entries.get(conversation_id)
+
     def forget(self, conversation_id: int) -> None:
         self._generation += 1
         self._entries.pop(conversation_id, None)
@@ -239,21 +290,23 @@ class ReadCoalescer:
     interval is forgotten.
     """
 
-    def __init__(self, interval: float, deliver: Callable[[int, dict], None]) -> None:
+    def __init__(self, interval: float, deliver: Callable[[int, Stamped], None]) -> None:
         self._interval = interval
         self._deliver = deliver
-        self._state: dict[int, list] = {}  # cid -> [pending event or None, moves, timer handle]
+        self._state: dict[int, list] = {}  # cid -> [pending event or None, moves, timer handle, commit time]
 
-    def add(self, conversation_id: int, event: dict) -> None:
+    def add(self, conversation_id: int, event: dict, committed_at: float | None = None) -> None:
         state = self._state.get(conversation_id)
         if state is None:
             state = self._state[conversation_id] = [
                 None,
                 0,
                 asyncio.get_running_loop().call_soon(self._flush, conversation_id),
+                None,
             ]
         state[0] = event
         state[1] += 1
+        state[3] = committed_at
 
     def _flush(self, conversation_id: int) -> None:
         state = self._state[conversation_id]
@@ -263,7 +316,7 @@ class ReadCoalescer:
             return
         state[0], state[1] = None, 0
         state[2] = asyncio.get_running_loop().call_later(self._interval, self._flush, conversation_id)
-        self._deliver(conversation_id, {**event, "coalesced": True, "moves": moves})
+        self._deliver(conversation_id, ({**event, "coalesced": True, "moves": moves}, state[3]))
 
 
 class Dispatcher:
@@ -275,17 +328,24 @@ class Dispatcher:
         interest: Interest | None = None,
         *,
         read_interval: float = 1.0,
+        max_delay: float = 0.0,
     ) -> None:
         self._membership = membership
         self._interest = interest
         self._buffer = buffer
         self._on_drop = on_drop
+        # Events older than this (seconds since their commit) are not delivered: the
+        # subscriptions they were for end with DeliveryDelayed. 0: no bound.
+        self.max_delay = max_delay
         # conversation id -> user id -> that user's subscriptions to the conversation
         self._by_conversation: dict[int, dict[int, set[Subscription]]] = {}
         self._by_user: dict[int, set[Subscription]] = {}
         self._version = 0  # grows whenever a user is subscribed anew (big groups ask about them)
         self._coalescer = ReadCoalescer(read_interval, self._deliver_coalesced)
         self._tasks: set[asyncio.Task] = set()
+        self.dispatched = 0  # events handed to dispatch (heartbeats aside)
+        self.shed = 0  # of which too late: not delivered, their subscriptions ended
+        self.delayed = 0  # subscriptions ended with DeliveryDelayed here
 
     @property
     def active(self) -> int:
@@ -295,7 +355,8 @@ class Dispatcher:
 
     def subscribe(self, user_id: int, conversation_id: int | None, event_type: str) -> _Registration:
         """`async with dispatcher.subscribe(...) as subscription: async for event in subscription: ...`"""
-        return _Registration(self, Subscription(user_id, conversation_id, event_type, self._buffer), self._interest)
+        sub = Subscription(user_id, conversation_id, event_type, self._buffer, self.max_delay)
+        return _Registration(self, sub, self._interest)
 
     def _add(self, sub: Subscription) -> None:
         cid = sub.conversation_id
@@ -330,7 +391,18 @@ class Dispatcher:
     async def _members(self, conversation_id: int) -> Members:
         return await self._membership.members(conversation_id, self._subscribed(conversation_id), self._version)
 
-    async def dispatch(self, event: dict) -> None:
+    async def dispatch_many(self, stamped: Iterable[Stamped]) -> None:
+        """Hand on a batch of (event, commit time), in order. An event that fails to dispatch ends
+        every subscription with the resync error (the others still go): it never raises."""
+        for event, committed_at in stamped:
+            try:
+                await self.dispatch(event, committed_at)
+            except Exception:
+                log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
+                self.interrupt_all()
+
+    async def dispatch(self, event: dict, committed_at: float | None = None) -> None:
+        self.dispatched += 1
         cid = event["conversationId"]
         kind = event["type"]
         if kind in (events.MEMBERS_ADDED, events.MEMBER_REMOVED):
@@ -341,31 +413,60 @@ class Dispatcher:
             return
         if cid not in self._by_conversation and not self._by_user:
             return
-        members = await self._members(cid)
+        if committed_at is not None and self.max_delay and time.time() - committed_at > self.max_delay:
+            self._shed(cid, kind)
+            return
+        members = self._membership.cached(cid, self._version) or await self._members(cid)
+        stamped = (event, committed_at)
         if kind == events.READ_UPDATED and members.member_count > self._membership.whole_up_to:
             # A big group: the reader's own devices now, everyone else coalesced.
             reader = event["userId"]
             if reader in members.ids:
-                self._offer_user(cid, reader, kind, event)
-            self._coalescer.add(cid, event)
+                self._offer_user(cid, reader, kind, stamped)
+            self._coalescer.add(cid, event, committed_at)
             return
-        self._deliver(cid, kind, event, members)
+        self._deliver(cid, kind, stamped, members)
 
-    def _offer_user(self, cid: int, user_id: int, kind: str, event: dict) -> None:
+    def _shed(self, cid: int, kind: str) -> None:
+        """An event too old to deliver: end the subscriptions that would have received it, without
+        reading anything (a process far behind drops its backlog at this cost per event). Who
+        may be a member when the membership is not known here: every all-conversations one."""
+        self.shed += 1
+        ended = 0
+        for subs in self._by_conversation.get(cid, {}).values():
+            for sub in subs:
+                if sub.event_type == kind and sub._failure is None:
+                    sub.fail(DeliveryDelayed())
+                    ended += 1
+        if self._by_user:
+            known = self._membership.peek(cid)
+            for uid, subs in self._by_user.items():
+                if known is not None and known.complete and uid not in known.ids:
+                    continue
+                for sub in subs:
+                    if sub.event_type == kind and sub._failure is None:
+                        sub.fail(DeliveryDelayed())
+                        ended += 1
+        self.delayed += ended
+
+    def _offer_user(self, cid: int, user_id: int, kind: str, stamped: Stamped) -> None:
         for subs in (self._by_conversation.get(cid, {}).get(user_id, ()), self._by_user.get(user_id, ())):
             for sub in subs:
                 if sub.event_type == kind:
-                    self._offer(sub, event)
+                    self._offer(sub, stamped)
 
-    def _deliver(self, cid: int, kind: str, event: dict, members: Members, skip: int | None = None) -> None:
+    def _deliver(self, cid: int, kind: str, stamped: Stamped, members: Members, skip: int | None = None) -> None:
         ids = members.ids
+        offer = self._offer
         for uid, subs in self._by_conversation.get(cid, {}).items():
             if uid in ids and uid != skip:
                 for sub in subs:
                     if sub.event_type == kind:
-                        self._offer(sub, event)
-        # Walk whichever side is smaller: the members known here or the subscribed users.
+                        offer(sub, stamped)
         by_user = self._by_user
+        if not by_user:
+            return
+        # Walk whichever side is smaller: the members known here or the subscribed users.
         if len(ids) <= len(by_user):
             pairs: Iterable = ((uid, by_user.get(uid, ())) for uid in ids)
         else:
@@ -375,9 +476,9 @@ class Dispatcher:
                 continue
             for sub in subs:
                 if sub.event_type == kind:
-                    self._offer(sub, event)
+                    offer(sub, stamped)
 
-    def _deliver_coalesced(self, cid: int, event: dict) -> None:
+    def _deliver_coalesced(self, cid: int, stamped: Stamped) -> None:
         """A coalesced read.updated, to every readUpdated subscriber of the conversation but the
         reader it carries (who had theirs at once)."""
         if cid not in self._by_conversation and not self._by_user:
@@ -390,14 +491,14 @@ class Dispatcher:
                 log.warning("could not read the members of a big group; ending subscriptions", exc_info=True)
                 self.interrupt_all()
                 return
-            self._deliver(cid, events.READ_UPDATED, event, members, skip=event["userId"])
+            self._deliver(cid, events.READ_UPDATED, stamped, members, skip=stamped[0]["userId"])
 
         task = asyncio.create_task(deliver())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _offer(self, sub: Subscription, event: dict) -> None:
-        if not sub.offer(event):
+    def _offer(self, sub: Subscription, stamped: Stamped) -> None:
+        if not sub.offer(stamped):
             self._on_drop()
 
     def interrupt_all(self) -> None:

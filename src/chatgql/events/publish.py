@@ -1,7 +1,10 @@
 """Where the relay sends events: Kafka, or straight to the broadcast bus.
 
-Both take a batch of (key, payload) in order and return only once every
-event of the batch is acknowledged.
+Each takes a batch of (key, payload) in order, with each event's commit time
+(the outbox row's created_at, epoch seconds) when known, and returns only once
+every event of the batch is acknowledged. The commit time travels beside the
+event, never in it: as the Kafka record's timestamp, in the bus envelope, or
+alongside the event handed to the Dispatcher.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from .. import compat
-from .bus import Bus
+from .bus import Bus, envelope
+from .dispatch import Dispatcher
 
 
 class Publisher(Protocol):
-    async def publish(self, batch: Sequence[tuple[str, dict]]) -> None: ...
+    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None: ...
 
 
 async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> None:
@@ -82,7 +86,7 @@ class KafkaPublisher:
     async def stop(self) -> None:
         await _stop(self.producer)
 
-    async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
+    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
         if not self._usable:
             async with self._replacing:
                 if not self._usable:  # another shard may have replaced it meanwhile
@@ -90,7 +94,16 @@ class KafkaPublisher:
         producer = self.producer
         try:
             # send() queues in order per partition; then wait for every ack.
-            pending = [await producer.send(self.topic, value=payload, key=key) for key, payload in batch]
+            # The record's timestamp is the event's commit time (the consumer's delay bound reads it).
+            send = producer.send
+            topic = self.topic
+            if created is None:
+                pending = [await send(topic, value=payload, key=key) for key, payload in batch]
+            else:
+                pending = [
+                    await send(topic, value=payload, key=key, timestamp_ms=int(at * 1000))
+                    for (key, payload), at in zip(batch, created, strict=True)
+                ]
             await asyncio.gather(*pending)
         except BaseException:  # an error, or cancelled (timed out): don't trust this producer again
             if producer is self.producer:
@@ -126,11 +139,36 @@ async def _stop(producer: AIOKafkaProducer, flush_seconds: float = 5.0) -> None:
 
 
 class BusPublisher:
-    """No Kafka: events go straight to the broadcast bus."""
+    """No Kafka, subscribers in other processes: events go to the broadcast bus, pipelined."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
 
-    async def publish(self, batch: Sequence[tuple[str, dict]]) -> None:
-        for key, payload in batch:
-            await self.bus.publish(orjson.dumps(payload).decode(), key)
+    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
+        dumps = orjson.dumps
+        if created is None:
+            await self.bus.publish_many([(key, dumps(payload)) for key, payload in batch])
+        else:
+            await self.bus.publish_many(
+                [
+                    (key, envelope(dumps(payload), int(at * 1000)))
+                    for (key, payload), at in zip(batch, created, strict=True)
+                ]
+            )
+
+
+class DispatchPublisher:
+    """No Kafka, subscribers in this process (memory://): events straight to the Dispatcher,
+    as they came from the outbox (no JSON, no bus, no queue). Acknowledged once in every
+    subscription's buffer, or its subscription ended with the resync error."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
+        if created is None:
+            await self.dispatcher.dispatch_many([(payload, None) for _, payload in batch])
+        else:
+            await self.dispatcher.dispatch_many(
+                [(payload, at) for (_, payload), at in zip(batch, created, strict=True)]
+            )

@@ -247,7 +247,7 @@ class OutboxRelay:
         # A publish that never completes must not stall the shard for good:
         # time it out, and the shard reads again (the rows are still there).
         async with asyncio.timeout(self._publish_timeout):
-            await self._publisher.publish([(row.msg_key, row.payload) for row in rows])
+            await self._publisher.publish([(row.msg_key, row.payload) for row in rows], [row.created for row in rows])
         async with self._database.connection() as conn:
             await outbox.delete(conn, [row.id for row in rows])
         self._on_relayed(shard.index, len(rows))

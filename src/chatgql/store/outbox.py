@@ -32,20 +32,26 @@ def shard_slots(shard: int, shards: int) -> list[int]:
 
 
 async def oldest(conn: Connection, slots: Sequence[int], limit: int) -> list[Row]:
-    """The next events of these slots to relay, at most `limit`, in id order.
+    """The next events of these slots to relay, at most `limit`, in id order, each with
+    `created`: its transaction's time (epoch seconds), the commit time the live path's
+    delay bound counts from.
 
     Each slot's rows come from its own (slot, id) index range, so a shard reads only its
     own rows however long the others' backlog is. Whatever is returned is, for every
     slot, a prefix of that slot's rows in id order: nothing of a conversation is skipped.
     """
     if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
-        return await conn.fetch("SELECT id, slot, msg_key, payload FROM outbox ORDER BY id LIMIT $1", limit)
+        return await conn.fetch(
+            "SELECT id, slot, msg_key, payload, extract(epoch FROM created_at)::float8 AS created"
+            " FROM outbox ORDER BY id LIMIT $1",
+            limit,
+        )
     return await conn.fetch(
         """
-        SELECT e.id, e.slot, e.msg_key, e.payload
+        SELECT e.id, e.slot, e.msg_key, e.payload, extract(epoch FROM e.created_at)::float8 AS created
           FROM unnest($1::smallint[]) AS s(slot)
           CROSS JOIN LATERAL (
-                SELECT o.id, o.slot, o.msg_key, o.payload FROM outbox o
+                SELECT o.id, o.slot, o.msg_key, o.payload, o.created_at FROM outbox o
                  WHERE o.slot = s.slot ORDER BY o.id LIMIT $2
           ) AS e
          ORDER BY e.id
