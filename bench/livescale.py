@@ -57,6 +57,7 @@ from .infra import (
     log,
     machine_info,
     raise_fd_limit,
+    versions,
     use_uvloop,
 )
 from .queries import SUB_CONVERSATION, send_body, token
@@ -452,7 +453,9 @@ async def capacity_part(top: Topology, base_sources: dict) -> dict:
 async def run(parts: tuple[str, ...], rate: float, topologies: tuple[str, ...], max_load: float = 3.0) -> dict:
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-bench-livescale-"))
+    code = versions({})
     results: dict = {
+        "code": f"{code.get('chatgql_source')} at {code.get('chatgql_commit')}",
         "machine": machine_info(),
         "parts": list(parts),
         "rate": rate,
@@ -528,6 +531,7 @@ def render(results: dict) -> str:
         "",
         f"Run {results['started']} on {m['logical_cores']} cores ({m['cpu_model']}), load average at start "
         f"{m['load_avg_at_start']}; the machine is shared with other work, so compare rows of one run. "
+        f"chatgql code: {results.get('code')}. "
         "Every process (PostgreSQL, Kafka, Redis, chatgql, the load generators) runs on these cores.",
         "",
     ]
