@@ -57,8 +57,8 @@ from .infra import (
     log,
     machine_info,
     raise_fd_limit,
-    versions,
     use_uvloop,
+    versions,
 )
 from .queries import SUB_CONVERSATION, send_body, token
 from .rawhttp import Pool
