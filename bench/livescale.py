@@ -287,7 +287,11 @@ def breakdown(
     }
 
 
-async def live_part(top: Topology, kafka: Kafka, conn, base_sources: dict, rate: float, max_load: float) -> dict:
+async def live_part(
+    top: Topology, kafka: Kafka, conn, base_sources: dict, rate: float, max_load: float, trace: bool = True
+) -> dict:
+    """trace: cut each message's latency into hops (a side Kafka consumer, and a Redis listener with
+    the redis:// bus); they cost some CPU of their own (Kafka serves one more consumer)."""
     sizes = dataclasses.replace(SIZES, live_rate=rate)
     load = await quiet(max_load)
     sources = {**top.cpu_sources(), **base_sources}
@@ -297,28 +301,29 @@ async def live_part(top: Topology, kafka: Kafka, conn, base_sources: dict, rate:
     # the side consumer: the events topic, a group of its own
     ctx = mp.get_context("spawn")
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    trace = ctx.Process(
+    side = ctx.Process(
         target=live._kafka_receiver,
         args=(kafka.bootstrap, TOPIC, f"bench-trace-{uuid.uuid4().hex[:6]}", ready, stop, out, True),
         daemon=True,
     )
-    trace.start()
-    await asyncio.to_thread(ready.wait, 90)
-    log(f"live [{top.name}]: product path at {rate:g}/s")
+    if trace:
+        side.start()
+        await asyncio.to_thread(ready.wait, 90)
+    log(f"live [{top.name}]: product path at {rate:g}/s" + ("" if trace else " (no trace)"))
     keep: dict = {}
-    tap = await BusTap(top.bus_url).start() if top.bus_url else None
+    tap = await BusTap(top.bus_url).start() if top.bus_url and trace else None
     wall_minus_mono = time.time_ns() - time.monotonic_ns()
     before = await asyncio.to_thread(_metrics_sum, top)
     product = await live.product(top.apis[0], sizes, sources, rate, lambda: _count(conn, "outbox"), keep)
     after = await asyncio.to_thread(_metrics_sum, top)
-    trace_got, kafka_ms = await asyncio.to_thread(live._collect, trace, out, stop)
+    trace_got, kafka_ms = await asyncio.to_thread(live._collect, side, out, stop) if trace else ({}, {})
     tapped = await tap.stop() if tap is not None else None
     await _drain_outbox(conn)
     cpu = product["cpu"]
     chatgql_s = sum(v for k, v in cpu["pct_of_one_core"].items() if k in top.cpu_sources()) / 100 * cpu["wall_s"]
     p99, base_p99 = product["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
     return {
-        "topology": top.name,
+        "topology": top.name + ("" if trace else ", no trace"),
         "load_before": load,
         "product": product,
         "baseline": baseline,
@@ -450,7 +455,9 @@ async def capacity_part(top: Topology, base_sources: dict) -> dict:
 # --------------------------------------------------------------------- the run
 
 
-async def run(parts: tuple[str, ...], rate: float, topologies: tuple[str, ...], max_load: float = 3.0) -> dict:
+async def run(
+    parts: tuple[str, ...], rate: float, topologies: tuple[str, ...], max_load: float = 3.0, trace: bool = True
+) -> dict:
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-bench-livescale-"))
     code = versions({})
@@ -479,7 +486,7 @@ async def run(parts: tuple[str, ...], rate: float, topologies: tuple[str, ...], 
                     Topology.one(pg, scratch, kafka) if name == "one" else Topology.split(pg, scratch, kafka, redis, 1)
                 )
                 try:
-                    results["live"].append(await live_part(top, kafka, conn, base, rate, max_load))
+                    results["live"].append(await live_part(top, kafka, conn, base, rate, max_load, trace))
                 finally:
                     await top.stop()
                 _log_live(results["live"][-1])
@@ -641,13 +648,14 @@ def main(argv: list[str] | None = None) -> int:
         default=3.0,
         help="before each part, wait (up to 4 min) for the 1-minute load average to drop under this (default 3)",
     )
+    parser.add_argument("--no-trace", action="store_true", help="live part: no side consumer / Redis tap")
     parser.add_argument("--report", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     parts = tuple(p for p in PARTS if p in args.only.split(","))
     topologies = tuple(t for t in ("one", "split") if t in args.topologies.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
-    results = asyncio.run(run(parts, args.rate, topologies, args.max_load))
+    results = asyncio.run(run(parts, args.rate, topologies, args.max_load, not args.no_trace))
     dump_json(REPO / "bench" / "out" / "livescale.json", results)
     args.report.write_text(render(results) + "\n")
     log(f"wrote {args.report}")
