@@ -288,7 +288,14 @@ def breakdown(
 
 
 async def live_part(
-    top: Topology, kafka: Kafka, conn, base_sources: dict, rate: float, max_load: float, trace: bool = True
+    top: Topology,
+    kafka: Kafka,
+    conn,
+    base_sources: dict,
+    rate: float,
+    max_load: float,
+    trace: bool = True,
+    profile: bool = False,
 ) -> dict:
     """trace: cut each message's latency into hops (a side Kafka consumer, and a Redis listener with
     the redis:// bus); they cost some CPU of their own (Kafka serves one more consumer)."""
@@ -322,7 +329,19 @@ async def live_part(
     cpu = product["cpu"]
     chatgql_s = sum(v for k, v in cpu["pct_of_one_core"].items() if k in top.cpu_sources()) / 100 * cpu["wall_s"]
     p99, base_p99 = product["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
+    profiled = None
+    if profile:  # one more run at the rate, py-spy on the (first) API process: where its CPU goes
+        sizes_p = dataclasses.replace(sizes, live_seconds=min(sizes.live_seconds, 8.0))
+        out_dir = REPO / "bench" / "out" / f"profiles-livescale-{'split' if top.roles else 'one'}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        named = {"server": top.apis[0].cpu_seconds, **base_sources}
+        product_cpu = dict(
+            product, cpu=dict(cpu, pct_of_one_core={"server": next(iter(cpu["pct_of_one_core"].values()))})
+        )
+        profiled = await live._profiled(top.apis[0], sizes_p, named, out_dir, product_cpu)
+        await _drain_outbox(conn)
     return {
+        "profile": profiled,
         "topology": top.name + ("" if trace else ", no trace"),
         "load_before": load,
         "product": product,
@@ -456,7 +475,12 @@ async def capacity_part(top: Topology, base_sources: dict) -> dict:
 
 
 async def run(
-    parts: tuple[str, ...], rate: float, topologies: tuple[str, ...], max_load: float = 3.0, trace: bool = True
+    parts: tuple[str, ...],
+    rate: float,
+    topologies: tuple[str, ...],
+    max_load: float = 3.0,
+    trace: bool = True,
+    profile: bool = False,
 ) -> dict:
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-bench-livescale-"))
@@ -486,7 +510,7 @@ async def run(
                     Topology.one(pg, scratch, kafka) if name == "one" else Topology.split(pg, scratch, kafka, redis, 1)
                 )
                 try:
-                    results["live"].append(await live_part(top, kafka, conn, base, rate, max_load, trace))
+                    results["live"].append(await live_part(top, kafka, conn, base, rate, max_load, trace, profile))
                 finally:
                     await top.stop()
                 _log_live(results["live"][-1])
@@ -589,6 +613,31 @@ def render(results: dict) -> str:
             for hop, v in bd.get("hops", {}).items():
                 lines.append(f"| {hop} | {v['p50']} | {v['p99']} | {v['mean_in_slowest_1pct']} |")
             lines.append("")
+    for r in results.get("live") or []:
+        prof = r.get("profile")
+        if prof and "us_per_event" in prof:
+            lines += [
+                f"### py-spy on the API process: {r['topology']}",
+                "",
+                f"{prof.get('samples')} samples over {prof['seconds']:g} s at the rate (not counted; latency while "
+                f"profiling p50 {prof['latency_ms_while_profiling'].get('p50')} / p99 "
+                f"{prof['latency_ms_while_profiling'].get('p99')} ms); the API process's CPU per event in the measured "
+                f"run: {prof['server_cpu_ms_per_event']} ms.",
+                "",
+                "| component | us per event |",
+                "|---|---|",
+                *[f"| {k} | {v} |" for k, v in list(prof["us_per_event"].items())[:10]],
+                "",
+                "| top leaf functions (self) | component | share |",
+                "|---|---|---|",
+                *[
+                    f"| `{t['function']}` ({t['file']}) | {t['component']} | {100 * t['share']:.1f}% |"
+                    for t in prof["top_leaves"][:10]
+                ],
+                "",
+            ]
+        elif prof:
+            lines += [f"py-spy on {r['topology']}: {prof.get('error')}", ""]
     fo = results.get("fanout")
     if fo:
         lines += [
@@ -648,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         default=3.0,
         help="before each part, wait (up to 4 min) for the 1-minute load average to drop under this (default 3)",
     )
+    parser.add_argument("--profile", action="store_true", help="live part: one more run with py-spy on the API process")
     parser.add_argument("--no-trace", action="store_true", help="live part: no side consumer / Redis tap")
     parser.add_argument("--report", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -655,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
     topologies = tuple(t for t in ("one", "split") if t in args.topologies.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
-    results = asyncio.run(run(parts, args.rate, topologies, args.max_load, not args.no_trace))
+    results = asyncio.run(run(parts, args.rate, topologies, args.max_load, not args.no_trace, args.profile))
     dump_json(REPO / "bench" / "out" / "livescale.json", results)
     args.report.write_text(render(results) + "\n")
     log(f"wrote {args.report}")
