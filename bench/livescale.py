@@ -105,7 +105,11 @@ class Topology:
         return cls("one process (serve: API + relay + consumer, memory:// bus)", [api], [], None)
 
     @classmethod
-    async def split(cls, pg: Postgres, scratch: Path, kafka: Kafka, redis: Redis, apis: int) -> Topology:
+    async def split(
+        cls, pg: Postgres, scratch: Path, kafka: Kafka, redis: Redis, apis: int, local_limits: bool = False
+    ) -> Topology:
+        """local_limits: CHATGQL_SHARED_RATE_LIMITS=false (rate limits counted per process, no
+        Redis round trip per send)."""
         servers = [
             Server(
                 pg.url,
@@ -117,10 +121,14 @@ class Topology:
             )
             for i in range(apis)
         ]
+        if local_limits:
+            for api in servers:
+                api.env["CHATGQL_SHARED_RATE_LIMITS"] = "false"
         env = dict(servers[0].env, PYTHONUNBUFFERED="1")
         roles = [Relay("relay", env, scratch, "relay"), Relay("consumer", env, scratch, "consume")]
         top = cls(
-            f"split roles ({apis} x serve --no-relay --no-consumer + relay + consume, redis:// bus)",
+            f"split roles ({apis} x serve --no-relay --no-consumer + relay + consume, redis:// bus"
+            + (", rate limits per process)" if local_limits else ")"),
             servers,
             roles,
             redis.url,
@@ -507,7 +515,9 @@ async def run(
             results["live"] = []
             for name in topologies:
                 top = await (
-                    Topology.one(pg, scratch, kafka) if name == "one" else Topology.split(pg, scratch, kafka, redis, 1)
+                    Topology.one(pg, scratch, kafka)
+                    if name == "one"
+                    else Topology.split(pg, scratch, kafka, redis, 1, local_limits=name == "split-local")
                 )
                 try:
                     results["live"].append(await live_part(top, kafka, conn, base, rate, max_load, trace, profile))
@@ -689,7 +699,11 @@ def render(results: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.livescale", description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
-    parser.add_argument("--topologies", default="one,split", help="live part: one, split or both (default)")
+    parser.add_argument(
+        "--topologies",
+        default="one,split",
+        help="live part: one, split, split-local (split with per-process rate limits); default one,split",
+    )
     parser.add_argument("--rate", type=float, default=500.0, help="live part: messages/s (default 500)")
     parser.add_argument(
         "--max-load",
@@ -702,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     parts = tuple(p for p in PARTS if p in args.only.split(","))
-    topologies = tuple(t for t in ("one", "split") if t in args.topologies.split(","))
+    topologies = tuple(t for t in ("one", "split", "split-local") if t in args.topologies.split(","))
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
     results = asyncio.run(run(parts, args.rate, topologies, args.max_load, not args.no_trace, args.profile))
