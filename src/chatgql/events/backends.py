@@ -90,6 +90,18 @@ class _Inbox:
             raise BusBroken(str(self.failure)) from self.failure
         return event
 
+    def get_nowait(self) -> Event | None:
+        """What is already received, without waiting (None: nothing yet)."""
+        if self.failure is not None:
+            raise BusBroken(str(self.failure)) from self.failure
+        try:
+            event = self.queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+        if event is None:
+            raise BusBroken(str(self.failure)) from self.failure
+        return event
+
 
 class MemoryBackend(BroadcastBackend):
     """One process: publish hands the event to this process's own listeners."""
@@ -120,6 +132,9 @@ class MemoryBackend(BroadcastBackend):
 
     async def next_published(self) -> Event:
         return await self._inbox.get()
+
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
 
 
 class _Listener:
@@ -283,6 +298,9 @@ class RedisBackend(BroadcastBackend):
     async def next_published(self) -> Event:
         return await self._inbox.get()
 
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
+
     def listening_groups(self) -> list[set[str]]:
         """The subscribed channels, grouped by the connection they arrive on."""
         return [set(self._listener.channels)] if self._listener and self._listener.channels else []
@@ -385,6 +403,9 @@ class RedisClusterBackend(BroadcastBackend):
 
     async def next_published(self) -> Event:
         return await self._inbox.get()
+
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
 
     def listening_groups(self) -> list[set[str]]:
         """The subscribed channels, grouped by the node connection they arrive on."""

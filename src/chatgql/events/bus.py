@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 CHANNEL = "chatgql.events"
 HEARTBEAT = "bus.heartbeat"
 DEFAULT_BUCKETS = 64
+# The feed hands on at most this many already-received events before letting other tasks run.
+YIELD_EVERY = 64
 # How long a channel no subscription wants stays subscribed (see Bus.release).
 UNSUBSCRIBE_AFTER_SECONDS = 5.0
 
@@ -295,6 +297,11 @@ class _Receiver:
     async def get(self) -> Event:
         return await self._backend.next_published()
 
+    def get_nowait(self) -> Event | None:
+        """An event already received, or None (backends without the method: always None)."""
+        poll = getattr(self._backend, "next_published_nowait", None)
+        return poll() if poll is not None else None
+
 
 async def feed_dispatcher(
     bus: Bus,
@@ -328,11 +335,23 @@ async def feed_dispatcher(
             log.warning("broadcast bus feed broke; ending subscriptions and reconnecting", exc_info=True)
         dispatcher.interrupt_all()
         reconnected = True
-        await asyncio.sleep(0.5)
-        try:
-            await bus.reconnect()
-        except Exception:
-            log.warning("broadcast bus reconnect failed; retrying", exc_info=True)
+        # Reconnect until it works (subscriptions taken meanwhile are told to resync once it
+        # does, above): ending everyone again on every failed attempt only adds noise.
+        pause, attempts = 0.5, 0
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                await bus.reconnect()
+                break
+            except Exception as error:
+                attempts += 1
+                if attempts == 1:
+                    log.warning("broadcast bus reconnect failed; retrying until it is back", exc_info=True)
+                else:
+                    log.info("broadcast bus reconnect failed again (%d): %r", attempts, error)
+                pause = min(pause * 2, 2.0)
+        if attempts:
+            log.warning("broadcast bus reconnected after %d failed attempt(s)", attempts)
 
 
 async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: str, every: float) -> None:
@@ -357,15 +376,26 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
             await asyncio.sleep(every)
 
     beater = asyncio.create_task(send_beats())
+    in_a_row = 0
     try:
         while True:
             if beater.done():
                 beater.result()  # a heartbeat that cannot be sent: the bus is broken
                 raise RuntimeError("the heartbeat stopped")
-            try:
-                event = await asyncio.wait_for(subscriber.get(), every)
-            except TimeoutError:
-                event = None
+            # What is already queued is taken without wait_for (which makes a task per call),
+            # letting the rest of the process run every so often.
+            event = subscriber.get_nowait()
+            if event is not None:
+                in_a_row += 1
+                if in_a_row >= YIELD_EVERY:
+                    in_a_row = 0
+                    await asyncio.sleep(0)
+            else:
+                in_a_row = 0
+                try:
+                    event = await asyncio.wait_for(subscriber.get(), every)
+                except TimeoutError:
+                    event = None
             now = loop.time()
             if event is not None:
                 heard[event.channel] = now

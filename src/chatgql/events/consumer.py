@@ -91,6 +91,8 @@ class FanoutConsumer:
         offset_reset: str = "latest",
         max_records: int = MAX_RECORDS,
         commit_interval: float = COMMIT_INTERVAL_SECONDS,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._topic = topic
@@ -99,6 +101,8 @@ class FanoutConsumer:
         self._offset_reset = offset_reset
         self._max_records = max_records
         self._commit_interval = commit_interval
+        # aiokafka's defaults; branch proof wires settings to them (a dead consumer's partitions move after this)
+        self._liveness = {"session_timeout_ms": session_timeout_ms, "heartbeat_interval_ms": heartbeat_interval_ms}
         self.assigned = asyncio.Event()
         self.lag = 0
         self.handed: dict[TopicPartition, int] = {}  # partition -> offset after the last record handed on
@@ -115,6 +119,7 @@ class FanoutConsumer:
                 auto_offset_reset=self._offset_reset,
                 max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
                 fetch_max_bytes=FETCH_MAX_BYTES,
+                **self._liveness,
             )
             consumer.subscribe([self._topic], listener=_Rebalance(self, consumer))
             self.handed.clear()

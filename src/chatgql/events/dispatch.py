@@ -85,6 +85,10 @@ class DeliveryDelayed(LimitExceeded):
 Stamped = tuple[dict, float | None]
 
 
+# A subscription's failure once raised (the error itself is not kept: see Subscription.__anext__).
+_RAISED = Exception("the subscription ended")
+
+
 class Subscription:
     """One live subscription: a bounded buffer, read by async iteration.
 
@@ -150,8 +154,18 @@ class Subscription:
 
     async def __anext__(self) -> dict:
         while True:
-            if self._failure is not None:
-                raise self._failure
+            failure = self._failure
+            if failure is not None:
+                if failure is _RAISED:
+                    raise StopAsyncIteration
+                # Raised once and not kept: its traceback holds this frame, which holds this
+                # subscription; were the error still referred to from here (self._failure, the
+                # local), that would be a cycle, frozen with the connection for good (collector.py).
+                self._failure = _RAISED
+                try:
+                    raise failure
+                finally:
+                    failure = None
             pending = self._pending
             if pending:
                 event, committed_at = pending.popleft()
@@ -441,7 +455,8 @@ class Dispatcher:
         if self._by_user:
             known = self._membership.peek(cid)
             for uid, subs in self._by_user.items():
-                if known is not None and known.complete and uid not in known.ids:
+                # not a member, as far as this process knows (a big group's answer covers whom it asked about)
+                if known is not None and uid not in known.ids and (known.complete or uid in known.asked):
                     continue
                 for sub in subs:
                     if sub.event_type == kind and sub._failure is None:

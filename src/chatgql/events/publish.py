@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaProducer
@@ -23,8 +23,20 @@ from .bus import Bus, envelope
 from .dispatch import Dispatcher
 
 
+def _json_bytes(payload: dict | str | bytes) -> bytes:
+    """An event's JSON: as it came (the outbox's text), or encoded."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode()
+    return orjson.dumps(payload)
+
+
 class Publisher(Protocol):
-    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None: ...
+    """batch: (key, payload) with payload the event (a dict), or its JSON text for a publisher
+    whose `takes_text` is true; created: each event's commit time."""
+
+    async def publish(self, batch: Sequence[tuple[str, Any]], created: Sequence[float] | None = None) -> None: ...
 
 
 async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> None:
@@ -61,6 +73,8 @@ class KafkaPublisher:
     overlap, so each key's order is one shard's order); one of them replaces it.
     """
 
+    takes_text = True  # payloads as JSON text (a dict is encoded)
+
     def __init__(self, bootstrap_servers: str, topic: str) -> None:
         self.topic = topic
         self._bootstrap = bootstrap_servers
@@ -76,7 +90,7 @@ class KafkaPublisher:
             linger_ms=2,
             request_timeout_ms=15_000,
             key_serializer=str.encode,
-            value_serializer=orjson.dumps,
+            value_serializer=_json_bytes,
         )
 
     async def start(self) -> None:
@@ -141,11 +155,13 @@ async def _stop(producer: AIOKafkaProducer, flush_seconds: float = 5.0) -> None:
 class BusPublisher:
     """No Kafka, subscribers in other processes: events go to the broadcast bus, pipelined."""
 
+    takes_text = True  # payloads as JSON text (a dict is encoded)
+
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
 
     async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
-        dumps = orjson.dumps
+        dumps = _json_bytes
         if created is None:
             await self.bus.publish_many([(key, dumps(payload)) for key, payload in batch])
         else:

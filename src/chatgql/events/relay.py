@@ -78,6 +78,8 @@ class OutboxRelay:
             raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
         self._database = database
         self._publisher = publisher
+        # Kafka and the bus carry the payload's JSON text as PostgreSQL gives it: not decoded here.
+        self._text = getattr(publisher, "takes_text", False)
         self.shards = shards
         self._batch_size = batch_size
         self._poll_seconds = poll_seconds
@@ -203,7 +205,7 @@ class OutboxRelay:
             try:
                 async with self._database.connection() as conn:
                     rows = await outbox.oldest(
-                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size
+                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size, text=self._text
                     )
             except Exception:
                 log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
@@ -224,30 +226,62 @@ class OutboxRelay:
 
     async def _drain(self, shard: _Shard, rows: list | None = None, complete: bool = False) -> None:
         """Relay the shard's rows until its slots are empty (rows: a first batch read for it;
-        complete: they were all its slots held then)."""
-        while not shard.stopping:
-            try:
-                if rows is None:
-                    shard.dirty = False
-                    async with self._database.connection() as conn:
-                        rows = await outbox.oldest(conn, shard.slots, self._batch_size)
-                    complete = len(rows) < self._batch_size
-                if rows:
-                    await self._relay(shard, rows)
-            except Exception:
-                log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
-                await asyncio.sleep(self._standby_seconds)
-                complete = False
-            if complete and not shard.dirty:
-                return  # nothing more as of the last read, and nothing committed since
-            rows = None
+        complete: they were all its slots held then).
 
-    async def _relay(self, shard: _Shard, rows: list) -> None:
-        """Publish rows (a prefix of each of their slots, in id order), then delete them."""
+        The rows of a batch are deleted once published, by the next read of the shard (one
+        statement: a busy shard costs one round trip per batch), or on their own when the
+        drain ends. A read or delete that fails is tried again with the same ids: a batch is
+        published again only if this process stops before its delete (at least once)."""
+        relayed: list[int] = []  # published, not yet deleted
+        ended = False
+        try:
+            while not shard.stopping:
+                try:
+                    if rows is None:
+                        shard.dirty = False
+                        async with self._database.connection() as conn:
+                            rows = await outbox.oldest(
+                                conn, shard.slots, self._batch_size, text=self._text, delete=relayed
+                            )
+                        relayed = []
+                        complete = len(rows) < self._batch_size
+                    if rows:
+                        await self._publish(rows)
+                        relayed = [row.id for row in rows]
+                        self._on_relayed(shard.index, len(rows))
+                except Exception:
+                    log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
+                    await asyncio.sleep(self._standby_seconds)
+                    complete = False
+                if complete and not shard.dirty:
+                    break  # nothing more as of the last read, and nothing committed since
+                rows = None
+            ended = True
+        finally:
+            if relayed:
+                if ended:
+                    await self._delete(shard, relayed)
+                else:  # cancelled (the relay stops): one bounded try, else its next leader sends them again
+                    with contextlib.suppress(BaseException):
+                        async with asyncio.timeout(2):
+                            async with self._database.connection() as conn:
+                                await outbox.delete(conn, relayed)
+
+    async def _publish(self, rows: list) -> None:
+        """Publish rows (a prefix of each of their slots, in id order)."""
         # A publish that never completes must not stall the shard for good:
         # time it out, and the shard reads again (the rows are still there).
         async with asyncio.timeout(self._publish_timeout):
             await self._publisher.publish([(row.msg_key, row.payload) for row in rows], [row.created for row in rows])
-        async with self._database.connection() as conn:
-            await outbox.delete(conn, [row.id for row in rows])
-        self._on_relayed(shard.index, len(rows))
+
+    async def _delete(self, shard: _Shard, ids: list[int]) -> None:
+        """Delete relayed rows, trying again while the database fails (a cancelled drain gives up:
+        its next leader publishes them again)."""
+        while True:
+            try:
+                async with self._database.connection() as conn:
+                    await outbox.delete(conn, ids)
+                return
+            except Exception:
+                log.warning("outbox relay shard %d could not delete relayed rows; retrying", shard.index, exc_info=True)
+                await asyncio.sleep(self._standby_seconds)

@@ -31,35 +31,57 @@ def shard_slots(shard: int, shards: int) -> list[int]:
     return list(range(shard, SLOTS, shards))
 
 
-async def oldest(conn: Connection, slots: Sequence[int], limit: int) -> list[Row]:
+async def oldest(
+    conn: Connection, slots: Sequence[int], limit: int, *, text: bool = False, delete: Sequence[int] = ()
+) -> list[Row]:
     """The next events of these slots to relay, at most `limit`, in id order, each with
     `created`: its transaction's time (epoch seconds), the commit time the live path's
-    delay bound counts from.
+    delay bound counts from. text: `payload` as its JSON text (what Kafka and the bus
+    carry: the relay then never decodes it), else decoded. delete: ids of rows already
+    relayed, deleted by the same statement (one round trip per relay cycle, not two).
 
     Each slot's rows come from its own (slot, id) index range, so a shard reads only its
     own rows however long the others' backlog is. Whatever is returned is, for every
     slot, a prefix of that slot's rows in id order: nothing of a conversation is skipped.
     """
+    payload = "payload::text AS payload" if text else "payload"
+    # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it
+    # deletes, so it leaves them out itself. The ids to delete are always the last parameter.
     if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
+        args: list = [limit]
+        where = ""
+        if delete:
+            args.append(list(delete))
+            where = " WHERE o.id <> ALL($2::bigint[])"
         return await conn.fetch(
-            "SELECT id, slot, msg_key, payload, extract(epoch FROM created_at)::float8 AS created"
-            " FROM outbox ORDER BY id LIMIT $1",
-            limit,
+            _deleting(delete, len(args))
+            + f"SELECT o.id, o.slot, o.msg_key, o.{payload}, extract(epoch FROM o.created_at)::float8 AS created"
+            + f" FROM outbox o{where} ORDER BY o.id LIMIT $1",
+            *args,
         )
+    args = [list(slots), limit]
+    not_gone = ""
+    if delete:
+        args.append(list(delete))
+        not_gone = "AND o.id <> ALL($3::bigint[])"
     return await conn.fetch(
-        """
-        SELECT e.id, e.slot, e.msg_key, e.payload, extract(epoch FROM e.created_at)::float8 AS created
+        _deleting(delete, len(args))
+        + f"""
+        SELECT e.id, e.slot, e.msg_key, e.{payload}, extract(epoch FROM e.created_at)::float8 AS created
           FROM unnest($1::smallint[]) AS s(slot)
           CROSS JOIN LATERAL (
                 SELECT o.id, o.slot, o.msg_key, o.payload, o.created_at FROM outbox o
-                 WHERE o.slot = s.slot ORDER BY o.id LIMIT $2
+                 WHERE o.slot = s.slot {not_gone} ORDER BY o.id LIMIT $2
           ) AS e
          ORDER BY e.id
          LIMIT $2
         """,
-        list(slots),
-        limit,
+        *args,
     )
+
+
+def _deleting(ids: Sequence[int], param: int) -> str:
+    return f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${param}::bigint[])) " if ids else ""
 
 
 async def delete(conn: Connection, ids: Sequence[int]) -> None:
