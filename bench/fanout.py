@@ -12,6 +12,7 @@ import asyncio
 import multiprocessing as mp
 import statistics
 import time
+from dataclasses import dataclass
 
 import orjson
 
@@ -22,14 +23,14 @@ from .queries import SUB_FANOUT, send_body, token
 from .rawhttp import Pool
 
 
-def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> None:
+def _client(url: str, user_ids: list[int], conversation_id: int, stop, out, query: str = SUB_FANOUT) -> None:
     die_with_parent()
     use_uvloop()
     from .ws import open_many, receive
 
     async def main() -> None:
         tokens = [token(u) for u in user_ids]
-        sockets, errors = await open_many(url, tokens, SUB_FANOUT, {"c": str(conversation_id)})
+        sockets, errors = await open_many(url, tokens, query, {"c": str(conversation_id)})
         out.put(("ready", len(sockets), errors[:3]))
         times: dict[int, list[int]] = {}
         n = len(sockets)
@@ -54,36 +55,80 @@ def _client(url: str, user_ids: list[int], conversation_id: int, stop, out) -> N
         out.put(("error", repr(error), None))
 
 
-async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
+@dataclass
+class Members:
+    """The group's members' websockets, held by client processes (see open_members)."""
+
+    members: list[int]
+    procs: list
+    stop: object
+    out: object
+    opened: int
+    open_errors: list[str]
+    open_seconds: float
+
+    def cpu_sources(self) -> dict:
+        return {f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(self.procs)}
+
+    def close(self) -> None:
+        self.stop.set()
+        for p in self.procs:
+            p.join(20)
+            if p.is_alive():
+                p.kill()
+
+
+def _subscriptions(servers: list) -> int:
+    return sum(s.active_subscriptions() for s in servers)
+
+
+async def open_members(servers: list, sizes: layout.Sizes, query: str = SUB_FANOUT) -> Members:
+    """Every member of the fanout group subscribes (`query`, variable $c) over sizes.fanout_procs
+    client processes; client process i holds its sockets on servers[i % len(servers)]."""
     members = [layout.FANOUT_MEMBER + j for j in range(1, sizes.fanout_members + 1)]
     procs_n = max(1, min(sizes.fanout_procs, len(members)))
     parts = [members[i::procs_n] for i in range(procs_n)]
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=_client, args=(server.ws_url, part, layout.FANOUT_CID, stop, out), daemon=True)
-        for part in parts
+        ctx.Process(
+            target=_client,
+            args=(servers[i % len(servers)].ws_url, part, layout.FANOUT_CID, stop, out, query),
+            daemon=True,
+        )
+        for i, part in enumerate(parts)
     ]
-    base_subs = await asyncio.to_thread(server.active_subscriptions)
+    base_subs = await asyncio.to_thread(_subscriptions, servers)
     t_open = time.monotonic()
     for p in procs:
         p.start()
-    opened, open_errors = 0, []
-    for _ in procs:
-        kind, n, errs = await asyncio.to_thread(queue_get, out, procs, 180, "fanout clients")
-        if kind != "ready":
-            raise RuntimeError(f"fanout client failed: {n}")
-        opened += n
-        open_errors += errs or []
-    expected = base_subs + opened
-    for _ in range(600):
-        if await asyncio.to_thread(server.active_subscriptions) >= expected:
-            break
-        await asyncio.sleep(0.05)
-    open_seconds = time.monotonic() - t_open
-    log(f"fanout: {opened} subscribers in {open_seconds:.1f} s")
-    client_cpu = {f"client{i}": (lambda pid=p.pid: process_cpu(pid)) for i, p in enumerate(procs)}
-    sources = {**cpu_sources, **client_cpu}
+    group = Members(members, procs, stop, out, 0, [], 0.0)
+    try:
+        for _ in procs:
+            kind, n, errs = await asyncio.to_thread(queue_get, out, procs, 180, "fanout clients")
+            if kind != "ready":
+                raise RuntimeError(f"fanout client failed: {n}")
+            group.opened += n
+            group.open_errors += errs or []
+        expected = base_subs + group.opened
+        for _ in range(600):
+            if await asyncio.to_thread(_subscriptions, servers) >= expected:
+                break
+            await asyncio.sleep(0.05)
+    except BaseException:
+        group.close()
+        raise
+    group.open_seconds = time.monotonic() - t_open
+    log(f"fanout: {group.opened} subscribers over {len(servers)} server(s) in {group.open_seconds:.1f} s")
+    return group
+
+
+async def run(server, sizes: layout.Sizes, cpu_sources: dict, servers: list | None = None) -> dict:
+    """servers: the API processes the members' sockets are spread over (default: [server]);
+    the sends go to `server`."""
+    group = await open_members(servers or [server], sizes)
+    members, procs = group.members, group.procs
+    sources = {**cpu_sources, **group.cpu_sources()}
 
     pool = await Pool("127.0.0.1", server.port, 2).open()
     sender = f"Bearer {token(members[0])}"
@@ -104,7 +149,7 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
             while reports < len(procs):
                 try:
                     kind, got_seq, times = await asyncio.to_thread(
-                        queue_get, out, procs, max(0.1, deadline - time.monotonic()), "fanout round"
+                        queue_get, group.out, procs, max(0.1, deadline - time.monotonic()), "fanout round"
                     )
                 except RuntimeError as error:
                     raise RuntimeError(
@@ -131,18 +176,15 @@ async def run(server, sizes: layout.Sizes, cpu_sources: dict) -> dict:
             log(f"fanout round {r}: last of {len(lat)} after {rounds[-1]['last_ms']} ms")
     finally:
         pool.close()
-        stop.set()
-        for p in procs:
-            p.join(20)
-            if p.is_alive():
-                p.kill()
+        group.close()
     lasts = [r["last_ms"] for r in rounds]
     return {
         "members": len(members),
-        "subscribed": opened,
-        "open_errors": open_errors[:3],
-        "client_processes": procs_n,
-        "open_seconds": round(open_seconds, 2),
+        "subscribed": group.opened,
+        "open_errors": group.open_errors[:3],
+        "client_processes": len(procs),
+        "api_processes": len(servers or [server]),
+        "open_seconds": round(group.open_seconds, 2),
         "rounds": rounds,
         "last_ms_median": round(statistics.median(lasts), 2),
         "last_ms_max": max(lasts),

@@ -320,14 +320,22 @@ class Server:
     """
 
     def __init__(
-        self, database_url: str, scratch: Path, kafka: Kafka | None, workers: int = 1, broadcast_url: str | None = None
+        self,
+        database_url: str,
+        scratch: Path,
+        kafka: Kafka | None,
+        workers: int = 1,
+        broadcast_url: str | None = None,
+        serve_args: tuple[str, ...] = (),
+        name: str = "chatgql",
     ) -> None:
         if workers > 1 and not (broadcast_url or "").startswith("redis"):
             raise ValueError("more than one worker needs a redis:// broadcast URL")
         self.port = free_port()
         self.kafka = kafka
         self.workers = workers
-        self.log_path = scratch / "chatgql.log"
+        self.serve_args = serve_args  # e.g. ("--no-relay", "--no-consumer"): an API-only process
+        self.log_path = scratch / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
         env.update(
             CHATGQL_ENV="production",  # as deployed: no GraphiQL, no introspection
@@ -372,6 +380,7 @@ class Server:
                     str(self.port),
                     "--log-level",
                     "warning",
+                    *self.serve_args,
                 ],
                 env=self.env,
                 cwd=str(REPO),

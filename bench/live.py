@@ -79,12 +79,15 @@ def _ws_receiver(url: str, tok: str, ready, stop, out) -> None:
         out.put(("error", repr(error)))
 
 
-def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out) -> None:
+def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out, stamps: bool = False) -> None:
+    """Receive times by clientMsgId; stamps: also each record's Kafka timestamp (ms since the epoch:
+    the producer's send time), reported in place of the ws receiver's `ended`."""
     die_with_parent()
     use_uvloop()
     from aiokafka import AIOKafkaConsumer
 
     got: dict[str, int] = {}
+    kafka_ms: dict[str, int] = {}
 
     async def main() -> None:
         consumer = AIOKafkaConsumer(
@@ -101,7 +104,10 @@ def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out) ->
                     ready.set()
                 for records in batches.values():
                     for record in records:
-                        got[orjson.loads(record.value)["clientMsgId"]] = now
+                        key = orjson.loads(record.value).get("clientMsgId")
+                        got[key] = now
+                        if stamps:
+                            kafka_ms[key] = record.timestamp
                 if batches:
                     await consumer.commit()
         finally:
@@ -109,7 +115,7 @@ def _kafka_receiver(bootstrap: str, topic: str, group: str, ready, stop, out) ->
 
     try:
         asyncio.run(main())
-        out.put(("ok", (got, None)))
+        out.put(("ok", (got, kafka_ms if stamps else None)))
     except Exception as error:  # noqa: BLE001
         ready.set()
         out.put(("error", repr(error)))
@@ -208,8 +214,12 @@ async def _sample_backlog(backlog, samples: list[int]) -> None:
         await asyncio.sleep(0.1)
 
 
-async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, backlog=None) -> dict:
-    """backlog(): the outbox's row count (sampled every 0.1 s while measuring, when given)."""
+async def product(
+    server, sizes: layout.Sizes, cpu_sources: dict, rate: float, backlog=None, keep: dict | None = None
+) -> dict:
+    """backlog(): the outbox's row count (sampled every 0.1 s while measuring, when given).
+    keep: filled with the measured sends' start, answer and receive times by clientMsgId
+    ("starts", "acked", "got"), for a caller that breaks the latency down (bench/livescale.py)."""
     ctx = mp.get_context("spawn")
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     proc = ctx.Process(
@@ -224,6 +234,7 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, b
     pool = await Pool("127.0.0.1", server.port, 32).open()
     tokens = {k: f"Bearer {token(layout.LIVE_USER + k)}" for k in range(1, sizes.live_conversations + 1)}
     errors: list[str] = []
+    acked: dict[str, int] = {}
 
     async def send_one(i: int) -> tuple[str, int]:
         k = i % sizes.live_conversations + 1
@@ -231,6 +242,7 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, b
         body = send_body(layout.LIVE_CID0 + k, f"live {i}", cmid)
         start = time.monotonic_ns()
         status, payload = await pool.post(body, tokens[k])
+        acked[cmid] = time.monotonic_ns()
         if status != 200 or b'"errors"' in payload:
             errors.append(payload[:300].decode(errors="replace"))
             raise RuntimeError(f"send failed: HTTP {status}")
@@ -261,6 +273,8 @@ async def product(server, sizes: layout.Sizes, cpu_sources: dict, rate: float, b
     got, ended = await asyncio.to_thread(_collect, proc, out, stop)
     pool.close()
     lat, missing = _latencies(starts, got, set(warm_starts))
+    if keep is not None:
+        keep.update(starts=starts, acked=acked, got=got)
     return {
         "rate_per_s": rate,
         "seconds": sizes.live_seconds,
@@ -394,7 +408,14 @@ async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None)
 
 
 async def _pair(
-    server, kafka, sizes: layout.Sizes, cpu_sources: dict, rate: float, bus_url: str | None, backlog=None
+    server,
+    kafka,
+    sizes: layout.Sizes,
+    cpu_sources: dict,
+    rate: float,
+    bus_url: str | None,
+    backlog=None,
+    keep: dict | None = None,
 ) -> dict:
     if kafka is not None:
         log(f"live: bare Kafka round trip at {rate:g}/s")
@@ -402,7 +423,7 @@ async def _pair(
     else:
         baseline = await bus_baseline(sizes, rate, bus_url)
     log(f"live: product path at {rate:g}/s")
-    result = await product(server, sizes, cpu_sources, rate, backlog)
+    result = await product(server, sizes, cpu_sources, rate, backlog, keep)
     p99, base_p99 = result["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
     p50, base_p50 = result["latency_ms"].get("p50"), baseline["latency_ms"].get("p50")
     return {

@@ -31,6 +31,11 @@ SUB_FANOUT = (
     "subscription Live($c: ID) { messageNew(conversationId: $c) { conversationId seq"
     " message { senderId clientMsgId body createdAt seen seenByCount } } }"
 )
+# one conversation, no read receipts: what bench/livescale.py's delivery capacity counts
+SUB_CONVERSATION = (
+    "subscription Live($c: ID) { messageNew(conversationId: $c) { conversationId seq"
+    " message { senderId clientMsgId body createdAt } } }"
+)
 SUB_ALL = "subscription Live { messageNew { conversationId seq message { senderId clientMsgId body createdAt } } }"
 
 

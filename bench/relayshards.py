@@ -40,7 +40,7 @@ import psutil
 from chatgql import db
 from chatgql.store import outbox
 
-from .infra import REPO, Kafka, Postgres, log, machine_info
+from .infra import REPO, Kafka, Postgres, die_with_parent, log, machine_info
 
 EVENTS = 60_000
 SECONDS = 10.0
@@ -51,10 +51,11 @@ BODY = "x" * 200
 
 
 class Relay:
-    """One `chatgql relay` process."""
+    """One `chatgql relay` process (or, with command="consume", one `chatgql consume`)."""
 
-    def __init__(self, name: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, env: dict[str, str], log_dir: Path, command: str = "relay") -> None:
         self.name = name
+        self.command = command
         self.env = env
         self.log = log_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
@@ -62,12 +63,13 @@ class Relay:
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", "relay"],
+                [sys.executable, "-m", "chatgql.cli", self.command],
                 env=self.env,
                 cwd=str(REPO),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,  # never outlives the benchmark
             )
 
     def kill(self) -> None:
