@@ -33,7 +33,6 @@ import asyncio
 import multiprocessing as mp
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 import uuid
@@ -47,20 +46,12 @@ import psutil
 from chatgql import db
 
 from .infra import REPO, Kafka, Postgres, Redis, Server, die_with_parent, log, machine_info, process_cpu, use_uvloop
+from .perf import export_src
 from .queries import token
 
 RESULTS = REPO / "bench" / "RESULTS.eventpath.md"
 SUB = "subscription($c: ID) { messageNew(conversationId: $c) { conversationId seq message { seq senderId body } } }"
 BODY = "x" * 120
-
-
-def _export(rev: str, into: Path) -> Path:
-    into.mkdir(parents=True)
-    archive = into / "baseline.tar"
-    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, "src"], check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
 
 
 def _pg_dsn(url: str) -> str:
@@ -452,7 +443,7 @@ async def _run(args) -> dict:
     base_rev = subprocess.run(
         ["git", "-C", str(REPO), "merge-base", "HEAD", args.baseline], capture_output=True, text=True, check=True
     ).stdout.strip()
-    trees = {"baseline": _export(base_rev, scratch / "baseline"), "this": REPO / "src"}
+    trees = {"baseline": export_src(base_rev, scratch / "baseline"), "this": REPO / "src"}
     pg = await asyncio.to_thread(Postgres.start, scratch / "pg")
     kafka = await asyncio.to_thread(Kafka.start, scratch)
     redises = {

@@ -56,7 +56,7 @@ SIZES = dataclasses.replace(
 )
 
 
-def _export(rev: str, into: Path) -> Path:
+def export_src(rev: str, into: Path) -> Path:
     """src/ of rev, as a directory to put on PYTHONPATH."""
     into.mkdir(parents=True)
     archive = into / "baseline.tar"
@@ -116,7 +116,7 @@ def run(baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, re
         base_rev = subprocess.run(
             ["git", "-C", str(REPO), "merge-base", "--", "HEAD", baseline], check=True, capture_output=True, text=True
         ).stdout.strip()[:10]
-        base_src = _export(base_rev, scratch / "baseline")
+        base_src = export_src(base_rev, scratch / "baseline")
         pg = Postgres.start(scratch / "pg")
         asyncio.run(_seed(pg))
         for name, src in (("baseline", base_src), ("this tree", REPO / "src")):

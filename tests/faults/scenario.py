@@ -516,32 +516,8 @@ class Scenario:
         return {(m["conversationId"], m["seq"]) for m in await self._stored()}
 
     async def _stored(self) -> list[dict]:
-        async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    text(
-                        "SELECT conversation_id, seq, sender_id, client_msg_id, body FROM message "
-                        "ORDER BY conversation_id, seq"
-                    )
-                )
-            ).all()
-            self._last_seqs = dict((await conn.execute(text("SELECT id, last_seq FROM conversation"))).all())
-            self._watermarks = {
-                (cid, uid): seq
-                for cid, uid, seq in (
-                    await conn.execute(text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member"))
-                ).all()
-            }
-        return [
-            {
-                "conversationId": str(r.conversation_id),
-                "seq": r.seq,
-                "senderId": str(r.sender_id),
-                "clientMsgId": str(r.client_msg_id),
-                "body": r.body,
-            }
-            for r in rows
-        ]
+        stored, self._last_seqs, self._watermarks = await read_stored(self.engine)
+        return stored
 
 
 def check(
@@ -764,3 +740,34 @@ async def run_scenario(
         write_results()
     print(f"\n{table([result])}\n{result.notes}")
     return result
+
+
+async def read_stored(engine) -> tuple[list[dict], dict[int, int], dict[tuple[int, int], int]]:
+    """Every stored message (as a subscriber sees it), each conversation's lastSeq, each member's watermark."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT conversation_id, seq, sender_id, client_msg_id, body FROM message "
+                    "ORDER BY conversation_id, seq"
+                )
+            )
+        ).all()
+        last_seqs = dict((await conn.execute(text("SELECT id, last_seq FROM conversation"))).all())
+        watermarks = {
+            (cid, uid): seq
+            for cid, uid, seq in (
+                await conn.execute(text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member"))
+            ).all()
+        }
+    stored = [
+        {
+            "conversationId": str(r.conversation_id),
+            "seq": r.seq,
+            "senderId": str(r.sender_id),
+            "clientMsgId": str(r.client_msg_id),
+            "body": r.body,
+        }
+        for r in rows
+    ]
+    return stored, last_seqs, watermarks

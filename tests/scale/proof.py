@@ -44,11 +44,10 @@ from pathlib import Path
 
 import httpx
 from aiokafka.partitioner import DefaultPartitioner
-from sqlalchemy import text
 
 from ..conftest import REPO, create_engine
 from ..faults.load import CREATE_GROUP, Api, Load, Retryable, Subscriber, WatermarkMonitor, catch_up, token_settings
-from ..faults.scenario import Result, check_stored, check_subscriber, check_watermarks
+from ..faults.scenario import Result, check_stored, check_subscriber, check_watermarks, read_stored
 from .report import Report, SubscriberCounts
 from .topology import Topology
 
@@ -386,7 +385,7 @@ class Proof:
 
     async def _check(self, monitor: WatermarkMonitor) -> None:
         report, load = self.report, self.load
-        stored, last_seqs, watermarks = await self._stored()
+        stored, last_seqs, watermarks = await read_stored(self.engine)
         total = Result("proof")
         check_stored(total, load, stored, last_seqs)
         check_watermarks(total, load, monitor, watermarks)
@@ -414,35 +413,6 @@ class Proof:
             report.subscribers.append(
                 SubscriberCounts.of(user, index + 1, len(conversations), mine, result, subscriber, fetched)
             )
-
-    async def _stored(self) -> tuple[list[dict], dict[int, int], dict[tuple[int, int], int]]:
-        async with self.engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    text(
-                        "SELECT conversation_id, seq, sender_id, client_msg_id, body FROM message "
-                        "ORDER BY conversation_id, seq"
-                    )
-                )
-            ).all()
-            last_seqs = dict((await conn.execute(text("SELECT id, last_seq FROM conversation"))).all())
-            watermarks = {
-                (cid, uid): seq
-                for cid, uid, seq in (
-                    await conn.execute(text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member"))
-                ).all()
-            }
-        stored = [
-            {
-                "conversationId": str(r.conversation_id),
-                "seq": r.seq,
-                "senderId": str(r.sender_id),
-                "clientMsgId": str(r.client_msg_id),
-                "body": r.body,
-            }
-            for r in rows
-        ]
-        return stored, last_seqs, watermarks
 
 
 async def _true(value: bool) -> bool:
