@@ -73,6 +73,7 @@ def test_every_process_of_the_scaled_deployment_has_the_same_valid_settings(monk
     assert settings.kafka_topic_partitions == topology["partitions"]
     assert str(settings.kafka_topic_partitions) == str(services["kafka"]["environment"]["KAFKA_NUM_PARTITIONS"])
     assert settings.kafka_session_timeout_ms <= 6000  # a dead consumer's partitions move within 10 s
+    assert settings.max_delivery_delay_seconds > 10  # ... and its subscribers stay live through that
     assert settings.broadcast_url.startswith("redis+cluster://")
     assert {host for host, _ in cluster_nodes(settings.broadcast_url)} == {"redis-1", "redis-2", "redis-3"}
     assert {"redis-1", "redis-2", "redis-3", "redis-cluster-init"} <= set(services)
