@@ -230,13 +230,8 @@ class OutboxRelay:
 
         The rows of a batch are deleted once published, by the next read of the shard (one
         statement: a busy shard costs one round trip per batch), or on their own when the
-        drain ends. While more is waiting (the last read filled a batch, or events committed
-        since it), the next batch is read while this one's acks are awaited (the read leaves
-        this batch out and deletes the one before): a busy shard's cycle is the longer of its
-        read and its publish, not their sum. A batch is still published only once the one
-        before it is acknowledged. A read or delete that fails is tried again with the same
-        ids: a batch is published again only if this process stops before its delete (at
-        least once)."""
+        drain ends. A read or delete that fails is tried again with the same ids: a batch is
+        published again only if this process stops before its delete (at least once)."""
         relayed: list[int] = []  # published, not yet deleted
         ended = False
         try:
@@ -244,31 +239,15 @@ class OutboxRelay:
                 try:
                     if rows is None:
                         shard.dirty = False
-                        rows = await self._read(shard, relayed)
+                        async with self._database.connection() as conn:
+                            rows = await outbox.oldest(
+                                conn, shard.slots, self._batch_size, text=self._text, delete=relayed
+                            )
                         relayed = []
                         complete = len(rows) < self._batch_size
                     if rows:
-                        ids = [row.id for row in rows]
-                        if complete and not shard.dirty:
-                            await self._publish(rows)
-                            relayed += ids
-                        else:
-                            # More is waiting: read the next batch while this one's acks come (it is
-                            # published only after them, so order holds after a failed publish too).
-                            shard.dirty = False
-                            published, ahead = await asyncio.gather(
-                                self._publish(rows), self._read(shard, relayed, skip=ids), return_exceptions=True
-                            )
-                            if not isinstance(ahead, BaseException):
-                                relayed = []  # deleted by that read
-                            if isinstance(published, BaseException):
-                                raise published
-                            relayed += ids
-                            self._on_relayed(shard.index, len(rows))
-                            if isinstance(ahead, BaseException):
-                                raise ahead
-                            rows, complete = ahead, len(ahead) < self._batch_size
-                            continue
+                        await self._publish(rows)
+                        relayed = [row.id for row in rows]
                         self._on_relayed(shard.index, len(rows))
                 except Exception:
                     log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
@@ -294,13 +273,6 @@ class OutboxRelay:
                         async with asyncio.timeout(2):
                             async with self._database.connection() as conn:
                                 await outbox.delete(conn, relayed)
-
-    async def _read(self, shard: _Shard, delete: list[int], skip: list[int] | None = None) -> list:
-        """The shard's next rows, deleting `delete` (relayed) and leaving out `skip` (being published)."""
-        async with self._database.connection() as conn:
-            return await outbox.oldest(
-                conn, shard.slots, self._batch_size, text=self._text, delete=delete, skip=skip or ()
-            )
 
     async def _publish(self, rows: list) -> None:
         """Publish rows (a prefix of each of their slots, in id order)."""

@@ -32,21 +32,13 @@ def shard_slots(shard: int, shards: int) -> list[int]:
 
 
 async def oldest(
-    conn: Connection,
-    slots: Sequence[int],
-    limit: int,
-    *,
-    text: bool = False,
-    delete: Sequence[int] = (),
-    skip: Sequence[int] = (),
+    conn: Connection, slots: Sequence[int], limit: int, *, text: bool = False, delete: Sequence[int] = ()
 ) -> list[Row]:
     """The next events of these slots to relay, at most `limit`, in id order, each with
     `created`: its transaction's time (epoch seconds), the commit time the live path's
     delay bound counts from. text: `payload` as its JSON text (what Kafka and the bus
     carry: the relay then never decodes it), else decoded. delete: ids of rows already
     relayed, deleted by the same statement (one round trip per relay cycle, not two).
-    skip: ids of rows being published now (left out, not deleted: a relay reads its next
-    batch while it waits for the acks of this one).
 
     Each slot's rows come from its own (slot, id) index range, so a shard reads only its
     own rows however long the others' backlog is. Whatever is returned is, for every
@@ -55,15 +47,12 @@ async def oldest(
     payload = "payload::text AS payload" if text else "payload"
     # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it
     # deletes, so it leaves them out itself. The ids to delete are always the last parameter.
-    excluded = [*delete, *skip]
     if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
         args: list = [limit]
         where = ""
-        if excluded:
-            args.append(excluded)
-            where = " WHERE o.id <> ALL($2::bigint[])"
         if delete:
             args.append(list(delete))
+            where = " WHERE o.id <> ALL($2::bigint[])"
         return await conn.fetch(
             _deleting(delete, len(args))
             + f"SELECT o.id, o.slot, o.msg_key, o.{payload}, extract(epoch FROM o.created_at)::float8 AS created"
@@ -72,11 +61,9 @@ async def oldest(
         )
     args = [list(slots), limit]
     not_gone = ""
-    if excluded:
-        args.append(excluded)
-        not_gone = "AND o.id <> ALL($3::bigint[])"
     if delete:
         args.append(list(delete))
+        not_gone = "AND o.id <> ALL($3::bigint[])"
     return await conn.fetch(
         _deleting(delete, len(args))
         + f"""

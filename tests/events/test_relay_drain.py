@@ -1,6 +1,7 @@
-"""The relay reads a busy shard's next batch while the current one's acks are awaited
-(events/relay.py _drain): order per key, exactly once without failures, and a failed
-publish still sends nothing after it before it is sent again."""
+"""A busy relay shard under racing writers and failing publishes (events/relay.py _drain):
+every row acknowledged exactly once, in order per key; a failed publish is sent again
+before anything after it; and the outbox ends empty (a drain that ends deletes its last
+batch, and reads again if a commit woke it meanwhile)."""
 
 from __future__ import annotations
 
@@ -47,18 +48,8 @@ class FlakyPublisher:
             self.acked[key].append(payload["n"])
 
 
-async def test_a_busy_shard_reads_ahead_keeps_order_and_resends_only_after_a_failure(migrated_url, monkeypatch):
+async def test_a_busy_shard_keeps_order_and_resends_only_after_a_failure(migrated_url):
     database = await Database(migrated_url, max_size=8).open()
-    reads_ahead = 0
-    oldest = outbox.oldest
-
-    async def counting(*args: Any, **kwargs: Any) -> list:
-        nonlocal reads_ahead
-        if kwargs.get("skip"):
-            reads_ahead += 1
-        return await oldest(*args, **kwargs)
-
-    monkeypatch.setattr(outbox, "oldest", counting)
     publisher = FlakyPublisher(fail_every=7)
     relay = OutboxRelay(database, publisher, shards=4, batch_size=BATCH, standby_seconds=0.05)
     relaying = asyncio.create_task(relay.run())
@@ -86,7 +77,7 @@ async def test_a_busy_shard_reads_ahead_keeps_order_and_resends_only_after_a_fai
         with contextlib.suppress(asyncio.CancelledError):
             await relaying
         await database.close()
-    assert publisher.failed > 0 and reads_ahead > 0, (publisher.failed, reads_ahead)
+    assert publisher.failed > 0
     # A failed publish acknowledged nothing; each acknowledged batch was deleted before the
     # shard's next read returned: every row acknowledged exactly once, in order per key.
     expected: dict[str, list[int]] = defaultdict(list)
