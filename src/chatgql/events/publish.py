@@ -87,7 +87,7 @@ class KafkaPublisher:
             bootstrap_servers=self._bootstrap,
             enable_idempotence=True,
             acks="all",
-            linger_ms=2,
+            linger_ms=0,
             request_timeout_ms=15_000,
             key_serializer=str.encode,
             value_serializer=_json_bytes,

@@ -253,8 +253,15 @@ class OutboxRelay:
                     log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
                     await asyncio.sleep(self._standby_seconds)
                     complete = False
-                if complete and not shard.dirty:
-                    break  # nothing more as of the last read, and nothing committed since
+                if complete and not shard.dirty:  # nothing more as of the last read, nor committed since
+                    if not relayed:
+                        break
+                    # Deleted here, not after the loop: a commit while this waits wakes a busy shard
+                    # (dirty), which must read again, or its events wait for the next poll.
+                    await self._delete(shard, relayed)
+                    relayed = []
+                    if not shard.dirty:
+                        break
                 rows = None
             ended = True
         finally:
