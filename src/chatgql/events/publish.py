@@ -10,7 +10,6 @@ alongside the event handed to the Dispatcher.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -33,9 +32,6 @@ def _json_bytes(payload: dict | str | bytes) -> bytes:
     return orjson.dumps(payload)
 
 
-log = logging.getLogger(__name__)
-
-
 class Publisher(Protocol):
     """batch: (key, payload) with payload the event (a dict), or its JSON text for a publisher
     whose `takes_text` is true; created: each event's commit time."""
@@ -56,32 +52,11 @@ async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, repl
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
     await admin.start()
     try:
-        try:
-            await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication)])
-        except TopicAlreadyExistsError:
-            pass
-        await _leaders_elected(admin, topic)
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication)])
+    except TopicAlreadyExistsError:
+        pass
     finally:
         await admin.close()
-
-
-async def _leaders_elected(admin: AIOKafkaAdminClient, topic: str, seconds: float = 10.0) -> None:
-    """Return once every partition of topic has a leader (or after seconds, with a warning).
-
-    A topic just created has none for a moment: a consumer that starts meanwhile logs
-    aiokafka ERRORs (NotLeaderForPartitionError while fetching offsets) before it retries,
-    and the overload soak counts every ERROR line."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while True:
-        described = [t for t in await admin.describe_topics([topic]) if t.get("topic") == topic]
-        partitions = [p for t in described if t.get("error_code") == 0 for p in t.get("partitions", ())]
-        if partitions and all(p.get("error_code") == 0 and p.get("leader", -1) >= 0 for p in partitions):
-            return
-        if loop.time() > deadline:
-            log.warning("Kafka topic %s: not every partition has a leader after %.0f s; going on", topic, seconds)
-            return
-        await asyncio.sleep(0.1)
 
 
 class KafkaPublisher:
