@@ -58,8 +58,14 @@ SETTLE_SECONDS = 6  # after the clients left (the heap trimmer looks every 5 s)
 MB = 2**20
 
 
+# aiokafka logs a consumer's first offset fetch on a topic the server has just created as an ERROR
+# while the broker finishes electing its partitions' leaders, then retries (seen in CI even after
+# the topic's metadata named every leader): a line about Kafka's start, not about the soak.
+_KAFKA_START = "aiokafka.consumer.fetcher: Failed fetch offsets from 1: [Error 6] NotLeaderForPartitionError"
+
+
 def _problems(log: str) -> list[str]:
-    return [line for line in log.splitlines() if "ERROR" in line or "Traceback" in line]
+    return [line for line in log.splitlines() if ("ERROR" in line or "Traceback" in line) and _KAFKA_START not in line]
 
 
 async def test_at_twice_the_sustainable_rate_lag_and_memory_stay_flat_and_subscribers_resync(
