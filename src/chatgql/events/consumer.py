@@ -86,7 +86,7 @@ class FanoutConsumer:
         bootstrap_servers: str,
         topic: str,
         group: str,
-        sink: Sink | Bus,
+        sink: Sink,
         *,
         offset_reset: str = "latest",
         max_records: int = MAX_RECORDS,
@@ -97,7 +97,7 @@ class FanoutConsumer:
         self._bootstrap = bootstrap_servers
         self._topic = topic
         self._group = group
-        self.sink: Sink = BusSink(sink) if isinstance(sink, Bus) else sink
+        self.sink = sink
         self._offset_reset = offset_reset
         self._max_records = max_records
         self._commit_interval = commit_interval
