@@ -1,10 +1,11 @@
 """python -m bench [--smoke] [--only FIGURES] [--profile | --no-profile] [--profile-seconds S] [--out DIR]
-[--report PATH] [--kafka | --no-kafka] [--keep] [--workers N]"""
+[--report PATH] [--kafka | --no-kafka] [--keep] [--workers N] [--connections N]"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         "--report",
         type=Path,
         default=None,
-        help="markdown report (default: bench/RESULTS.md in full mode, OUT/RESULTS.smoke.md in smoke, "
+        help="markdown report (default: bench/results/bench.md in full mode, OUT/RESULTS.smoke.md in smoke, "
         "OUT/RESULTS.only.md with --only, OUT/RESULTS.workersN.md with --workers N > 1)",
     )
     kafka = parser.add_mutually_exclusive_group()
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIGURES",
         help="comma-separated subset of send_spread, send_hot, read, inbox, live, fanout, connections "
         "(default: all); the others are reported as skipped. The default report is then "
-        "OUT/RESULTS.only.md, so a partial run does not replace bench/RESULTS.md",
+        "OUT/RESULTS.only.md, so a partial run does not replace bench/results/bench.md",
     )
     prof = parser.add_mutually_exclusive_group()
     prof.add_argument(
@@ -73,7 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         "port; N > 1 also starts a redis-server for their bus (CHATGQL_BROADCAST_URL). Default 1: "
         "one server process, in-process bus. The default report is then OUT/RESULTS.workersN.md",
     )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="idle websockets the connections figure opens per variant (default 10,000; 50 in smoke mode)",
+    )
     args = parser.parse_args(argv)
+    if args.connections is not None and args.connections < 1:
+        parser.error("--connections: at least 1")
     if args.workers < 1:
         parser.error("--workers: at least 1")
     from .run import FIGURES
@@ -98,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     from .run import run
 
     sizes = layout.SMOKE if args.smoke else layout.FULL
+    if args.connections is not None:
+        sizes = dataclasses.replace(sizes, connections=args.connections)
     use_kafka = (not args.smoke) if args.kafka is None else args.kafka
     if not args.smoke and not use_kafka:
         print(
@@ -108,14 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         report = args.report
     elif args.workers > 1:
-        # never over bench/RESULTS.md (nor the one-worker smoke or partial report)
+        # never over bench/results/bench.md (nor the one-worker smoke or partial report)
         report = args.out / f"RESULTS.workers{args.workers}.md"
     elif args.smoke:
         report = args.out / "RESULTS.smoke.md"
     elif only is not None and set(only) != set(FIGURES):
         report = args.out / "RESULTS.only.md"
     else:
-        report = HERE / "RESULTS.md"
+        report = HERE / "results" / "bench.md"
 
     async def main_task() -> None:
         # SIGTERM/SIGINT cancel the run, so its finally blocks stop the server, Kafka and PostgreSQL

@@ -13,7 +13,7 @@ time from the send request's start until the last of the 3,000 subscribers has t
 counted by PostgreSQL itself (log_statement = all for the duration, the server's log read back),
 including the statements the event's delivery runs (membership, the coalesced read event).
 
-Writes bench/RESULTS.biggroups.md. Target: last delivery median < 250 ms in the big group;
+Writes bench/results/biggroups.md. Target: last delivery median < 250 ms in the big group;
 markRead O(1) statements (the same count in both groups).
 """
 
@@ -329,7 +329,7 @@ async def main() -> None:
             "cpu": cpu,
         }
         report = _report(result)
-        (REPO / "bench" / "RESULTS.biggroups.md").write_text(report)
+        (REPO / "bench" / "results" / "biggroups.md").write_text(report)
         print(report)
     finally:
         if stop is not None:

@@ -23,7 +23,7 @@ websocket handler writes it. A subscriber process holds the websocket(s).
 - capacity: 200 subscribers of one group on one server, events at a rate that asks
   for about 8,000 deliveries/s: deliveries/s achieved and server CPU per delivery.
 
-Bounded: about 60 s of load in all with the defaults. Writes bench/RESULTS.eventpath.md.
+Bounded: about 60 s of load in all with the defaults. Writes bench/results/eventpath.md.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from .infra import REPO, Kafka, Postgres, Redis, Server, die_with_parent, log, m
 from .perf import export_src
 from .queries import token
 
-RESULTS = REPO / "bench" / "RESULTS.eventpath.md"
+RESULTS = REPO / "bench" / "results" / "eventpath.md"
 SUB = "subscription($c: ID) { messageNew(conversationId: $c) { conversationId seq message { seq senderId body } } }"
 BODY = "x" * 120
 

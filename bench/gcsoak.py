@@ -20,7 +20,7 @@ settings' defaults (collector.py). After each soak every client leaves and
 the server's frozen objects and RSS are read again: frozen objects are freed
 by reference counting only, so they must come back down. Runs alone (its own
 scratch PostgreSQL, seeded with SQL), about three minutes for both sides;
-results in bench/out/gc_soak.json. A sitecustomize on PYTHONPATH may add
+results in bench/out/gc_soak.json, the report in bench/results/gcsoak.md. A sitecustomize on PYTHONPATH may add
 diagnostics to the server process (it inherits the environment).
 """
 
@@ -431,6 +431,7 @@ async def soak(server: Server, users: int = 1000, rate: float = 35.0, seconds: f
 # young threshold 10,000, nothing frozen later); the other side runs the settings' defaults.
 BASELINE_ENV = {"CHATGQL_GC_FREEZE_EVERY_YOUNG": "0", "CHATGQL_GC_YOUNG_THRESHOLD": "10000"}
 # Sides to choose from (--sides): the environment each server gets on top of the bench's.
+REPORT = Path(__file__).resolve().parent / "results" / "gcsoak.md"
 SIDES = {"baseline": BASELINE_ENV, "product": {}, "young2000": {"CHATGQL_GC_YOUNG_THRESHOLD": "2000"}}
 
 
@@ -444,6 +445,7 @@ async def main(
     sides: list[str],
     doc_seconds: float = 30.0,
     doc_clients: int = 4,
+    report_path: Path | None = None,
 ) -> dict:
     """One soak per side ("baseline": BASELINE_ENV, "product": defaults), each on a fresh server,
     same database, same machine, one after the other."""
@@ -498,7 +500,7 @@ async def main(
                 f"frozen {result['frozen_objects']}; machine busy {result['cpu']['machine_busy_pct']}%"
             )
         dump_json(out_path, results)
-        out_path.with_suffix(".md").write_text(markdown(results))
+        (report_path or out_path.with_suffix(".md")).write_text(markdown(results))
         return results
     finally:
         if keep:
@@ -627,7 +629,15 @@ if __name__ == "__main__":
         "(the defaults), young2000 (the defaults with a young threshold of 2,000)",
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "gc_soak.json")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="markdown report (default: bench/results/gcsoak.md, or beside --out when --out is given)",
+    )
     args = parser.parse_args()
+    explicit_out = any(arg == "--out" or arg.startswith("--out=") for arg in sys.argv[1:])
+    report = args.report or (args.out.with_suffix(".md") if explicit_out else REPORT)
     os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
     use_uvloop()
     sides = [x.strip() for x in args.sides.split(",") if x.strip()]
@@ -642,6 +652,7 @@ if __name__ == "__main__":
             sides,
             args.doc_seconds,
             args.doc_clients,
+            report,
         )
     )
     print(markdown(result))

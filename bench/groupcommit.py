@@ -12,7 +12,7 @@
     Target: hot rate >= spread rate and hot p99 <= 2x spread p99.
 
 Each run lasts RUN_SECONDS (after a short unmeasured warm-up for HTTP). The
-report goes to bench/RESULTS.groupcommit.md (raw figures next to it in
+report goes to bench/results/groupcommit.md (raw figures next to it in
 bench/out/groupcommit.json).
 """
 
@@ -38,7 +38,7 @@ RUN_SECONDS = 5.0  # the compared figures are two runs each (A B B A); the refer
 WARMUP_SECONDS = 2.0
 BATCH = 10
 HERE = Path(__file__).resolve().parent
-REPORT = HERE / "RESULTS.groupcommit.md"
+REPORT = HERE / "results" / "groupcommit.md"
 RAW = HERE / "out" / "groupcommit.json"
 
 SIZES = dataclasses.replace(

@@ -17,7 +17,7 @@ benchmark's layout (bench/layout.py, small except for the live and fanout parts)
   at rising rates (each step CAPACITY_SECONDS); messageNew deliveries/s, the API process's CPU
   per delivery and how far the last delivery lags. Stops at the first step that does not keep up.
 
-Each part's load lasts at most ~60 s. Writes bench/RESULTS.livescale.md (and
+Each part's load lasts at most ~60 s. Writes bench/results/livescale.md (and
 bench/out/livescale.json).
 """
 
@@ -65,7 +65,7 @@ from .rawhttp import Pool
 from .relayshards import Relay
 from .run import _connect, _count, _drain_outbox
 
-RESULTS = REPO / "bench" / "RESULTS.livescale.md"
+RESULTS = REPO / "bench" / "results" / "livescale.md"
 PARTS = ("live", "fanout", "capacity")
 API_PROCESSES = 3
 CAPACITY_RATES = (5, 10, 20, 40, 80)  # messages/s to the 1,000-member group

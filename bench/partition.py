@@ -21,7 +21,7 @@ falls on both sides:
   conversations, one LATERAL probe each);
 - send: sendMessage's one statement (chat_send) into a random conversation.
 
-Writes bench/RESULTS.partition.md. Target: partitioned within 10% of flat.
+Writes bench/results/partition.md. Target: partitioned within 10% of flat.
 Sizes via CHATGQL_BENCH_PARTITION_CONVERSATIONS / _MESSAGES / _SECONDS / _CLIENTS.
 """
 
@@ -55,7 +55,16 @@ INBOX = 20  # lastMessage of an inbox page: one batched read of 20 conversations
 OTHER = 1_000_000_000  # user OTHER + cid is the second member of conversation cid; user cid sends
 BEFORE, PARTITIONED = "0004", "0005"  # the revision before the partitioning migration, and it
 VARIANTS = {"flat": BEFORE, "part": PARTITIONED}
-RESULTS = REPO / "bench" / "RESULTS.partition.md"
+RESULTS = REPO / "bench" / "results" / "partition.md"
+
+# A bulk load into storage its own transaction created skips WAL at wal_level=minimal (a restart each way).
+FAST_LOAD = (
+    "ALTER SYSTEM SET wal_level = minimal",
+    "ALTER SYSTEM SET max_wal_senders = 0",
+    "ALTER SYSTEM SET max_wal_size = '8GB'",
+    "ALTER SYSTEM SET checkpoint_timeout = '30min'",
+)
+AFTER_LOAD = ("ALTER SYSTEM RESET wal_level", "ALTER SYSTEM RESET max_wal_senders")
 
 _KEYS = ["message_pkey", "message_client_msg_id_key", "message_conversation_id_fkey"]
 _ADD_KEYS = [
@@ -227,21 +236,14 @@ async def main() -> None:
         await _admin(pg, *(f"CREATE DATABASE {name}" for name in VARIANTS))
         for name, revision in VARIANTS.items():
             await db.upgrade(_url(pg, name), revision)
-        pg = await _restart(
-            pg,
-            scratch,
-            "ALTER SYSTEM SET wal_level = minimal",
-            "ALTER SYSTEM SET max_wal_senders = 0",
-            "ALTER SYSTEM SET max_wal_size = '8GB'",
-            "ALTER SYSTEM SET checkpoint_timeout = '30min'",
-        )
+        pg = await _restart(pg, scratch, *FAST_LOAD)
         log(f"loading {CONVERSATIONS:,} conversations x {MESSAGES} messages into each of {', '.join(VARIANTS)}")
         t0 = time.monotonic()
         loads = dict(zip(VARIANTS, await asyncio.gather(*(_load(pg, name) for name in VARIANTS)), strict=True))
         await _admin(pg, "CHECKPOINT")
         load_wall = time.monotonic() - t0
         log(f"loaded in {load_wall:.0f} s: {loads}")
-        pg = await _restart(pg, scratch, "ALTER SYSTEM RESET wal_level", "ALTER SYSTEM RESET max_wal_senders")
+        pg = await _restart(pg, scratch, *AFTER_LOAD)
         plans = await _plans(pg)
 
         scripts = _scripts()

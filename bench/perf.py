@@ -16,7 +16,7 @@ from /proc) is divided by the requests it answered in its own segments.
   with `git archive` into a scratch directory and run with it on PYTHONPATH;
 - this tree: src/ of this checkout.
 
-Writes bench/RESULTS.perf.md (or --report) and prints the table.
+Writes bench/results/perf.md (or --report) and prints the table.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import psutil
 
 from chatgql import db
 
-from . import httpload, layout
+from . import httpload, layout, profiles
 from .infra import REPO, Postgres, Server, log, raise_fd_limit
 from .queries import Scenario
 
@@ -71,10 +71,20 @@ def _cpu(pid: int) -> tuple[float, float]:
     return t.user, t.system
 
 
-def _segment(server: Server, scenario: Scenario, workdir: Path, seconds: float, base: int) -> dict:
+def _segment(
+    server: Server, scenario: Scenario, workdir: Path, seconds: float, base: int, profile: Path | None = None
+) -> dict:
+    recorder = None
+    if profile is not None:  # py-spy on the server for this segment, its raw stacks appended to `profile`
+        recorder = profiles.Recorder(server.pid, seconds, profile.with_suffix(".part")).start()
+        recorder.attached()
     user0, sys0 = _cpu(server.pid)
     load = httpload.run(server.port, scenario, workdir, seconds, base)
     user1, sys1 = _cpu(server.pid)
+    if recorder is not None and profile is not None:
+        recorder.wait()
+        with profile.open("a") as out:
+            out.write(recorder.out.read_text() if recorder.out.exists() else "")
     errors = load["bad_status"] + load["gql_errors"] + load["socket_errors"]
     if errors:
         raise RuntimeError(f"{scenario.name}: {errors} failed requests ({load['first_error']})")
@@ -104,7 +114,9 @@ async def _seed(pg: Postgres) -> None:
         await conn.close()
 
 
-def run(baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, report: Path) -> dict:
+def run(
+    baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, report: Path, profile: Path | None = None
+) -> dict:
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-perf-"))
     workdir = scratch / "work"
@@ -137,7 +149,8 @@ def run(baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, re
             order = list(servers)
             for round_ in range(rounds):
                 for name in order if round_ % 2 == 0 else reversed(order):
-                    segments[name].append(_segment(servers[name], scenario, workdir, seconds, read_base))
+                    stacks = None if profile is None else profile / f"{figure}-{name.replace(' ', '-')}.txt"
+                    segments[name].append(_segment(servers[name], scenario, workdir, seconds, read_base, stacks))
                     read_base += 10_000_000
             results[figure] = {name: _per_request(s) for name, s in segments.items()}
             line = ", ".join(f"{name} {r['ms']:.3f} ms" for name, r in results[figure].items())
@@ -190,13 +203,21 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(FIGURES), help="comma-separated subset of " + ", ".join(FIGURES))
     parser.add_argument("--rounds", type=int, default=4, help="segments per server and figure (default 4)")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one segment (default 4 s)")
-    parser.add_argument("--report", type=Path, default=REPO / "bench" / "RESULTS.perf.md")
+    parser.add_argument("--report", type=Path, default=REPO / "bench" / "results" / "perf.md")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="also run py-spy on each server in its segments: raw stacks in DIR/<figure>-<server>.txt "
+        "(py-spy's own CPU makes the figures of such a run worse; measure without it)",
+    )
     args = parser.parse_args()
     figures = tuple(f for f in args.only.split(",") if f)
     unknown = set(figures) - set(FIGURES)
     if unknown:
         parser.error(f"unknown figures: {', '.join(sorted(unknown))}")
-    run(args.baseline, figures, args.rounds, args.seconds, args.report)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    run(args.baseline, figures, args.rounds, args.seconds, args.report, args.profile)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ def inbox_statements(user_id: int, page: int, keys: list[tuple[int, int]]) -> li
     """What `inbox(first: page) { nodes { unreadCount lastMessage {...} } }` runs:
     the page query (page + 1 rows, to learn hasNextPage) and one batched
     lastMessage lookup (the message DataLoader). unreadCount needs no query."""
-    stmts = _record(("uid", "limit"), conversations.inbox_page, user_id, page + 1, None)
+    # the default inbox binds a third: not archived (store.conversations.DEFAULT_INBOX)
+    stmts = _record(("uid", "limit", "archived"), conversations.inbox_page, user_id, page + 1, None)
     stmts += _record(("cids", "seqs"), messages.by_keys, keys)
     return stmts

@@ -19,7 +19,7 @@ Per run: PostgreSQL commits (pg_stat_database.xact_commit of the database, from 
 load until the server has stopped, so every backend has reported; it counts the relay's and
 every other transaction of the process too) per markRead answered, the flushes the server
 counted, latency (wrk: from a request's send to its response) and throughput. Writes
-bench/RESULTS.readstorm.md and bench/out/readstorm.json.
+bench/results/readstorm.md and bench/out/readstorm.json.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from .infra import BENCH_SECRET, Postgres, Server, log, machine_info, raise_fd_l
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk" / "readstorm.lua"
-RESULTS = HERE / "RESULTS.readstorm.md"
+RESULTS = HERE / "results" / "readstorm.md"
 OUT = HERE / "out"
 
 USERS, DEVICES, CONVERSATIONS, PER_USER = 1000, 5, 200, 5

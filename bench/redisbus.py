@@ -15,7 +15,7 @@ conversation id; the feed's receive loop), in one process:
   the share of the published events it received (all of them on redis://);
 - shared rate limits: microseconds per check, per process vs in Redis.
 
-Writes bench/RESULTS.redisbus.md.
+Writes bench/results/redisbus.md.
 """
 
 from __future__ import annotations
@@ -172,9 +172,9 @@ async def rate_limit_cost(url: str | None) -> float:
 
 
 def start_cluster(scratch: Path) -> tuple[str, list[int]]:
-    from tests.events.conftest import _free_cluster_port
+    from tests.support.redis_cluster import free_cluster_port
 
-    port = _free_cluster_port()
+    port = free_cluster_port()
     url = subprocess.run(
         [str(REPO / "scripts/redis-cluster.sh"), "start", "--port", str(port), "--dir", str(scratch / "cluster")],
         check=True,
@@ -246,7 +246,7 @@ def write(rows: dict[str, dict]) -> None:
             else:
                 cells.append(f"{value:,}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    (REPO / "bench" / "RESULTS.redisbus.md").write_text("\n".join(lines) + "\n")
+    (REPO / "bench" / "results" / "redisbus.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -2,7 +2,7 @@
 
 `python -m bench.relayshards` (about 2 minutes) starts an embedded PostgreSQL and
 a Kafka (scripts/kafka.sh), and `chatgql relay` processes (CHATGQL_RELAY_SHARDS=4),
-then measures, writing bench/RESULTS.relayshards.md:
+then measures, writing bench/results/relayshards.md:
 
 - throughput: the outbox is filled with EVENTS message.new-sized events of 200
   conversations in one transaction, while the relays are idle and leading their
@@ -46,7 +46,7 @@ EVENTS = 60_000
 SECONDS = 10.0
 TRIALS = 8
 SHARDS = 4
-RESULTS = REPO / "bench" / "RESULTS.relayshards.md"
+RESULTS = REPO / "bench" / "results" / "relayshards.md"
 BODY = "x" * 200
 
 

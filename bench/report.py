@@ -1,4 +1,4 @@
-"""results.json -> markdown (bench/RESULTS.md)."""
+"""results.json -> markdown (bench/results/bench.md)."""
 
 from __future__ import annotations
 
@@ -655,7 +655,7 @@ def render(r: dict) -> str:
         add("### connections")
         add("")
         add(
-            f"- {co['opened']:,} idle websockets (graphql-transport-ws, one `messageNew` subscription each, one user "
+            f"- {co['opened']:,} idle websockets ({co.get('variant', 'graphql-transport-ws')}, one `messageNew` subscription each, one user "
             f"each) opened in {co['open_seconds']} s from {co['client_processes']} client processes, after "
             f"{co['warmup_connections']} warm-up ones; the server reported {co['server_active_subscriptions']:,} "
             f"active subscriptions."
@@ -673,6 +673,22 @@ def render(r: dict) -> str:
             f"{co['rss_after_mb']} MiB with all open: **{co['kb_per_subscription']} KB per subscribed websocket**"
             " (kernel socket buffers are not in RSS)."
         )
+        variants = co.get("variants") or {}
+        if variants:
+            add(
+                "- each protocol, with permessage-deflate offered as browsers offer it and with no extension "
+                + ("offered, each on a fresh server process" if co.get("fresh_server_per_variant") else "offered")
+                + " (the target is the first row's):"
+            )
+            add("")
+            add("| protocol, offer | server's answer (Sec-WebSocket-Extensions) | open | server RSS | KB per socket |")
+            add("|---|---|---|---|---|")
+            for name, one in variants.items():
+                add(
+                    f"| {name} | {one.get('extensions_agreed') or '(none)'} | {one['opened']:,} "
+                    f"| {_f(one['rss_before_mb'])} -> {_f(one['rss_after_mb'])} MiB | **{_f(one['kb_per_subscription'])}** |"
+                )
+            add("")
         if co.get("open_errors"):
             add(f"- open errors (first few): {co['open_errors']}")
         add("")

@@ -21,7 +21,7 @@ acknowledged send stored once, with its seq.
 
     python -m bench.soak [--seconds 60] [--users 100] [--sockets-per-user 2] [--kafka] [--rate-factor 2]
 
-Writes bench/RESULTS.soak.md (and bench/out/soak.json). The end-to-end test
+Writes bench/results/soak.md (and bench/out/soak.json). The end-to-end test
 tests/faults/test_soak.py runs the same Soak with every check inside it.
 """
 
@@ -429,7 +429,7 @@ def _table(result: dict) -> str:
 
 def _diag(pid: int) -> None:
     """With SOAK_DIAG_SERVER set, a sitecustomize of the caller's (on PYTHONPATH) dumps the server's
-    object counts on SIGUSR2 (how what held memory after the clients left was found; docs/scale/soak.md)."""
+    object counts on SIGUSR2 (how what held memory after the clients left was found; docs/design/scale/overload.md)."""
     import os
     import signal
 
@@ -503,7 +503,7 @@ peak {max(result["rss_mb"] or [0])} MB, after every client left: {result["rss_af
 
 {_table(result)}
 """
-    path = Path(__file__).parent / "RESULTS.soak.md"
+    path = Path(__file__).parent / "results" / "soak.md"
     path.write_text(text)
     return path
 

@@ -1,4 +1,4 @@
-"""A small graphql-transport-ws client for the benchmark's subscriber processes."""
+"""A small graphql-transport-ws (and legacy graphql-ws) client for the benchmark's subscriber processes."""
 
 from __future__ import annotations
 
@@ -10,15 +10,27 @@ import orjson
 import websockets
 
 PROTOCOL = "graphql-transport-ws"
+LEGACY = "graphql-ws"
 
 
-async def subscribe(url: str, token: str, query: str, variables: dict | None = None, timeout: float = 60) -> Any:
-    """Open a websocket, connection_init with the bearer token, subscribe as operation "1"."""
+async def subscribe(
+    url: str,
+    token: str,
+    query: str,
+    variables: dict | None = None,
+    timeout: float = 60,
+    protocol: str = PROTOCOL,
+    compression: str | None = None,
+) -> Any:
+    """Open a websocket, connection_init with the bearer token, subscribe as operation "1".
+
+    compression="deflate" offers permessage-deflate as browsers do (`client_max_window_bits`,
+    websockets' default offer); None offers no extension."""
     ws = await asyncio.wait_for(
         websockets.connect(
             url,
-            subprotocols=[PROTOCOL],
-            compression=None,
+            subprotocols=[protocol],
+            compression=compression,
             ping_interval=None,
             max_size=None,
             open_timeout=timeout,
@@ -35,12 +47,13 @@ async def subscribe(url: str, token: str, query: str, variables: dict | None = N
         if frame["type"] == "ping":
             await ws.send('{"type":"pong"}')
             continue
+        if frame["type"] == "ka":  # graphql-ws's keep-alive
+            continue
         await ws.close()
         raise RuntimeError(f"websocket refused: {frame}")
+    start = "subscribe" if protocol == PROTOCOL else "start"
     await ws.send(
-        orjson.dumps(
-            {"id": "1", "type": "subscribe", "payload": {"query": query, "variables": variables or {}}}
-        ).decode()
+        orjson.dumps({"id": "1", "type": start, "payload": {"query": query, "variables": variables or {}}}).decode()
     )
     return ws
 
@@ -52,7 +65,7 @@ async def receive(ws: Any, on_event) -> None:
             now = time.monotonic_ns()
             frame = orjson.loads(raw)
             kind = frame.get("type")
-            if kind == "next":
+            if kind in ("next", "data"):
                 payload = frame.get("payload") or {}
                 if payload.get("errors"):
                     raise RuntimeError(f"subscription error: {payload['errors']}")
@@ -66,7 +79,13 @@ async def receive(ws: Any, on_event) -> None:
 
 
 async def open_many(
-    url: str, tokens: list[str], query: str, variables: dict | None, concurrency: int = 50
+    url: str,
+    tokens: list[str],
+    query: str,
+    variables: dict | None,
+    concurrency: int = 50,
+    protocol: str = PROTOCOL,
+    compression: str | None = None,
 ) -> tuple[list[Any], list[str]]:
     """Open one subscribed websocket per token, `concurrency` handshakes at a time."""
     gate = asyncio.Semaphore(concurrency)
@@ -76,7 +95,7 @@ async def open_many(
         async with gate:
             for attempt in range(3):
                 try:
-                    return await subscribe(url, tok, query, variables)
+                    return await subscribe(url, tok, query, variables, protocol=protocol, compression=compression)
                 except Exception as error:  # noqa: BLE001 - retried, then reported
                     if attempt == 2:
                         errors.append(repr(error))

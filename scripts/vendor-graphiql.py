@@ -4,7 +4,7 @@ src/chatgql/static/graphiql/, and record versions, licenses and sha256 in manife
 
 chatgql serves these files itself (graphql/graphiql.py), so GraphiQL works without
 internet. To upgrade: change PACKAGES, run this script (needs npm), check the page in
-a browser (tests/test_graphiql_browser.py), commit the files and the manifest.
+a browser (tests/clients/test_graphiql_browser.py), commit the files and the manifest.
 """
 
 from __future__ import annotations

@@ -32,7 +32,11 @@ from chatgql.httpprotocol import uvicorn_options
 from chatgql.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = "outbox, direct_pair, message, conversation_member, conversation"
+TABLES = (
+    "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
+    " message_reaction_count, message_edit, message_change, message, message_mention, user_setting,"
+    " conversation_member, conversation"
+)
 
 
 def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:
@@ -203,9 +207,10 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "kafka_bootstrap_servers": None,
         "broadcast_url": "memory://",
         # Concurrency tests fire hundreds of calls per user; the limits have their own tests
-        # (tests/test_hostile_input.py, tests/adversarial/test_abuse.py).
+        # (tests/graphql/test_hostile_input.py, tests/adversarial/test_abuse.py).
         "rate_send_per_second": 0,
         "rate_read_per_second": 0,
+        "rate_typing_per_second": 0,
         "rate_group_per_second": 0,
         "rate_direct_per_second": 0,
         "rate_add_members_per_second": 0,

@@ -69,6 +69,12 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert connections["rss_after_mb"] > 0
     # 50 sockets may fit in memory the allocator already had: the growth can be 0 in smoke mode
     assert connections["kb_per_subscription"] is not None
+    # every protocol, deflate offered and not: the server agrees to the offer, and only to it
+    assert len(connections["variants"]) == 4
+    for variant in connections["variants"].values():
+        assert variant["opened"] == variant["requested"] > 0
+        assert variant["server_active_subscriptions"] >= variant["opened"]
+        assert bool(variant["extensions_agreed"]) == bool(variant["compression_offered"]), variant
 
     for key in ("machine", "versions", "sizes", "total_seconds"):
         assert results[key], key
@@ -109,3 +115,17 @@ def test_gc_soak_smoke(tmp_path: Path) -> None:
         assert side["deliveries"]["errors"] == 0 and side["delivery_ms"]["count"] > 0
         assert side["gc_pause_longest_ms"] > 0 and side["distinct_documents"]["answered"] > 0
     assert out.with_suffix(".md").read_text().startswith("# Garbage-collector soak")
+
+
+def test_the_search_benchmark_runs_the_products_own_search_statements() -> None:
+    """bench.search's pgbench scripts are built from chatgql.store.search at run time (no database: < 1 s);
+    the benchmark itself (10 million rows, ~10 min) is not part of the suite."""
+    from bench.search import _scripts
+
+    scripts = _scripts("tilodobo")
+    assert len(scripts) == 9
+    for name, script in scripts.items():
+        parse, page = script.split("\\gset\n")
+        assert "websearch_to_tsquery('simple', 'the')" in parse or "tilodobo')" in parse, name
+        assert "to_tsvector('simple', body) @@ :tsq::tsquery" in page and "CROSS JOIN LATERAL" in page, name
+        assert ("AND cm.conversation_id = " in page) is ("across" not in name), name

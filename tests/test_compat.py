@@ -3,7 +3,7 @@
 One test per access: it fails, naming the access, when the private attribute,
 function or module is gone or behaves otherwise. The first test fails on any
 installed version other than the one compat.py was written for: read
-docs/scale/compat.md before moving a pin. No servers: protocols are driven over
+docs/internals/compat.md before moving a pin. No servers: protocols are driven over
 a socketpair, a Kafka producer is never started; Redis is the one real server
 (the backend fix can only be shown on it).
 """
@@ -52,7 +52,7 @@ def test_installed_versions_are_the_ones_compat_was_written_for():
         "chatgql.compat reaches into these libraries' private API and was written for other versions: "
         + "; ".join(mismatches)
         + ". Run tests/test_compat.py against the new version, fix compat.py, then update PINNED "
-        "and pyproject.toml together (docs/scale/compat.md)."
+        "and pyproject.toml together (docs/internals/compat.md)."
     )
 
 
@@ -167,6 +167,45 @@ def test_break_async_helpers_cycle_lets_reference_counting_free_the_executor():
         assert seen and seen[0]() is None, "break_async_helpers_cycle: the executor is still in a cycle"
     finally:
         gc.enable()
+
+
+async def test_use_gather_with_cancel_is_what_graphql_cores_executor_gathers_with():
+    from graphql.execution import executor
+
+    from chatgql.graphql.gather import gather_with_cancel
+
+    assert executor.gather_with_cancel is graphql.pyutils.gather_with_cancel or (
+        executor.gather_with_cancel is gather_with_cancel
+    ), "graphql-core's executor no longer has gather_with_cancel as a module global"
+    source = inspect.getsource(executor)
+    assert source.count("await gather_with_cancel(") >= 3, "graphql-core gathers fields and list items elsewhere now"
+    original = executor.gather_with_cancel
+    gathered: list[int] = []
+
+    async def counting(*awaitables: Any) -> list[Any]:
+        gathered.append(len(awaitables))
+        return await gather_with_cancel(*awaitables)
+
+    async def resolve_items(*_: Any) -> list[dict]:
+        return [{"name": "a"}, {"name": "b"}]
+
+    async def resolve_name(item: dict, *_: Any) -> str:
+        return item["name"]
+
+    async def resolve_other(*_: Any) -> str:
+        return "x"
+
+    schema = graphql.build_schema("type Item { name: String } type Query { items: [Item] other: String }")
+    schema.query_type.fields["items"].resolve = resolve_items  # type: ignore[union-attr]
+    schema.query_type.fields["other"].resolve = resolve_other  # type: ignore[union-attr]
+    schema.get_type("Item").fields["name"].resolve = resolve_name  # type: ignore[union-attr]
+    compat.use_gather_with_cancel(counting)
+    try:
+        result = await graphql.graphql(schema, "{ items { name } other }")
+    finally:
+        compat.use_gather_with_cancel(original)
+    assert result.errors is None and result.data == {"items": [{"name": "a"}, {"name": "b"}], "other": "x"}
+    assert sorted(gathered) == [2, 2], gathered  # the two root fields, the two items
 
 
 # --- Strawberry ----------------------------------------------------------------------------------
@@ -629,6 +668,26 @@ async def test_end_websocket_parser_breaks_the_server_protocols_cycle():
         gc.enable()
 
 
+def test_use_websocket_deflate_replaces_uvicorns_factory_and_websockets_makes_no_state_it_is_not_asked_for():
+    config = uvicorn.Config(_echo, lifespan="off", log_level="warning")
+    config.load()
+    protocol = compat.WebSocketsSansIOProtocol(config, ServerState(), {})
+    (theirs,) = protocol.conn.available_extensions
+    assert isinstance(theirs, compat.ServerPerMessageDeflateFactory), "uvicorn's deflate factory moved"
+    ours = [object()]
+    compat.use_websocket_deflate(protocol, lambda factory: ours if factory is theirs else None)
+    assert protocol.conn.available_extensions is ours
+    config = uvicorn.Config(_echo, lifespan="off", log_level="warning", ws_per_message_deflate=False)
+    config.load()
+    plain = compat.WebSocketsSansIOProtocol(config, ServerState(), {})
+    compat.use_websocket_deflate(plain, lambda factory: ours)
+    assert plain.conn.available_extensions == [] and compat.websocket_extensions(plain) == []
+    # websockets makes no compressor for local_no_context_takeover, nor a decompressor for remote_...
+    # (websocket.LeanDeflate makes its compressor itself, when it needs one)
+    bare = compat.PerMessageDeflate(True, True, 12, 12, {"memLevel": 5})
+    assert "encoder" not in bare.__dict__ and "decoder" not in bare.__dict__
+
+
 # --- aiokafka ------------------------------------------------------------------------------------
 
 
@@ -673,10 +732,32 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
                 "handle_websocket_upgrade",
             ),
         ),  # fmt: skip
-        (LeanWebSocketProtocol, compat.WebSocketsSansIOProtocol, ("connection_lost", "send")),
+        (
+            LeanWebSocketProtocol,
+            compat.WebSocketsSansIOProtocol,
+            (
+                "connection_made",
+                "connection_lost",
+                "data_received",
+                "pause_writing",
+                "resume_writing",
+                "handle_ping",
+                "handle_pong",
+                "send",
+                "send_keepalive_ping",
+            ),
+        ),  # fmt: skip
         (SharedEventExecutor, compat.ExecutionContextBase, ("build_per_event_executor", "execute_operation")),
-        (TransportWSHandler, compat.TransportWSHandlerBase, ("handle", "handle_connection_init")),
-        (LegacyWSHandler, compat.LegacyWSHandlerBase, ("handle", "handle_connection_init")),
+        (
+            TransportWSHandler,
+            compat.TransportWSHandlerBase,
+            ("handle", "handle_message", "handle_connection_init", "handle_subscribe"),
+        ),
+        (
+            LegacyWSHandler,
+            compat.LegacyWSHandlerBase,
+            ("handle", "handle_message", "handle_connection_init", "handle_start"),
+        ),
         (ChatSchema, strawberry.Schema, ("process_errors", "execute")),
         (
             ChatGraphQL,

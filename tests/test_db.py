@@ -1,7 +1,9 @@
-"""db.upgrade's shortcut: a database at head is left alone without starting Alembic."""
+"""db.upgrade's shortcut (a database at head is left alone without starting Alembic), and
+db.database_unavailable."""
 
 from __future__ import annotations
 
+import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
@@ -25,3 +27,42 @@ async def test_only_a_database_at_head_skips_alembic(engine, migrated_url):
     finally:
         async with engine.begin() as conn:
             await conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": head})
+
+
+async def test_database_unavailable_tells_an_outage_from_a_bug(migrated_url):
+    """What the error layer answers UNAVAILABLE for: the server unreachable, a connection
+    terminated under a query, a closed connection used; not a SQL error, nor an OSError
+    that has nothing to do with PostgreSQL."""
+    import asyncpg
+
+    from .conftest import free_port
+
+    with pytest.raises(OSError) as refused:
+        await asyncpg.connect(host="127.0.0.1", port=free_port(), user="postgres", database="postgres")
+    assert db.database_unavailable(refused.value)
+
+    conn = await asyncpg.connect(db.dsn(migrated_url))
+    other = await asyncpg.connect(db.dsn(migrated_url))
+    try:
+        with pytest.raises(asyncpg.PostgresError) as bad_sql:
+            await conn.fetch("SELECT * FROM no_such_table")
+        assert not db.database_unavailable(bad_sql.value)
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        await other.fetchval("SELECT pg_terminate_backend($1)", pid)
+        # Its next uses: the FATAL PostgreSQL sent, "connection is closed", or asyncpg's protocol
+        # left mid-operation (InternalClientError "cannot switch to state ...", as in the fault suite).
+        for _ in range(2):
+            with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)) as used:
+                await conn.fetch("SELECT 1")
+            assert db.database_unavailable(used.value), repr(used.value)
+    finally:
+        await conn.close()
+        await other.close()
+
+    with pytest.raises(OSError) as missing:
+        open("/nonexistent/chatgql")  # noqa: SIM115
+    assert not db.database_unavailable(missing.value)
+    try:
+        raise RuntimeError("wrapped") from refused.value
+    except RuntimeError as wrapped:
+        assert db.database_unavailable(wrapped)  # what caused it counts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 from .conftest import RunningServer, make_settings
-from .events.helpers import metrics
+from .support.live import metrics
 
 
 async def test_gc_pauses_are_in_metrics_and_the_callback_goes_with_the_server(migrated_url, http):

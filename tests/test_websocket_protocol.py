@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 import websockets
 
-from chatgql.websocket import LeanWebSocketProtocol, _Flag, _Inbox
+from chatgql.websocket import LeanDeflate, LeanWebSocketProtocol, _Flag, _Inbox
 
 
 async def test_inbox_is_fifo_and_get_waits_for_a_put() -> None:
@@ -110,6 +110,102 @@ async def test_a_websocket_session_through_the_lean_protocol() -> None:
         with pytest.raises(websockets.InvalidStatus) as refused:
             await websockets.connect(url + "/refuse")
         assert refused.value.response.status_code == 403
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _serve_echo(protocols: list, **config) -> tuple[uvicorn.Server, asyncio.Task, str]:
+    class Recording(LeanWebSocketProtocol):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            protocols.append(self)
+
+    async def app(scope, receive, send) -> None:
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        while (message := await receive())["type"] != "websocket.disconnect":
+            await send({"type": "websocket.send", "text": message["text"].upper()})
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, ws=Recording, lifespan="off", log_level="warning", **config)
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    return server, task, f"ws://127.0.0.1:{port}/"
+
+
+def _deflate(protocol: LeanWebSocketProtocol) -> LeanDeflate:
+    (extension,) = protocol.conn.extensions
+    assert isinstance(extension, LeanDeflate)
+    return extension
+
+
+async def test_permessage_deflate_holds_no_zlib_state_while_idle() -> None:
+    """Offered as browsers offer it: agreed with uvicorn's window bits plus client_no_context_takeover;
+    short messages go uncompressed, a stream of long ones shares one compressor (context takeover),
+    which is let go once idle, and what follows still decodes on the client's kept window."""
+    protocols: list[LeanWebSocketProtocol] = []
+    server, task, url = await _serve_echo(protocols, ws_ping_interval=None)
+    try:
+        async with websockets.connect(url, compression="deflate") as ws:
+            agreed = ws.response.headers["Sec-WebSocket-Extensions"]
+            assert agreed == (
+                "permessage-deflate; client_no_context_takeover; server_max_window_bits=12; client_max_window_bits=12"
+            )
+            client = ws.protocol.extensions[0]
+            assert client.local_no_context_takeover and not client.remote_no_context_takeover
+            deflate = _deflate(protocols[-1])
+            assert "decoder" not in deflate.__dict__ and "encoder" not in deflate.__dict__
+            await ws.send("hi")
+            assert await ws.recv() == "HI"  # short both ways: no compressor made
+            assert "encoder" not in deflate.__dict__ and "decoder" not in deflate.__dict__
+            events = [
+                f'{{"type":"next","id":"1","payload":{{"seq":{i},"body":"message {i} {"x" * 80}"}}}}' for i in range(4)
+            ]
+            for event in events[:2]:
+                await ws.send(event)
+                assert await ws.recv() == event.upper()
+            encoder = deflate.encoder
+            assert "decoder" not in deflate.__dict__  # one per incoming message, gone at its end
+            deflate.drop_idle_encoder()  # a message went since the last look: kept
+            assert deflate.encoder is encoder
+            deflate.drop_idle_encoder()  # idle since: let go
+            assert "encoder" not in deflate.__dict__
+            for event in events[2:]:  # a new compressor; the client's decompressor kept its window
+                await ws.send(event)
+                assert await ws.recv() == event.upper()
+            big = "y" * 200_000
+            await ws.send(big)
+            assert await ws.recv() == big.upper()
+        async with websockets.connect(url, compression=None) as ws:
+            assert "Sec-WebSocket-Extensions" not in ws.response.headers
+            await ws.send(events[0])
+            assert await ws.recv() == events[0].upper()
+            assert protocols[-1].conn.extensions == []
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_the_keepalive_ping_lets_an_idle_compressor_go() -> None:
+    protocols: list[LeanWebSocketProtocol] = []
+    server, task, url = await _serve_echo(protocols, ws_ping_interval=0.05, ws_ping_timeout=5)
+    try:
+        async with websockets.connect(url, compression="deflate", ping_interval=None) as ws:
+            event = "z" * 500
+            await ws.send(event)
+            assert await ws.recv() == event.upper()
+            deflate = _deflate(protocols[-1])
+            for _ in range(400):
+                if "encoder" not in deflate.__dict__:
+                    break
+                await asyncio.sleep(0.05)
+            assert "encoder" not in deflate.__dict__, "no keepalive ping let the idle compressor go"
+            await ws.send(event)
+            assert await ws.recv() == event.upper()
     finally:
         server.should_exit = True
         await task

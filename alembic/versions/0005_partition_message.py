@@ -8,7 +8,7 @@ Why: the message table is the one that grows without bound (DESIGN.md: 120 GB
 a day at full scale). Hash partitions by conversation_id keep each index a
 sixteenth of the size (vacuum, reindex and the buffer cache work per
 partition), and every statement on the hot paths carries conversation_id, so
-each one touches one partition (tests/test_partitioning.py checks the plans
+each one touches one partition (tests/store/test_partitioning.py checks the plans
 and the per-partition counters). The keys stay what they were and both start
 with conversation_id, the partition key: PRIMARY KEY (conversation_id, seq),
 UNIQUE (conversation_id, client_msg_id) -- which is also what Citus needs to
@@ -87,7 +87,7 @@ def upgrade() -> None:
     # a generic plan's estimate covers all 16 partitions (the executor prunes them, the estimate
     # does not know), so the custom plan always looks cheaper. pgbench of chat_send on the
     # partitioned table: 75% of the unpartitioned table's rate re-planning, the same rate with
-    # generic plans (bench/RESULTS.partition.md). Changing the function also makes every session
+    # generic plans (bench/results/partition.md). Changing the function also makes every session
     # compile it again: its message%ROWTYPE variable named the table that was dropped.
     op.execute(f"ALTER FUNCTION {_CHAT_SEND} SET plan_cache_mode = force_generic_plan")
 

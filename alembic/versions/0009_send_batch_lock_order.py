@@ -11,7 +11,7 @@ moves many watermarks in one statement, locking the rows that will move in
 whatever order its plan visited them, so a batch and a flush over the same
 members could each hold a row the other wanted: PostgreSQL ended one of them
 with `deadlock detected` (found by the overload soak: markRead answered
-INTERNAL_SERVER_ERROR; tests/test_group_commit.py races the two).
+INTERNAL_SERVER_ERROR; tests/services/test_group_commit.py races the two).
 
 The function is 0006's, with one statement added after the conversation's
 lock: the senders' member rows, locked in user_id order before anything moves.

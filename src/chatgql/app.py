@@ -24,24 +24,31 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from . import collector, db
+from . import collector, db, logs
 from .db import Database
+from .demo import demo_routes
+from .embedded import EmbeddedWatch
 from .events.bus import Bus, feed_dispatcher
 from .events.consumer import BusSink, DispatchSink, FanoutConsumer, Sink
 from .events.dispatch import Dispatcher, MembershipCache
+from .events.ephemeral import EphemeralPublisher
+from .events.presence import Presence, presence_for
 from .events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, Publisher, ensure_topic
 from .events.relay import OutboxRelay
 from .events.wakeup import RelayWakeup
+from .events.webhooks import Deliverer, check_resolved, parse_kinds, parse_secret
 from .graphql import validation
 from .graphql.context import Deps
 from .graphql.graphiql import ASSETS_PATH
 from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
+from .jwks import KeySet
 from .metrics import Metrics
+from .services.erase import retention_loop
 from .services.groupcommit import SendBatcher
 from .services.read_coalescing import ReadCoalescer
 from .settings import Settings
-from .store import conversations, health, outbox
+from .store import conversations, health, outbox, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +63,22 @@ class Runtime:
     database_url: str | None = None
     relay: OutboxRelay | None = None
     consumer: FanoutConsumer | None = None
+    webhooks: Deliverer | None = None
+    presence: Presence | None = None
     bus_ready: asyncio.Event = field(default_factory=asyncio.Event)
     bus: Bus | None = None
+    embedded: EmbeddedWatch | None = None  # the embedded PostgreSQL's, when this process runs one
 
 
-async def _database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
+async def _database_url(settings: Settings, runtime: Runtime, stack: contextlib.AsyncExitStack) -> str:
+    """The configured database's URL, or the embedded server's, started and watched:
+    when it dies it is started again (EmbeddedWatch)."""
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
     server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
-    stack.callback(server.cleanup)
+    stack.push_async_callback(asyncio.to_thread, server.cleanup)
+    runtime.embedded = EmbeddedWatch(server)
+    await _task(stack, runtime.embedded.run(), "embedded-postgres-watch")  # stopped before the server
     return url
 
 
@@ -95,7 +109,7 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 settings.gc_young_threshold, settings.gc_freeze_every_young, run=validation.between_validations
             )
         )
-        url = runtime.database_url = await _database_url(settings, stack)
+        url = runtime.database_url = await _database_url(settings, runtime, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)
         database = await Database(url, max_size=settings.db_pool_size + settings.db_max_overflow).open()
@@ -128,6 +142,14 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         metrics.track(metrics.bus_published, lambda: sum(bus.events_published.values()))
         metrics.track(metrics.bus_received, lambda: sum(bus.events_received.values()))
 
+        if settings.webhook_url is not None:  # who is online, for the webhooks' recipients
+            presence = runtime.presence = presence_for(settings.broadcast_url, settings.presence_heartbeat_seconds)
+            if api:
+                runtime.deps.presence = presence
+                await _task(stack, presence.run(), "presence")
+            else:  # it only asks (the deliverer of `chatgql webhooks`)
+                stack.push_async_callback(presence.close)
+
         live: Dispatcher | None = None  # this process's, when it serves subscriptions
         if api:
             big = settings.big_group_threshold
@@ -157,10 +179,26 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             await asyncio.wait_for(runtime.bus_ready.wait(), 10)
             # Mass disconnects leave glibc holding what the connections used (see heap.py).
             await _task(stack, HeapTrimmer().run(), "heap-trim")
+            if settings.oidc_issuer is not None:
+                runtime.deps.keys = await stack.enter_async_context(
+                    KeySet(
+                        settings.oidc_issuer,
+                        settings.oidc_jwks_url,
+                        refresh_seconds=settings.oidc_jwks_refresh_seconds,
+                        min_refetch_seconds=settings.oidc_jwks_min_refetch_seconds,
+                        timeout_seconds=settings.oidc_jwks_timeout_seconds,
+                    )
+                )
+                keys = runtime.deps.keys
+                metrics.track(metrics.oidc_keys, lambda: len(keys.keys))
+                metrics.track(metrics.oidc_key_fetches, lambda: keys.fetches)
+                metrics.track(metrics.oidc_key_fetch_failures, lambda: keys.failures)
 
         kafka = settings.kafka_bootstrap_servers
         # One process (memory://) hands events decoded straight to its Dispatcher: no JSON, no bus.
         direct = live if live is not None and urlsplit(settings.broadcast_url).scheme == "memory" else None
+        if live is not None:  # typing: the bus only, never PostgreSQL or the outbox
+            runtime.deps.typing = EphemeralPublisher(bus, direct)
         if settings.run_relay:
             publisher: Publisher
             if kafka:
@@ -188,10 +226,20 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
                 poll_seconds=settings.relay_poll_seconds,
                 standby_seconds=settings.relay_standby_seconds,
                 on_relayed=relayed,
+                local=isinstance(publisher, DispatchPublisher),
+                webhook_kinds=parse_kinds(settings.webhook_events) if settings.webhook_url else (),
             )
             metrics.track(metrics.relay_shards_led, lambda: len(relay.shards_led))
             wakeup.local = runtime.relay
             await _task(stack, runtime.relay.run(), "outbox-relay")
+            if settings.retention_days is not None:
+                retention = retention_loop(
+                    database,
+                    settings.retention_days,
+                    interval_seconds=settings.retention_interval_seconds,
+                    batch_size=settings.erase_batch_size,
+                )
+                await _task(stack, retention, "retention")
 
         if kafka and settings.run_consumer:
             sink: Sink = DispatchSink(direct) if direct is not None else BusSink(bus)
@@ -207,8 +255,37 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             metrics.track(metrics.consumer_lag, lambda: consumer.lag)
             await _task(stack, consumer.run(), "kafka-consumer")
 
+        if settings.webhook_url is not None and settings.run_webhooks:
+            await _start_webhooks(settings, runtime, url, stack)
+
         log.info("%s", startup_line(settings, api=api))
         yield runtime
+
+
+async def _start_webhooks(settings: Settings, runtime: Runtime, url: str, stack: contextlib.AsyncExitStack) -> None:
+    """The webhook deliverer: a task of its own with a pool of its own (events/webhooks.py)."""
+    assert settings.webhook_url is not None and settings.webhook_secret is not None and runtime.presence is not None
+    await check_resolved(settings.webhook_url, settings.webhook_allow_private)
+    metrics = runtime.metrics
+    deliverer = runtime.webhooks = Deliverer(
+        url,
+        runtime.presence,
+        url=settings.webhook_url,
+        secret=parse_secret(settings.webhook_secret.get_secret_value()),
+        big_group_threshold=settings.big_group_threshold,
+        timeout_seconds=settings.webhook_timeout_seconds,
+        max_attempts=settings.webhook_max_attempts,
+        backoff_seconds=settings.webhook_backoff_seconds,
+        max_backoff_seconds=settings.webhook_max_backoff_seconds,
+        concurrency=settings.webhook_concurrency,
+        poll_seconds=settings.webhook_poll_seconds,
+        standby_seconds=settings.relay_standby_seconds,
+        db_connections=settings.webhook_db_connections,
+        on_delivered=metrics.webhooks_delivered.inc,
+        on_retried=metrics.webhooks_retried.inc,
+        on_dead=metrics.webhooks_dead_lettered.inc,
+    )
+    await _task(stack, deliverer.run(), "webhooks")
 
 
 def startup_line(settings: Settings, *, api: bool = True) -> str:
@@ -218,7 +295,13 @@ def startup_line(settings: Settings, *, api: bool = True) -> str:
         doing = f"serving http://{host}:{settings.port}/graphql"
     else:
         doing = "running " + " and ".join(
-            role for role, on in (("the relay", settings.run_relay), ("the consumer", settings.run_consumer)) if on
+            role
+            for role, on in (
+                ("the relay", settings.run_relay),
+                ("the consumer", settings.run_consumer),
+                ("the webhooks", settings.run_webhooks and settings.webhook_url is not None),
+            )
+            if on
         )
     if settings.database_url is None:
         database = f"embedded at {settings.data_dir.resolve()}"
@@ -276,6 +359,7 @@ class ChatApp(Starlette):
 
 
 def create_app(settings: Settings) -> Starlette:
+    logs.redact_query_strings()
     deps = Deps(settings=settings, database=None)  # type: ignore[arg-type]
     graphql = ChatGraphQL(deps)
     state: dict[str, Runtime] = {}
@@ -289,6 +373,15 @@ def create_app(settings: Settings) -> Starlette:
             yield
 
     async def healthz(request: Request) -> Response:
+        """Alive, unless this process's own database is down (being started again): a
+        supervisor that watches liveness restarts the process when that does not succeed."""
+        runtime = state.get("runtime")
+        watch = runtime.embedded if runtime is not None else None
+        down_for = watch.down_for() if watch is not None else None
+        if down_for is not None:
+            return PlainTextResponse(
+                f"the embedded PostgreSQL is down ({down_for:.0f} s); starting it again", status_code=503
+            )
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> Response:
@@ -318,8 +411,14 @@ def create_app(settings: Settings) -> Starlette:
             metrics.outbox_oldest_age.set(max((row.oldest_age for row in backlog.values()), default=0))
             for shard in range(settings.relay_shards):
                 metrics.outbox_shard_rows.labels(str(shard)).set(backlog[shard].rows if shard in backlog else 0)
+            if settings.webhook_url is not None:
+                async with runtime.deps.database.connection() as conn:
+                    pending = await webhooks.backlog(conn)
+                metrics.webhooks_pending.set(pending.pending)
+                metrics.webhooks_oldest_pending_age.set(pending.oldest_age)
+                metrics.webhooks_dead.set(pending.dead)
         except Exception:
-            log.warning("could not read the outbox backlog", exc_info=True)
+            log.warning("could not read the outbox or webhook backlog", exc_info=True)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     graphiql = [Route(f"{ASSETS_PATH}/{{name}}", graphql.graphiql.asset)] if graphql.graphiql else []
@@ -327,6 +426,7 @@ def create_app(settings: Settings) -> Starlette:
         graphql,
         routes=[
             *graphiql,
+            *demo_routes(settings),
             Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),

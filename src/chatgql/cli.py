@@ -1,4 +1,4 @@
-"""`chatgql serve | migrate | relay | consume | token | export-schema`."""
+"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | token | export-schema`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from . import datadir, logs
 from .settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from .db import Database
+    from .services.erase import Batch
 
 
 def _settings(**overrides: object) -> Settings:
@@ -31,13 +35,14 @@ def serve(args: argparse.Namespace) -> None:
 
     from .app import create_app, keep_startup_objects_out_of_gc
     from .httpprotocol import uvicorn_options
-    from .websocket import LeanWebSocketProtocol
 
     overrides: dict[str, object] = {}
     if args.no_relay:
         overrides["run_relay"] = False
     if args.no_consumer:
         overrides["run_consumer"] = False
+    if args.no_webhooks:
+        overrides["run_webhooks"] = False
     if args.workers is not None:
         overrides["workers"] = args.workers
     if args.host:
@@ -49,11 +54,11 @@ def serve(args: argparse.Namespace) -> None:
         host=args.host or settings.host,
         port=args.port or settings.port,
         loop="uvloop",
-        ws=LeanWebSocketProtocol,  # websockets-sansio, lighter per idle connection
         log_level=args.log_level,
         access_log=settings.access_log_enabled,
-        ws_max_size=1 << 20,
-        **uvicorn_options(settings),  # httptools with header and body deadlines; the connection cap
+        # httptools with header and body deadlines, the connection cap; websockets-sansio, lighter
+        # per idle connection and bounded (websocket.py)
+        **uvicorn_options(settings),
     )
     if settings.workers == 1:
         with _owning_data_dir(settings):  # refused here, not as a traceback from the lifespan
@@ -85,10 +90,13 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
 
     from . import db
     from .app import startup_line
+    from .embedded import EmbeddedWatch
 
     embedded = None
+    watching = None
     if settings.database_url is None:
         embedded, url = db.start_embedded_postgres(settings.data_dir)
+        watching = EmbeddedWatch(embedded).run_in_thread()  # started again here when it dies
     else:
         url = settings.database_url.get_secret_value()
     try:
@@ -101,6 +109,8 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
         logging.getLogger("chatgql").info("%s · workers: %d", startup_line(settings), settings.workers)
         uvicorn.run("chatgql.app:create_app_from_environment", factory=True, workers=settings.workers, **server_options)
     finally:
+        if watching is not None:
+            watching.set()
         if embedded is not None:
             embedded.cleanup()
 
@@ -113,14 +123,51 @@ async def _run_until_cancelled(settings: Settings) -> None:
 
 
 def relay(args: argparse.Namespace) -> None:
-    asyncio.run(_run_until_cancelled(_settings(run_relay=True, run_consumer=False)))
+    asyncio.run(_run_until_cancelled(_settings(run_relay=True, run_consumer=False, run_webhooks=False)))
 
 
 def consume(args: argparse.Namespace) -> None:
-    settings = _settings(run_relay=False, run_consumer=True)
+    settings = _settings(run_relay=False, run_consumer=True, run_webhooks=False)
     if not settings.kafka_bootstrap_servers:
         raise SystemExit("chatgql consume needs CHATGQL_KAFKA_BOOTSTRAP_SERVERS")
     asyncio.run(_run_until_cancelled(settings))
+
+
+def webhooks(args: argparse.Namespace) -> None:
+    """Run only the webhook deliverer; or list the dead letters, or queue them again."""
+    settings = _settings(run_relay=False, run_consumer=False, run_webhooks=True)
+    if args.action is None:
+        if settings.webhook_url is None:
+            raise SystemExit("chatgql webhooks needs CHATGQL_WEBHOOK_URL (and CHATGQL_WEBHOOK_SECRET)")
+        asyncio.run(_run_until_cancelled(settings))
+        return
+    if settings.database_url is None:
+        raise SystemExit("chatgql webhooks dead | replay needs CHATGQL_DATABASE_URL")
+    if args.action == "replay" and not args.all and not args.ids:
+        raise SystemExit("chatgql webhooks replay: give the ids to replay (see `chatgql webhooks dead`) or --all")
+    asyncio.run(_dead_letters(settings.database_url.get_secret_value(), args))
+
+
+async def _dead_letters(url: str, args: argparse.Namespace) -> None:
+    from .db import Database
+    from .store import webhooks as queue
+
+    database = await Database(url, max_size=1).open()
+    try:
+        async with database.connection() as conn:
+            if args.action == "replay":
+                count = await queue.replay(conn, None if args.all else args.ids)
+                print(f"queued again: {count}")
+                return
+            rows = await queue.dead_letters(conn, args.limit)
+    finally:
+        await database.close()
+    print("id\tconversation\ttype\twebhook-id\tattempts\tdead at\tlast error")
+    for row in rows:
+        print(
+            f"{row.id}\t{row.msg_key}\t{row.type}\tmsg_{row.webhook_id.hex}\t{row.attempts}"
+            f"\t{row.dead_at.isoformat()}\t{row.last_error}"
+        )
 
 
 def migrate(args: argparse.Namespace) -> None:
@@ -139,6 +186,68 @@ def migrate(args: argparse.Namespace) -> None:
             server.cleanup()
 
     asyncio.run(main())
+
+
+async def _with_database(settings: Settings, work: Callable[[Database], Awaitable[int]]) -> int:
+    """work on the configured database (or the embedded one, when no serve holds it), migrated; the relays
+    of other processes are woken for the events it writes."""
+    from . import db
+    from .events.wakeup import RelayWakeup
+
+    async def on(url: str) -> int:
+        if settings.migrate_on_start:
+            await db.upgrade(url)
+        database = await db.Database(url, max_size=2).open()
+        wakeup = RelayWakeup(database)
+        try:
+            return await work(database)
+        finally:
+            await wakeup.close()
+            await database.close()
+
+    if settings.database_url is not None:
+        return await on(settings.database_url.get_secret_value())
+    with _owning_data_dir(settings):
+        server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
+        try:
+            return await on(url)
+        finally:
+            server.cleanup()
+
+
+def _progress(batch: Batch) -> None:
+    print(f"conversation {batch.conversation_id}: {batch.erased} erased ({batch.total} in all)", flush=True)
+
+
+def _erase(settings: Settings, args: argparse.Namespace, work: Callable[..., Awaitable[int]], *what: object) -> int:
+    """work(database, *what, batch_size=, on_batch=) once, printing each batch; returns how many it erased."""
+    batch = args.batch or settings.erase_batch_size
+    return asyncio.run(_with_database(settings, lambda db: work(db, *what, batch_size=batch, on_batch=_progress)))
+
+
+def erase_user(args: argparse.Namespace) -> None:
+    from .errors import BadUserInput
+    from .services.checks import check_id
+    from .services.erase import erase_user as erase
+
+    settings = _settings()
+    try:
+        user_id = check_id(args.user_id, "USER_ID")
+    except BadUserInput as error:
+        print(f"chatgql: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"erased {_erase(settings, args, erase, user_id)} messages of user {user_id}")
+
+
+def retention(args: argparse.Namespace) -> None:
+    from .services.erase import retention_bound, run_retention
+
+    settings = _settings()
+    days = args.days or settings.retention_days
+    if days is None or days <= 0:
+        raise SystemExit("chatgql retention run needs --days (above 0) or CHATGQL_RETENTION_DAYS")
+    bound = retention_bound(days)
+    print(f"erased {_erase(settings, args, run_retention, bound)} messages sent before {bound.isoformat()}")
 
 
 def token(args: argparse.Namespace) -> None:
@@ -166,6 +275,13 @@ def export_schema(args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="chatgql", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -175,6 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int)
     p.add_argument("--no-relay", action="store_true", help="do not run the outbox relay in this process")
     p.add_argument("--no-consumer", action="store_true", help="do not run the Kafka consumer in this process")
+    p.add_argument("--no-webhooks", action="store_true", help="do not run the webhook deliverer in this process")
     p.add_argument("--workers", type=int, help="API processes sharing the port (CHATGQL_WORKERS; >1 needs redis://)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
@@ -185,6 +302,26 @@ def main(argv: list[str] | None = None) -> None:
 
     commands.add_parser("relay", help="run only the outbox relay").set_defaults(func=relay)
     commands.add_parser("consume", help="run only the Kafka consumer (feeds a redis:// bus)").set_defaults(func=consume)
+
+    p = commands.add_parser("erase-user", help="erase every message USER_ID sent (tombstones, in batches)")
+    p.add_argument("user_id", metavar="USER_ID")
+    p.add_argument("--batch", type=positive, help="messages per transaction (CHATGQL_ERASE_BATCH_SIZE)")
+    p.set_defaults(func=erase_user)
+
+    p = commands.add_parser("retention", help="the retention policy")
+    p.add_argument("action", choices=["run"], help="run: one pass now, erasing what is older than the bound")
+    p.add_argument("--days", type=float, help="the bound (CHATGQL_RETENTION_DAYS)")
+    p.add_argument("--batch", type=positive, help="messages per transaction (CHATGQL_ERASE_BATCH_SIZE)")
+    p.set_defaults(func=retention)
+
+    p = commands.add_parser("webhooks", help="run only the webhook deliverer; `dead`, `replay`: its dead letters")
+    actions = p.add_subparsers(dest="action")
+    dead = actions.add_parser("dead", help="list the dead letters (oldest first)")
+    dead.add_argument("--limit", type=int, default=100)
+    again = actions.add_parser("replay", help="queue dead letters again (same webhook-id and body)")
+    again.add_argument("ids", nargs="*", type=int, metavar="ID")
+    again.add_argument("--all", action="store_true", help="every dead letter")
+    p.set_defaults(func=webhooks)
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")

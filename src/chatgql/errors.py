@@ -40,6 +40,20 @@ class LimitExceeded(ChatError):
     code = "LIMIT_EXCEEDED"
 
 
+class Unavailable(ChatError):
+    """The request could not be served now (the database is down or restarting, the
+    server is stopping); the same request may succeed after retryAfter seconds."""
+
+    code = "UNAVAILABLE"
+
+
+RETRY_AFTER_SECONDS = 1  # what an outage answers in retryAfter: clients back off from there
+
+
+def unavailable(what: str) -> Unavailable:
+    return Unavailable(f"{what}; retry after {RETRY_AFTER_SECONDS} s", retryAfter=RETRY_AFTER_SECONDS)
+
+
 def conversation_not_found(conversation_id: int | str) -> NotFound:
     """The same answer whether the conversation is missing or the caller is not in it."""
     return NotFound(f"conversation {conversation_id} not found", conversationId=str(conversation_id))

@@ -52,6 +52,7 @@ import orjson
 
 from . import compat
 from .settings import Settings
+from .websocket import LeanWebSocketProtocol, WsBounds
 
 _SERVICE_UNAVAILABLE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -183,7 +184,9 @@ class DeadlineHttpProtocol(compat.HttpToolsProtocol):
             late = f"the request body did not arrive within {self.body_timeout:g} s"
             self._refuse_and_close(_timeout_response(late))
         else:
-            self.transport.close()
+            # Answered without reading the body (a 405, say): closed in stages too, or the client's
+            # next byte draws a reset that may destroy that answer before the client reads it.
+            self._close_lingering()
 
     def _refuse_and_close(self, answer: bytes) -> None:
         """Send the refusal, then close in stages (RFC 9112, 9.6): half-close, read and drop what
@@ -195,6 +198,10 @@ class DeadlineHttpProtocol(compat.HttpToolsProtocol):
         if self.cycle is not None:
             compat.abandon_request_cycle(self.cycle)
         self.transport.write(answer)
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        self._cancel_timers()
         if not self.transport.can_write_eof():
             self.transport.close()
             return
@@ -248,8 +255,11 @@ class _OneWrite:
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """The uvicorn.Config options for slow and idle clients (chatgql serve and the tests' server)."""
+    """The uvicorn.Config options for slow, idle and flooding clients (chatgql serve and the tests'
+    server): HTTP deadlines, the connection cap, and websockets-sansio made lighter and bounded."""
     return {
+        "ws": functools.partial(LeanWebSocketProtocol, bounds=WsBounds.of(settings)),
+        "ws_max_size": 1 << 20,  # an incoming websocket message, decompressed: more is closed with 1009
         "http": functools.partial(
             DeadlineHttpProtocol,
             header_timeout=settings.http_header_timeout_seconds,

@@ -11,6 +11,9 @@
   restarted one): the expected part of that is DEBUG, see CoordinatorElection.
 - uvicorn's start-up lines give way to chatgql's one start-up line (app.py), and
   the lifespan's shutdown lines to uvicorn's "Shutting down" and "Finished".
+- uvicorn's access lines and its per-websocket lines name the request's path with
+  its query string: the query string is logged as `?<redacted>` (a `?token=...`
+  must never reach a log), in every process (redact_query_strings, from create_app).
 """
 
 from __future__ import annotations
@@ -39,8 +42,39 @@ def configure(level: int = logging.INFO, *, migrations: bool = False) -> None:
         logging.getLogger("alembic").setLevel(logging.INFO if migrations else logging.WARNING)
         logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per webhook request and key fetch
         logging.getLogger("uvicorn.error").addFilter(_drop_uvicorn_startup)
     logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(CoordinatorElection())
+    redact_query_strings()
+
+
+class RedactQueryStrings(logging.Filter):
+    """Rewrites a record's string arguments that hold a query string (`/graphql?token=...`,
+    what uvicorn's get_path_with_query_string gives its access and websocket lines) to
+    `/graphql?<redacted>`. The arguments keep their number and order (uvicorn's
+    AccessFormatter unpacks them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(arg, str) and "?" in arg for arg in args):
+            record.args = tuple(_redacted(arg) if isinstance(arg, str) else arg for arg in args)
+        return True
+
+
+def _redacted(value: str) -> str:
+    path, query, _ = value.partition("?")
+    return f"{path}?<redacted>" if query else value
+
+
+_REDACT = RedactQueryStrings()
+_URL_LOGGERS = ("uvicorn.access", "uvicorn.error")
+
+
+def redact_query_strings() -> None:
+    """Install the redaction on uvicorn's loggers (idempotent). Called for every app built,
+    so that `serve --workers N`'s worker processes have it too."""
+    for name in _URL_LOGGERS:
+        logging.getLogger(name).addFilter(_REDACT)
 
 
 def _drop_uvicorn_startup(record: logging.LogRecord) -> bool:

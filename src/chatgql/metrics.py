@@ -46,6 +46,19 @@ class Metrics:
             "Events this process's bus feed received: on a cluster bus, only those of its buckets",
             registry=self.registry,
         )
+        self.oidc_keys = Gauge(
+            "chatgql_oidc_keys", "The identity provider's signing keys this process knows", registry=self.registry
+        )
+        self.oidc_key_fetches = Gauge(
+            "chatgql_oidc_key_fetches",
+            "Fetches of the identity provider's keys, successful or not",
+            registry=self.registry,
+        )
+        self.oidc_key_fetch_failures = Gauge(
+            "chatgql_oidc_key_fetch_failures",
+            "Fetches of the identity provider's keys that failed",
+            registry=self.registry,
+        )
         self.subscriptions_active = Gauge(
             "chatgql_subscriptions_active", "Live GraphQL subscriptions in this process", registry=self.registry
         )
@@ -53,7 +66,7 @@ class Metrics:
             "chatgql_subscribers_dropped", "Subscriptions ended because the client fell behind", registry=self.registry
         )
         # Read-storm coalescing: flushes, and the markRead calls they answered
-        # livepath: the delay bound (docs/scale/livepath.md)
+        # livepath: the delay bound (docs/design/scale/livepath.md)
         self.subscribers_delayed = Gauge(
             "chatgql_subscribers_delayed",
             "Subscriptions ended with DELIVERY_DELAYED: an event for them was older than the delay bound",
@@ -69,6 +82,31 @@ class Metrics:
         )
         self.mark_read_flushed_calls = Counter(
             "chatgql_mark_read_flushed_calls", "markRead calls answered by those flushes", registry=self.registry
+        )
+
+        # Webhooks (events/webhooks.py): counters of the process that delivers; the queue's gauges
+        # are read from PostgreSQL by whichever process answers /metrics.
+        self.webhooks_delivered = Counter(
+            "chatgql_webhooks_delivered", "Webhook requests the endpoint took (2xx)", registry=self.registry
+        )
+        self.webhooks_retried = Counter(
+            "chatgql_webhooks_retried", "Webhook attempts that failed and will be tried again", registry=self.registry
+        )
+        self.webhooks_dead_lettered = Counter(
+            "chatgql_webhooks_dead_lettered",
+            "Webhook events moved to the dead letters after their last attempt",
+            registry=self.registry,
+        )
+        self.webhooks_pending = Gauge(
+            "chatgql_webhooks_pending", "Events waiting in the webhook queue", registry=self.registry
+        )
+        self.webhooks_oldest_pending_age = Gauge(
+            "chatgql_webhooks_oldest_pending_age_seconds",
+            "Age of the oldest event waiting in the webhook queue (since its commit)",
+            registry=self.registry,
+        )
+        self.webhooks_dead = Gauge(
+            "chatgql_webhooks_dead", "Events in the webhook dead letters (webhook_dead)", registry=self.registry
         )
 
         self.send_batch_size = Histogram(

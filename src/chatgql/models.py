@@ -2,6 +2,7 @@
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Computed,
@@ -35,6 +36,10 @@ conversation = Table(
     Column("created_by", BigInteger),  # a GROUP's creator (0004); NULL for DIRECT and older rows
     # conversation_member rows, kept by triggers on conversation_member (0007)
     Column("member_count", Integer, nullable=False, server_default="0"),
+    # the newest change seq (edits, deletes: message_change), a second gap-free counter (0010)
+    Column("last_change_seq", BigInteger, nullable=False, server_default="0"),
+    # the seq up to which the retention policy has erased: its next pass starts after it (0012_erase)
+    Column("retained_seq", BigInteger, nullable=False, server_default="0"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
     Index(
@@ -53,9 +58,24 @@ conversation_member = Table(
     Column("role", Text, nullable=False, server_default="MEMBER"),
     Column("last_read_seq", BigInteger, nullable=False, server_default="0"),
     Column("joined_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # deleted messages above last_read_seq (0010; a trigger follows watermark moves)
+    Column("unread_deleted", BigInteger, nullable=False, server_default="0"),
+    # the member's own settings and own unread start (0011)
+    Column("muted", Boolean, nullable=False, server_default="false"),
+    Column("muted_until", DateTime(timezone=True)),
+    Column("archived_seq", BigInteger),
+    Column("keep_archived", Boolean, nullable=False, server_default="false"),
+    Column("pinned_at", DateTime(timezone=True)),
+    Column("own_read_seq", BigInteger),
+    Column("own_read_below", BigInteger),
+    Column("delivered_seq", BigInteger, nullable=False, server_default="0"),
+    # private read receipts (0011b): the member's choice here (null: the user's default), and what applies
+    Column("receipts_override", Boolean),
+    Column("receipts_private", Boolean, nullable=False, server_default="false"),
     PrimaryKeyConstraint("conversation_id", "user_id"),
-    CheckConstraint("role IN ('OWNER', 'MEMBER')", name="conversation_member_role_check"),
+    CheckConstraint("role IN ('OWNER', 'ADMIN', 'MEMBER')", name="conversation_member_role_check"),
     CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
+    CheckConstraint("unread_deleted >= 0", name="conversation_member_unread_deleted_check"),
     Index("conversation_member_user_id_idx", "user_id"),
     # seenByCount and seen as index-only scans (0007)
     Index("conversation_member_read_idx", "conversation_id", "last_read_seq", postgresql_include=["user_id"]),
@@ -70,11 +90,122 @@ message = Table(
     Column("client_msg_id", UUID(as_uuid=True), nullable=False),
     Column("body", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("edited_at", DateTime(timezone=True)),  # 0010
+    Column("deleted_at", DateTime(timezone=True)),  # a tombstone: body '' (0010)
+    Column("deleted_by", BigInteger),
+    Column("reply_to_seq", BigInteger),  # the message it quotes, in the same conversation (0010c)
+    Column("reply_count", Integer, nullable=False, server_default="0"),
+    Column("last_reply_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("conversation_id", "seq"),
     UniqueConstraint("conversation_id", "client_msg_id", name="message_client_msg_id_key"),
     CheckConstraint("seq > 0", name="message_seq_check"),
+    Index(
+        "message_reply_idx",
+        "conversation_id",
+        "reply_to_seq",
+        "seq",
+        postgresql_where=text("reply_to_seq IS NOT NULL"),
+    ),
     # 16 hash partitions (migration 0005); every key starts with the partition key
     postgresql_partition_by="HASH (conversation_id)",
+)
+# Full-text search (0012_search): GIN over the conversation and the body's words (btree_gin)
+Index(
+    "message_search_idx",
+    message.c.conversation_id,
+    func.to_tsvector(text("'simple'"), message.c.body),
+    postgresql_using="gin",
+)
+
+# One row per change (edit, delete) of a message: the log sync replays after a change cursor (0010).
+message_change = Table(
+    "message_change",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("change_seq", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("user_id", BigInteger),  # NULL: the operator (an erase, the retention policy: 0012_erase)
+    Column("reason", Text),  # the operator's: 'ERASE' or 'RETENTION' (0012_erase); NULL for a user's change
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "change_seq"),
+    CheckConstraint("change_seq > 0", name="message_change_change_seq_check"),
+    CheckConstraint("kind IN ('EDITED', 'DELETED', 'REACTION')", name="message_change_kind_check"),
+    Index("message_change_deleted_idx", "conversation_id", "seq", postgresql_where=text("kind = 'DELETED'")),
+)
+
+# The previous bodies of edited messages, erased with the message (0010).
+message_edit = Table(
+    "message_edit",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("change_seq", BigInteger, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("written_at", DateTime(timezone=True), nullable=False),
+    Column("replaced_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "seq", "change_seq"),
+)
+
+# Reactions (0010b): one row per (message, user, emoji), and a count per (message, emoji) kept on write.
+message_reaction = Table(
+    "message_reaction",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("user_id", BigInteger, nullable=False),
+    Column("emoji", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "seq", "user_id", "emoji"),
+    Index("message_reaction_emoji_idx", "conversation_id", "seq", "emoji", "user_id"),
+)
+
+message_reaction_count = Table(
+    "message_reaction_count",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("emoji", Text, nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("first_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "seq", "emoji"),
+    CheckConstraint("count > 0", name="message_reaction_count_count_check"),
+)
+
+# Attachment metadata (0010d): the bytes live in the client's object storage.
+message_attachment = Table(
+    "message_attachment",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("position", SmallInteger, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("mime_type", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("width", Integer),
+    Column("height", Integer),
+    PrimaryKeyConstraint("conversation_id", "seq", "position"),
+    CheckConstraint("size_bytes >= 0", name="message_attachment_size_bytes_check"),
+)
+
+# who a message mentions (0011a): a member's unread mentions are one range of the key
+message_mention = Table(
+    "message_mention",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),  # no foreign key: TRUNCATE conversation stays as it is
+    Column("user_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "user_id", "seq"),
+    CheckConstraint("seq > 0", name="message_mention_seq_check"),
+)
+
+# a user's own defaults (0011b)
+user_setting = Table(
+    "user_setting",
+    metadata,
+    Column("user_id", BigInteger, primary_key=True),
+    Column("private_receipts", Boolean, nullable=False, server_default="false"),
 )
 
 direct_pair = Table(
@@ -105,4 +236,29 @@ outbox = Table(
         "slot", SmallInteger, Computed("(hashtextextended(msg_key, 0) & 63)::smallint", persisted=True), nullable=False
     ),
     Index("outbox_slot_id_idx", "slot", "id"),
+)
+
+
+# Webhooks (migration 0012_webhooks): events queued for the app's endpoint (events/webhooks.py),
+# and those that ran out of attempts.
+def _webhook_table(name: str, *extra: Column | Index) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("id", BigInteger, primary_key=True),  # the outbox row's id
+        Column("msg_key", Text, nullable=False),
+        Column("webhook_id", UUID, nullable=False, server_default=func.gen_random_uuid()),
+        Column("payload", JSONB, nullable=False),
+        Column("created_at", DateTime(timezone=True), nullable=False),
+        Column("attempts", Integer, nullable=False, server_default="0"),
+        Column("next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("body", Text),
+        Column("last_error", Text),
+        *extra,
+    )
+
+
+webhook_queue = _webhook_table("webhook_queue", Index("webhook_queue_key_id_idx", "msg_key", "id"))
+webhook_dead = _webhook_table(
+    "webhook_dead", Column("dead_at", DateTime(timezone=True), nullable=False, server_default=func.now())
 )

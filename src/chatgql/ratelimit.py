@@ -62,6 +62,11 @@ def _limited(action: str, retry_after: float) -> LimitExceeded:
     )
 
 
+def refill(tokens: float, since: float, now: float, rate: float, burst: float) -> float:
+    """A token bucket's tokens at `now`: `tokens` at `since`, plus rate per second, at most burst."""
+    return min(burst, tokens + (now - since) * rate)
+
+
 class RateLimiter:
     """rate tokens per second, up to burst; rate <= 0 turns it off. Per process."""
 
@@ -81,13 +86,39 @@ class RateLimiter:
             return
         now = time.monotonic() if now is None else now
         tokens, last = self._buckets.pop(user_id, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+        tokens = refill(tokens, last, now, self.rate, float(self.burst))
         if tokens < 1:
             self._buckets[user_id] = (tokens, now)
             raise _limited(self.action, (1 - tokens) / self.rate)
         self._buckets[user_id] = (tokens - 1, now)
         if len(self._buckets) > self._max_keys:
             self._buckets.popitem(last=False)  # the longest idle user: a full bucket again
+
+
+class Bucket:
+    """One token bucket for one connection's own use (no key, no lock): rate tokens per second,
+    up to burst, full at first; rate <= 0: take() always succeeds."""
+
+    __slots__ = ("rate", "burst", "_tokens", "_stamp")
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = float(max(burst, 1))
+        self._tokens = self.burst
+        self._stamp = time.monotonic()
+
+    def take(self, now: float | None = None) -> bool:
+        """Take a token: False when there is none left."""
+        if self.rate <= 0:
+            return True
+        now = time.monotonic() if now is None else now
+        tokens = refill(self._tokens, self._stamp, now, self.rate, self.burst)
+        self._stamp = now
+        if tokens < 1:
+            self._tokens = tokens
+            return False
+        self._tokens = tokens - 1
+        return True
 
 
 class RedisStore:
@@ -102,24 +133,9 @@ class RedisStore:
         self.fallbacks = 0  # checks counted per process because Redis did not answer
 
     def _connect(self) -> Any:
-        from .events.backends import CLUSTER_SCHEMES, cluster_nodes
+        from .events.backends import redis_client
 
-        parts = urlsplit(self.url)
-        options: dict[str, Any] = {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout}
-        if parts.scheme in CLUSTER_SCHEMES:
-            from redis.asyncio.cluster import ClusterNode, RedisCluster
-
-            self._client = RedisCluster(
-                startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(self.url)],
-                username=parts.username,
-                password=parts.password,
-                ssl=parts.scheme.startswith("rediss"),
-                **options,
-            )
-        else:
-            from redis.asyncio import Redis
-
-            self._client = Redis.from_url(self.url, **options)
+        self._client = redis_client(self.url, self.timeout)
         self._script = self._client.register_script(TOKEN_BUCKET_LUA)
         return self._script
 

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     # Where a brand-new consumer group starts: the live path only needs what is new.
     kafka_offset_reset: Literal["latest", "earliest"] = "latest"
 
-    # How fast the consumer group notices a dead consumer (docs/scale/deployment.md). A consumer
+    # How fast the consumer group notices a dead consumer (docs/operating/scaled-deployment.md). A consumer
     # killed without leaving the group keeps its partitions until the broker has not heard its
     # heartbeat for the session timeout; the survivors learn of the rebalance at their next heartbeat.
     # 6000 (the broker's group.min.session.timeout.ms) / 2000: a rebalance within about 8 s
@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     run_relay: bool = True
     run_consumer: bool = True
 
-    # Sharded outbox relay (docs/scale/relayshards.md). The outbox is relayed as this many
+    # Sharded outbox relay (docs/design/scale/relayshards.md). The outbox is relayed as this many
     # shards, chosen by a fixed hash of the conversation id (64 slots; shard s relays the slots
     # with slot % shards == s), so it must divide 64; relay processes share the shards out.
     relay_shards: int = Field(default=4, ge=1, le=64)
@@ -92,17 +92,76 @@ class Settings(BaseSettings):
     jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     jwt_audience: str | None = None
 
+    # Tokens of an OpenID Connect provider (Auth0, Keycloak, Firebase, Supabase...: auth.py,
+    # jwks.py), beside the HS256 tokens above: RS256, ES256 and EdDSA signatures checked with
+    # the provider's published keys. Set the issuer (the token's iss, exactly) to turn it on;
+    # the keys come from oidc_jwks_url, or unset, from the issuer's discovery document
+    # (<issuer>/.well-known/openid-configuration).
+    oidc_issuer: str | None = None
+    oidc_jwks_url: str | None = None
+    # The token's aud must contain this (required with oidc_issuer: a token the provider minted
+    # for another application is refused).
+    oidc_audience: str | None = None
+    # Where the user id is in the token: a claim name ("sub"), a dotted path ("app.chat_id"),
+    # or a JSON array of names for names that hold dots (Hasura's
+    # '["https://hasura.io/jwt/claims", "x-hasura-user-id"]'). Its value must be a decimal id.
+    oidc_user_id_claim: str = "sub"
+    # Clock skew allowed on exp, nbf and iat between the provider and this server.
+    oidc_leeway_seconds: float = Field(default=30.0, ge=0, le=300)
+    # The keys are fetched again this often (a key the provider removed stops working then),
+    # and at once for a token signed by a key not known yet, but at most once per
+    # oidc_jwks_min_refetch_seconds (a stream of made-up key ids costs one fetch per period).
+    oidc_jwks_refresh_seconds: float = Field(default=300.0, gt=0)
+    oidc_jwks_min_refetch_seconds: float = Field(default=10.0, ge=0)
+    # One fetch of the discovery document or the keys gives up after this long.
+    oidc_jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _oidc_is_complete(self) -> Settings:
+        if self.oidc_issuer is None and self.oidc_jwks_url is not None:
+            raise ValueError("CHATGQL_OIDC_JWKS_URL needs CHATGQL_OIDC_ISSUER: a token's iss is always checked")
+        if self.oidc_issuer is not None and not self.oidc_audience:
+            raise ValueError(
+                "CHATGQL_OIDC_ISSUER needs CHATGQL_OIDC_AUDIENCE: without it, a token the provider "
+                "issued to any other application would be accepted here"
+            )
+        if self.oidc_issuer is not None:
+            from .claims import parse_claim_path  # a bad path fails at start, not on every request
+
+            parse_claim_path(self.oidc_user_id_claim)
+        return self
+
     graphiql: bool | None = None  # default: on in development, off in production
+    # The reference web chat at /demo (webchat/, built into static/demo/). Its development
+    # sign-in (POST /dev/token) exists only in development, whatever this says.
+    demo: bool | None = None  # default: on in development, off in production
     introspection: bool | None = None
     # uvicorn's line per request (a measurable share of a small request's CPU)
     access_log: bool | None = None  # default: on in development, off in production
 
     # Limits
     max_body_chars: int = 4000
+    # editMessage: how long after sending the sender may still edit (0: no limit)
+    edit_window_seconds: float = Field(default=0, ge=0)
+    # Retention: messages sent more than this many days ago are erased (tombstones, as deleteMessage makes),
+    # by a loop in every process that runs the relay, once per interval; None: kept for ever.
+    # `chatgql retention run` does one pass; `chatgql erase-user` erases one user's messages.
+    retention_days: float | None = Field(default=None, gt=0)
+    retention_interval_seconds: float = Field(default=3600, gt=0)
+    # Messages of one conversation tombstoned per transaction by an erase or retention (sends to it wait for one)
+    erase_batch_size: int = Field(default=500, ge=1, le=10_000)
+    # Reactions: distinct emojis on one message, and the characters of one emoji
+    max_reactions_per_message: int = Field(default=20, ge=1)
+    max_emoji_chars: int = Field(default=32, ge=1)
+    # Attachment metadata on one message: how many, and the largest size one may declare
+    max_attachments: int = Field(default=10, ge=0)
+    max_attachment_bytes: int = Field(default=100 * 1024 * 1024, ge=0)
     max_title_chars: int = 200
     max_group_members: int = 1000
     max_sync_cursors: int = 500
-    max_ids_per_call: int = 1000
+    # One sync answers at most this many messages in all: each cursor's page is then
+    # min(limit, max(1, max_sync_messages // cursors)), hasMore says where more wait.
+    max_sync_messages: int = Field(default=1000, ge=1)
     subscriber_buffer: int = Field(default=1000, ge=1)
     max_subscriptions_per_connection: int = 100
 
@@ -121,12 +180,34 @@ class Settings(BaseSettings):
     max_request_bytes: int = 256 * 1024
     max_batch_operations: int = 10
     request_timeout_seconds: float = 10.0
+    # What an operation's answer may come to, priced from the schema and its arguments before it
+    # runs (graphql/cost.py): an upper estimate in bytes, list sizes and bounded strings (a message
+    # body counts CHATGQL_MAX_BODY_CHARS) multiplied in. A batch's operations count together.
+    max_operation_cost: int = Field(default=8_000_000, ge=1)
+    # An HTTP answer's JSON, in bytes, as executed: past it the answer is LIMIT_EXCEEDED instead.
+    max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # CPU milliseconds one HTTP request (a batch: all of it) may take while it executes, its own
+    # tasks only (what others do meanwhile does not count): past it, LIMIT_EXCEEDED (reason CPU).
+    max_request_cpu_ms: float = Field(default=1000.0, gt=0)
+    # A subscription's price per event (as max_operation_cost prices an operation), checked when it
+    # subscribes; and the sum over one websocket's live subscriptions.
+    max_subscription_event_cost: int = Field(default=100_000, ge=1)
+    max_socket_event_cost: int = Field(default=1_000_000, ge=1)
 
     # Per-user rate limits (token buckets, per process); a rate of 0 turns one off
     rate_send_per_second: float = 10.0
     rate_send_burst: int = 30
     rate_read_per_second: float = 20.0
     rate_read_burst: int = 60
+    # typing(conversationId:): per user, every conversation together (a client sends one every few
+    # seconds while the user types); each lasts typing_seconds, then expires by itself
+    rate_typing_per_second: float = 1.0
+    rate_typing_burst: int = 5
+    typing_seconds: float = Field(default=5.0, gt=0, le=60)
+    # Viewer.totalUnreadMentions counts the mentions in muted conversations too (false: not)
+    muted_mentions_count: bool = True
+    # sendMessage(mentions:): at most this many user ids
+    max_mentions: int = Field(default=50, ge=1)
 
     # Abuse, tokens and disclosure
     # Membership: per-user token buckets (per process, like the ones above; a rate of 0 turns
@@ -156,6 +237,25 @@ class Settings(BaseSettings):
     # with 4429 (0: no limit). Behind a proxy the address is the proxy's unless uvicorn trusts it
     # (FORWARDED_ALLOW_IPS) to say whose request it is.
     max_unauthenticated_ws_per_address: int = Field(default=20, ge=0)
+    # What one websocket may send and leave unread (websocket.py, graphql/handshake.py).
+    # Seconds the server's writes to a websocket may stay stalled (its write buffer above the
+    # high-water mark, or unsent at close) before the connection is aborted.
+    ws_write_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Bytes written to a websocket while its buffer is stalled (answers to its pings, a close
+    # frame): past this the connection is aborted at once.
+    ws_max_write_buffer_bytes: int = Field(default=1 << 20, ge=64 * 1024)
+    # The kernel's send buffer of each websocket (SO_SNDBUF; Linux doubles it): fixed, so that the
+    # kernel too holds a bounded amount for a peer that does not read (autotuned, up to
+    # net.ipv4.tcp_wmem's maximum, 4 MB by default, filled over seconds); 0: the kernel's own.
+    ws_send_buffer_bytes: int = Field(default=256 * 1024, ge=0)
+    # PING and PONG frames a client may send per socket (token bucket; rate 0: no limit); past
+    # it the socket is closed with 1008.
+    ws_control_frames_per_second: float = Field(default=5.0, ge=0)
+    ws_control_frames_burst: int = Field(default=20, ge=1)
+    # GraphQL protocol messages (connection_init, ping, pong, subscribe, complete; start, stop)
+    # a client may send per socket (token bucket; rate 0: no limit); past it closed with 4429.
+    ws_messages_per_second: float = Field(default=50.0, ge=0)
+    ws_messages_burst: int = Field(default=200, ge=1)
     # Seconds from connection (or a request's first byte) until its headers are complete, and
     # from the headers until the whole body arrived: the connection is then closed (408).
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -176,7 +276,7 @@ class Settings(BaseSettings):
     # (conversation, user) keys in one flush at most; more wait for the next flush.
     mark_read_max_batch: int = Field(default=500, ge=1, le=10_000)
 
-    # Big groups (docs/scale/biggroups.md)
+    # Big groups (docs/design/scale/biggroups.md)
     # Above this many members a GROUP is big: a member's read.updated reaches only that member's own
     # readUpdated subscriptions at once; the conversation's other readUpdated subscribers get at most
     # one coalesced readUpdated (coalesced: true) per big_group_read_interval_seconds; and the live
@@ -194,7 +294,7 @@ class Settings(BaseSettings):
     # through graphql-core's executor, as before.
     planner: bool = True
 
-    # redisbus: the Redis Cluster bus and rate limits shared through Redis (docs/scale/redisbus.md)
+    # redisbus: the Redis Cluster bus and rate limits shared through Redis (docs/design/scale/redisbus.md)
     # Conversation buckets of a redis+cluster:// bus (channel chatgql.events.{b}): fixed for a
     # deployment, every process must use the same number.
     bus_buckets: int = Field(default=64, ge=1, le=16384)
@@ -207,7 +307,7 @@ class Settings(BaseSettings):
     # How long a rate-limit check waits for Redis before counting in this process instead.
     shared_rate_limit_timeout_seconds: float = Field(default=0.25, gt=0)
 
-    # livepath: the live path's delay bound (docs/scale/livepath.md)
+    # livepath: the live path's delay bound (docs/design/scale/livepath.md)
     # Seconds from an event's commit to its delivery at most: an event older than this when this
     # process dispatches it (the process is behind) or when its subscription's reader takes it
     # (a slow socket) is not delivered; the subscriptions it was for end with the resync error
@@ -221,10 +321,11 @@ class Settings(BaseSettings):
     # Net allocations between young collections (CPython's default is 700).
     gc_young_threshold: int = Field(default=1_000, ge=100)
 
-    # Too far behind (docs/scale/partition.md): a client more than this many messages behind in one
-    # conversation (sync's afterSeq, messages(after:)) gets the newest page of it with a flag
-    # (ConversationSync.tooLong, MessageConnection.gapTooLong) instead of the page after its cursor;
-    # a resumable messageNew(cursors:) that far behind ends with the resync error.
+    # Too far behind (docs/design/scale/partition.md): a client more than this many messages behind
+    # in one conversation of a sync (afterSeq) gets the newest page of it with ConversationSync.tooLong
+    # instead of the page after its cursor; a resumable messageNew(cursors:) that far behind ends
+    # with the resync error. messages(after:) only flags it (MessageConnection.gapTooLong, advice):
+    # its page is always the one right after the cursor (a page is bounded by `first` already).
     max_catch_up: int = Field(default=1000, ge=1)
 
     # Group commit of hot conversations (services/groupcommit.py): sends to a conversation that
@@ -232,6 +333,55 @@ class Settings(BaseSettings):
     # of at most send_batch_max sends (the first send to an idle conversation goes alone, at once).
     send_group_commit: bool = True
     send_batch_max: int = Field(default=64, ge=1, le=10_000)
+
+    # Webhooks (events/webhooks.py, docs/guide/webhooks.md): events POSTed to the app's endpoint,
+    # signed as Standard Webhooks specifies, so it can push to offline members. Unset: none.
+    # Every process needs these settings: relays queue the events, the deliverer posts them.
+    webhook_url: str | None = None
+    # The signing secret: base64 of 24 to 64 random bytes, optionally whsec_-prefixed (what
+    # Standard Webhooks libraries take). Required with webhook_url. Several, space-separated:
+    # each request is signed with each (rotation without a failed request).
+    webhook_secret: SecretStr | None = None
+    # The event kinds posted, comma-separated (message.new, message.edited, member.added, ...).
+    webhook_events: str = "message.new"
+    # Allow an http:// URL and private, loopback or link-local addresses (development, tests, an
+    # endpoint inside your own network); refused at start otherwise.
+    webhook_allow_private: bool = False
+    # One request's whole exchange; no 2xx within it is a failed attempt.
+    webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    # Attempts per event before it goes to the dead letters (chatgql webhooks dead | replay).
+    webhook_max_attempts: int = Field(default=8, ge=1)
+    # The wait before the second attempt (about; jittered), doubling each time up to the maximum.
+    webhook_backoff_seconds: float = Field(default=1.0, gt=0)
+    webhook_max_backoff_seconds: float = Field(default=600.0, gt=0)
+    # Conversations delivered at once (each conversation's events go one at a time, in order).
+    webhook_concurrency: int = Field(default=16, ge=1, le=1000)
+    # How often the deliverer looks for due events when nothing woke it.
+    webhook_poll_seconds: float = Field(default=0.5, gt=0)
+    # PostgreSQL connections of the deliverer's own pool (besides its one lock connection).
+    webhook_db_connections: int = Field(default=2, ge=1, le=100)
+    # Whether this process runs the deliverer (`chatgql serve --no-webhooks` leaves it out; one
+    # delivers at a time, the others stand by).
+    run_webhooks: bool = True
+    # Presence (who has a websocket open, for webhooks' recipients): with a Redis bus each process
+    # refreshes its entry this often; a process not heard from for 3 times it counts as gone.
+    presence_heartbeat_seconds: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _webhooks_are_complete(self) -> Settings:
+        if self.webhook_url is None:
+            return self
+        from .events.webhooks import check_url, parse_kinds, parse_secret  # refused at start
+
+        if self.webhook_secret is None:
+            raise ValueError(
+                "CHATGQL_WEBHOOK_URL needs CHATGQL_WEBHOOK_SECRET (base64, e.g. whsec_ + "
+                "`openssl rand -base64 32`): every request is signed with it"
+            )
+        parse_secret(self.webhook_secret.get_secret_value())
+        parse_kinds(self.webhook_events)
+        check_url(self.webhook_url, self.webhook_allow_private)
+        return self
 
     @model_validator(mode="after")
     def _refuse_default_secret_in_production(self) -> Settings:
@@ -251,6 +401,15 @@ class Settings(BaseSettings):
     @property
     def graphiql_enabled(self) -> bool:
         return self.env == "development" if self.graphiql is None else self.graphiql
+
+    @property
+    def demo_enabled(self) -> bool:
+        return self.env == "development" if self.demo is None else self.demo
+
+    @property
+    def dev_sign_in_enabled(self) -> bool:
+        """POST /dev/token mints a token for any user id: development only, never a setting."""
+        return self.env == "development"
 
     @property
     def access_log_enabled(self) -> bool:

@@ -14,18 +14,78 @@ froze its startup objects and raised the thresholds (app.py). Until then
 each one kept its permessage-deflate state (~35 KB of zlib buffers):
 measured, 1,000 closed sockets held 50 MB, still there 10 s later.
 
-Everything else (framing, keepalive pings, close handshake, flow control)
-is uvicorn's own code. What it touches of uvicorn's and websockets' internals is in
+And what one peer may make the server hold or do (WsBounds, from settings):
+
+- uvicorn answers each PING straight into the transport, whatever its write
+  buffer holds, and closes by waiting for that buffer to drain: a peer that
+  sends pings and never reads grew the server by ~37 MB a second, and kept it
+  after the close. The kernel's send buffer is fixed (ws_send_buffer_bytes: autotuned,
+  it took up to 4 MB, filling over many seconds, before the process saw any
+  backpressure), and every write goes through _BoundedTransport: bytes
+  written while the buffer is stalled (above its high-water mark) count
+  against ws_max_write_buffer_bytes, past which the connection is aborted
+  (its buffer dropped at once); a buffer stalled for ws_write_timeout_seconds,
+  or still unsent that long after a close, is aborted too;
+- while the writes stall, the peer is not read from either: its pings and
+  messages wait in its own socket, at no cost to the server;
+- PING and PONG frames are rate-limited per socket (a token bucket made on
+  the first one: most sockets never send any); past it the socket is failed
+  with 1008 (policy violation, RFC 6455's code for it).
+
+What it uses of uvicorn's protocol beyond asyncio.Protocol: the hooks
+connection_made, handle_ping, handle_pong, send, and the attributes conn,
+queue, transport, writable, read_paused, close_sent, disconnected, loop,
+client (test_compat.py checks the hooks). Everything else (framing,
+keepalive pings, close handshake, flow control) is uvicorn's own code. What it touches of uvicorn's and websockets' internals is in
 compat.py (replace_websocket_waiters, end_websocket_parser, drop_websocket_handshake).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import socket
+import zlib
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from websockets.frames import CONT, CTRL_OPCODES, Frame
+
 from . import compat
+from .ratelimit import Bucket
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+CONTROL_FLOOD_CODE = 1008
+CONTROL_FLOOD_REASON = "Too many control frames"
+# After failing a connection, what the peer still sends is read and dropped this long, up to this much.
+_LINGER_SECONDS = 2.0
+_LINGER_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WsBounds:
+    """What one websocket peer may make the server hold or answer (settings' ws_* values)."""
+
+    write_timeout: float = 10.0
+    max_write_buffer: int = 1 << 20
+    control_rate: float = 5.0
+    control_burst: int = 20
+    send_buffer: int = 256 * 1024
+
+    @classmethod
+    def of(cls, settings: Settings) -> WsBounds:
+        return cls(
+            write_timeout=settings.ws_write_timeout_seconds,
+            max_write_buffer=settings.ws_max_write_buffer_bytes,
+            control_rate=settings.ws_control_frames_per_second,
+            control_burst=settings.ws_control_frames_burst,
+            send_buffer=settings.ws_send_buffer_bytes,
+        )
 
 
 class _Inbox:
@@ -120,13 +180,182 @@ class _Flag:
                 self._waiters.remove(waiter)
 
 
+_DEFAULT_BOUNDS = WsBounds()
+
+# A message shorter than this is sent uncompressed (RSV1 unset, RFC 7692 section 6): connection_ack,
+# ka, complete, pong gain nothing from deflate, and an idle subscriber gets nothing else.
+_PLAIN_BELOW = 64
+
+
+class LeanDeflate(compat.PerMessageDeflate):
+    """permessage-deflate that holds no zlib state while idle.
+
+    websockets' PerMessageDeflate makes its compressor and decompressor with the connection and
+    keeps both for its lifetime: at uvicorn's window bits (12) and memLevel (5), ~39 KB for the
+    compressor and ~11 KB for the decompressor once a message came, per socket, idle or not.
+    Here (the protocol unchanged, both ends as RFC 7692 has them):
+
+    - the decompressor: the factory's answer carries client_no_context_takeover (which a server
+      may include whatever the offer said, RFC 7692 section 7.1.1.2), so websockets makes one per
+      incoming compressed message and lets it go at the message's end;
+    - the compressor: made when the first message worth compressing is sent (short ones go
+      uncompressed, _PLAIN_BELOW), kept while messages follow, so a stream of events still
+      compresses against the ones before it (context takeover, as negotiated), and let go once a
+      keepalive interval passed with nothing sent (drop_idle_encoder, at each keepalive ping).
+      The next message starts a new compressor: its output refers only to itself, which the
+      peer's decompressor, keeping its window, decodes as it decodes any message.
+    """
+
+    _used = False  # a message was compressed since the last drop_idle_encoder
+    _in_message = False  # between the first and the last frame of a fragmented compressed message
+
+    def __init__(
+        self,
+        remote_no_context_takeover: bool,
+        local_no_context_takeover: bool,
+        remote_max_window_bits: int,
+        local_max_window_bits: int,
+        compress_settings: dict[Any, Any] | None = None,
+    ) -> None:
+        # as local_no_context_takeover, websockets' __init__ makes no compressor; it is made lazily in encode
+        super().__init__(
+            remote_no_context_takeover, True, remote_max_window_bits, local_max_window_bits, compress_settings
+        )
+        self.local_no_context_takeover = local_no_context_takeover
+
+    def encode(self, frame: Frame) -> Frame:
+        if frame.opcode in CTRL_OPCODES:
+            return frame
+        if frame.opcode is CONT:
+            if frame.fin:
+                self._in_message = False
+        elif frame.fin and len(frame.data) < _PLAIN_BELOW:
+            return frame  # sent as it is: an uncompressed message
+        else:
+            self._in_message = not frame.fin
+        if not self.local_no_context_takeover and "encoder" not in self.__dict__:
+            self.encoder = zlib.compressobj(wbits=-self.local_max_window_bits, **self.compress_settings)
+        self._used = True
+        return super().encode(frame)
+
+    def drop_idle_encoder(self) -> None:
+        """Let the compressor go if nothing was compressed since the last call (and none is mid-message)."""
+        if self._used or self._in_message:
+            self._used = False
+        else:
+            self.__dict__.pop("encoder", None)
+
+
+class LeanDeflateFactory(compat.ServerPerMessageDeflateFactory):
+    """uvicorn's permessage-deflate settings, answered with client_no_context_takeover, making LeanDeflate."""
+
+    def process_request_params(self, params: Sequence[Any], accepted_extensions: Sequence[Any]) -> tuple[list, Any]:
+        response, agreed = super().process_request_params(params, accepted_extensions)
+        return response, LeanDeflate(
+            agreed.remote_no_context_takeover,
+            agreed.local_no_context_takeover,
+            agreed.remote_max_window_bits,
+            agreed.local_max_window_bits,
+            agreed.compress_settings,
+        )
+
+
+_lean_factories: dict[tuple, list[LeanDeflateFactory]] = {}
+
+
+def _lean_deflate(theirs: compat.ServerPerMessageDeflateFactory) -> list[LeanDeflateFactory]:
+    """One list of one factory per distinct setting, shared by every connection (uvicorn makes both per socket)."""
+    key = (
+        theirs.server_no_context_takeover,
+        theirs.server_max_window_bits,
+        theirs.client_max_window_bits,
+        tuple(sorted((theirs.compress_settings or {}).items())),
+        theirs.require_client_max_window_bits,
+    )
+    made = _lean_factories.get(key)
+    if made is None:
+        made = _lean_factories[key] = [
+            LeanDeflateFactory(
+                server_no_context_takeover=theirs.server_no_context_takeover,
+                client_no_context_takeover=True,
+                server_max_window_bits=theirs.server_max_window_bits,
+                client_max_window_bits=theirs.client_max_window_bits,
+                compress_settings=theirs.compress_settings,
+                require_client_max_window_bits=theirs.require_client_max_window_bits,
+            )
+        ]
+    return made
+
+
+class _BoundedTransport:
+    """The transport as the websocket protocol writes to it: every write and close of uvicorn's
+    goes through here (the asyncio.Transport methods it calls, the rest passed on)."""
+
+    __slots__ = ("_transport", "_protocol")
+
+    def __init__(self, transport: asyncio.Transport, protocol: LeanWebSocketProtocol) -> None:
+        self._transport = transport
+        self._protocol: LeanWebSocketProtocol | None = protocol
+
+    def write(self, data: bytes) -> None:
+        transport = self._transport
+        protocol = self._protocol
+        if protocol is not None and protocol.aborted:
+            return  # uvloop raises on a write to the closed handle (connection_lost comes a turn later)
+        transport.write(data)
+        limit = protocol.bounds.max_write_buffer if protocol is not None else 0
+        if protocol is not None and protocol.write_stalled() and transport.get_write_buffer_size() > limit:
+            protocol.abort("its peer left more than %d bytes unread", limit)
+
+    def resume_reading(self) -> None:
+        protocol = self._protocol
+        if protocol is not None and protocol.write_stalled():
+            return  # not while its writes stall: resumed when they drain (resume_writing)
+        self._transport.resume_reading()
+
+    def close(self) -> None:
+        transport = self._transport
+        protocol = self._protocol
+        if protocol is not None and protocol.lingering():
+            return  # failed, and closing in stages (LeanWebSocketProtocol.fail)
+        transport.close()
+        if protocol is not None and transport.get_write_buffer_size():
+            protocol.arm_stall_timer()  # close waits for the buffer to drain: not forever
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    # Class-level until they change: an idle socket's instance holds none of them.
+    _stall_timer: asyncio.TimerHandle | None = None
+    _control: Bucket | None = None  # made on the first PING or PONG
+    _lost = False
+    aborted = False
+    _lingering: int | None = None  # failed: bytes read and dropped since
+
+    def __init__(self, *args: Any, bounds: WsBounds | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         compat.replace_websocket_waiters(self, _Inbox(), _Flag())
+        compat.use_websocket_deflate(self, _lean_deflate)
+        self.bounds = bounds or _DEFAULT_BOUNDS
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.bounds.send_buffer:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.bounds.send_buffer)
+        self.transport = _BoundedTransport(self.transport, self)  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._cancel_stall_timer()
         super().connection_lost(exc)
+        bounded = self.transport
+        if isinstance(bounded, _BoundedTransport):
+            bounded._protocol = None  # the cycle protocol <-> transport, broken without the collector
         # uvicorn does not touch the sans-I/O protocol once the connection is lost (send() raises
         # ClientDisconnected first): end its parser, whose frame is what refers back to it.
         compat.end_websocket_parser(self)
@@ -136,3 +365,108 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
         if message["type"] == "websocket.accept":
             # Only the handshake reads them (the scope has its own copy of the request's headers).
             compat.drop_websocket_handshake(self)
+
+    # --- writes that stall ------------------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.arm_stall_timer()
+        # Backpressure both ways: a peer that does not read what it is sent is not read from
+        # (its pings and messages wait in its own socket), until the writes drain or time out.
+        if not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if not self.transport.is_closing():
+            self._cancel_stall_timer()
+            if not self.read_paused:  # uvicorn's own pause: a message the application has not taken yet
+                self.transport.resume_reading()
+
+    def write_stalled(self) -> bool:
+        return not self.writable.is_set()
+
+    def arm_stall_timer(self) -> None:
+        if self._stall_timer is None and not self._lost:
+            self._stall_timer = self.loop.call_later(self.bounds.write_timeout, self._stalled)
+
+    def _cancel_stall_timer(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        self.abort("its peer read nothing for %g s", self.bounds.write_timeout)
+
+    def abort(self, why: str, *args: object) -> None:
+        """Drop the connection and what is buffered for it, now."""
+        self._cancel_stall_timer()
+        if self._lost:
+            return
+        log.debug("websocket from %s aborted: " + why, self.client, *args)
+        self.close_sent = self.disconnected = True  # the application's next send raises ClientDisconnected
+        self.aborted = True
+        self.transport.abort()
+
+    # --- keepalive -----------------------------------------------------------------------------------
+
+    def send_keepalive_ping(self) -> None:
+        """uvicorn's keepalive ping (every ws_ping_interval, 20 s): a compressor idle since the last one is let go."""
+        for extension in compat.websocket_extensions(self):
+            if isinstance(extension, LeanDeflate):
+                extension.drop_idle_encoder()
+        super().send_keepalive_ping()
+
+    # --- control frames -----------------------------------------------------------------------------
+
+    def handle_ping(self) -> None:
+        if self._control_frame_allowed():
+            super().handle_ping()
+
+    def handle_pong(self, event: Any) -> None:
+        if self._control_frame_allowed():
+            super().handle_pong(event)
+
+    def _control_frame_allowed(self) -> bool:
+        if self.close_sent or self.disconnected:
+            return False  # the answers of frames parsed with the one that went past the limit
+        if self._control is None:
+            self._control = Bucket(self.bounds.control_rate, self.bounds.control_burst)
+        if self._control.take():
+            return True
+        self.fail(CONTROL_FLOOD_CODE, CONTROL_FLOOD_REASON)
+        return False
+
+    def fail(self, code: int, reason: str) -> None:
+        """Fail the connection (RFC 6455 7.1.7): a close frame, then the TCP connection closed
+        without waiting for the peer's; the application sees the disconnect at once. Closed in
+        stages, as httpprotocol refuses a request: half-closed, what the peer still sends read
+        and dropped for a while, then closed (closed at once, the kernel would answer the
+        peer's next bytes with a reset, which may destroy the close frame before it is read)."""
+        self.conn.fail(code, reason)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self.disconnected = True  # the application's next send raises ClientDisconnected
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self._lingering = 0
+        self.transport.write_eof()
+        self.loop.call_later(_LINGER_SECONDS, self._end_linger)
+
+    def lingering(self) -> bool:
+        return self._lingering is not None
+
+    def _end_linger(self) -> None:
+        self._lingering = None
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:  # failed: dropped, up to a point
+            self._lingering += len(data)
+            if self._lingering > _LINGER_BYTES:
+                self._end_linger()
+            return
+        super().data_received(data)

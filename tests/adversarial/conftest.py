@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -44,6 +45,7 @@ class ServeProcess:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     log: Path | None = None
+    log_level: str = "warning"
 
     @property
     def base(self) -> str:
@@ -89,7 +91,7 @@ class ServeProcess:
         self.log = Path(tempfile.mkstemp(prefix="chatgql-adversarial-", suffix=".log")[1])
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", "serve", "--log-level", "warning"],
+                [sys.executable, "-m", "chatgql.cli", "serve", "--log-level", self.log_level],
                 env=self.environment(),
                 cwd=str(REPO),
                 stdin=subprocess.DEVNULL,
@@ -121,9 +123,9 @@ class ServeProcess:
 
 
 @contextlib.asynccontextmanager
-async def serve_process(database_url: str, **env: str) -> AsyncIterator[ServeProcess]:
+async def serve_process(database_url: str, log_level: str = "warning", **env: str) -> AsyncIterator[ServeProcess]:
     """A running production-mode server; env: extra CHATGQL_* variables."""
-    process = ServeProcess(database_url, env_overrides=env)
+    process = ServeProcess(database_url, env_overrides=env, log_level=log_level)
     await process.start()
     try:
         yield process
@@ -227,3 +229,78 @@ class Bystander:
             f"the bystander waited {self.worst * 1000:.0f} ms (limit {max_latency * 1000:.0f} ms); "
             f"latencies: {sorted(self.latencies)[-5:]}"
         )
+
+
+_BYSTANDER = r"""
+import json, sys, threading, time
+import httpx
+url, base, token = sys.argv[1:4]
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+latencies, failures = [], []
+headers = {"content-type": "application/json", "authorization": "Bearer " + token}
+with httpx.Client(timeout=30) as http:
+    print("ready", flush=True)
+    while not stop.is_set():
+        started = time.perf_counter()
+        try:
+            answer = http.post(url, json={"query": "{ viewer { totalUnread } }"}, headers=headers)
+            health = http.get(base + "/healthz")
+            if answer.status_code != 200 or "errors" in answer.json() or health.status_code != 200:
+                failures.append(f"{answer.status_code} {answer.text[:200]}")
+        except httpx.HTTPError as error:
+            failures.append(repr(error))
+        latencies.append(time.perf_counter() - started)
+        time.sleep(0.01)
+print(json.dumps({"latencies": latencies, "failures": failures}), flush=True)
+"""
+
+
+@dataclass
+class ProcessBystander:
+    """Bystander, in a process of its own: the test process's own work (an attacker reading an
+    answer, the test's collector) is not counted as the server's. `async with` it around an attack."""
+
+    server: ServeProcess
+    user_id: int = 999_999
+    latencies: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    _proc: Any = None
+
+    async def __aenter__(self) -> ProcessBystander:
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _BYSTANDER,
+            self.server.url,
+            self.server.base,
+            self.server.token(self.user_id),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert (await asyncio.wait_for(self._proc.stdout.readline(), 30)).strip() == b"ready"
+        await asyncio.sleep(0.3)  # a few answers before the attack starts
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.sleep(0.2)  # and after
+        self._proc.stdin.close()
+        out, _ = await asyncio.wait_for(self._proc.communicate(), 60)
+        report = json.loads(out.decode().strip().splitlines()[-1])
+        self.latencies, self.failures = report["latencies"], report["failures"]
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("inf")
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.latencies)} answers, p50 {self.quantile(0.5) * 1000:.0f} ms, "
+            f"p99 {self.quantile(0.99) * 1000:.0f} ms, max {max(self.latencies, default=0) * 1000:.0f} ms"
+        )
+
+    def assert_served(self, p99: float) -> None:
+        """Every answer came, clean, with a 99th percentile under p99 seconds (and there were some)."""
+        assert len(self.latencies) >= 3, f"the bystander got only {len(self.latencies)} answers"
+        assert not self.failures, self.failures[:5]
+        assert self.quantile(0.99) < p99, f"the bystander's p99 was over {p99 * 1000:.0f} ms: {self.summary()}"

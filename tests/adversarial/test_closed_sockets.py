@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from ..events.helpers import LEGACY_WS, TRANSPORT_WS, ChatApi, WsClient, bearer, subscribe_messages, subscribe_reads
+from ..support.live import LEGACY_WS, TRANSPORT_WS, ChatApi, WsClient, bearer, subscribe_messages, subscribe_reads
 from .conftest import ServeProcess, serve_process
 
 pytestmark = pytest.mark.timeout(180)

@@ -1,4 +1,5 @@
-"""Bearer tokens must expire: exp is required, and a token may not live longer than the server allows."""
+"""Bearer tokens must expire: exp is required, and a token may not live longer than the server allows.
+A token minted for an audience (aud) works only on a server that expects that audience."""
 
 from __future__ import annotations
 
@@ -70,6 +71,28 @@ async def test_a_server_with_a_shorter_maximum_refuses_what_another_accepts(migr
     async with serve_process(migrated_url, CHATGQL_JWT_MAX_LIFETIME_SECONDS="600") as strict:
         assert "longer" in _refused(await _ask(strict, token))
         assert "errors" not in await _ask(strict, issue_token(strict.settings, 7))
+
+
+async def test_a_token_with_an_aud_claim_is_refused_by_a_server_that_expects_no_audience(prod: ServeProcess):
+    """CHATGQL_JWT_AUDIENCE unset: a token for another service that shares the secret does not work here."""
+    assert prod.settings.jwt_audience is None
+    now = int(time.time())
+    claims = {"sub": "7", "iat": now, "exp": now + 600}
+    for aud in ("other-service", ["other-service"], ["other-service", "chat"], "", []):
+        assert "audience" in _refused(await _ask(prod, _token({**claims, "aud": aud}))), aud
+    assert await _ask(prod, _token(claims)) == {"data": {"viewer": {"userId": "7"}}}
+
+
+async def test_with_an_audience_set_only_a_token_for_it_is_accepted(migrated_url):
+    async with serve_process(migrated_url, CHATGQL_JWT_AUDIENCE="chat") as server:
+        now = int(time.time())
+        claims = {"sub": "7", "iat": now, "exp": now + 600}
+        for aud in ("chat", ["chat"], ["other-service", "chat"]):
+            assert await _ask(server, _token({**claims, "aud": aud})) == {"data": {"viewer": {"userId": "7"}}}, aud
+        assert await _ask(server, server.token(7)) == {"data": {"viewer": {"userId": "7"}}}  # issue_token adds it
+        for aud in ("other-service", ["other-service"], "Chat"):
+            assert "audience" in _refused(await _ask(server, _token({**claims, "aud": aud}))), aud
+        assert "aud" in _refused(await _ask(server, _token(claims)))  # no aud: not minted for this server
 
 
 def test_the_verified_token_cache_does_not_carry_a_token_past_a_shorter_maximum():

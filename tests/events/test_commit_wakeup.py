@@ -27,7 +27,7 @@ from chatgql.services.reads import do_mark_read
 from chatgql.store import outbox
 
 from ..conftest import GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
-from .helpers import wait_until
+from ..support.live import wait_until
 
 POLL_SECONDS = 60.0  # the relay's poll: far longer than any wait below
 PROMPT = 10.0  # an event woken for arrives well within this

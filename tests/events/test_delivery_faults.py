@@ -9,8 +9,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from sqlalchemy import text
 
 from ..conftest import RunningServer
-from .conftest import kafka_settings
-from .helpers import (
+from ..support.live import (
     ChatApi,
     collect_messages,
     dedupe,
@@ -24,6 +23,7 @@ from .helpers import (
     wait_until,
     ws_connect,
 )
+from .conftest import kafka_settings
 
 PARTITIONS = 8  # kafka_settings' kafka_topic_partitions
 
@@ -59,8 +59,22 @@ async def test_a_slow_subscriber_is_cut_off_with_resync_while_a_fast_one_gets_ev
     # The server's kernel send buffer alone grows towards tcp_wmem's max before
     # its websocket send blocks (measured: ~3.6 MB of a 4 MB max): send 1.5 times that.
     body_chars = 30_000
-    total = int(1.5 * _send_buffer_max()) // body_chars + 50
-    settings = kafka_settings(migrated_url, kafka, topic, subscriber_buffer=5, max_body_chars=body_chars + 100)
+    # The per-subscriber queue: room for a fast client that the sends outpace for a moment (it reads
+    # in this test's event loop, beside the server, on a loaded machine); the slow one overflows it
+    # all the same, after the kernel's buffer.
+    buffer = 40
+    total = int(1.5 * _send_buffer_max()) // body_chars + 2 * buffer
+    # No delay bound: this test is about the queue's bound (a loaded machine can take longer than
+    # the default 5 s to move 8 MB through Kafka, and would cut the fast one as DELIVERY_DELAYED).
+    settings = kafka_settings(
+        migrated_url,
+        kafka,
+        topic,
+        subscriber_buffer=buffer,
+        max_body_chars=body_chars + 100,
+        max_delivery_delay_seconds=0,
+        ws_write_timeout_seconds=600,  # and not the write bound: the slow one's queue overflows first
+    )
     async with RunningServer(settings) as server:
         await asyncio.wait_for(server.runtime.consumer.assigned.wait(), 60)
         await wait_leader(server)

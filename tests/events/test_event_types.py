@@ -4,10 +4,11 @@ subscription results) names only fields that exist."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -21,7 +22,7 @@ from chatgql.db import Database
 from chatgql.events import types as events
 from chatgql.events.types import DISPATCH, PRODUCER, STORE, MembersAdded, MessageNew, ReadUpdated
 from chatgql.graphql.shared import SHARABLE
-from chatgql.store import conversations, messages, outbox, reads
+from chatgql.store import conversations, delivery, messages, outbox, reads
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=50)  # JSON has no lone surrogates
@@ -55,7 +56,24 @@ EVERY_EVENT = st.one_of(*(_kind_events(kind) for kind in events.REGISTRY.values(
 
 
 def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() -> None:
-    assert set(events.REGISTRY) == {"message.new", "read.updated", "member.added", "member.removed"}
+    assert set(events.REGISTRY) == {
+        "message.new",
+        "read.updated",
+        "member.added",
+        "member.removed",
+        "message.edited",
+        "message.deleted",
+        "reaction.changed",
+        "membership.updated",
+        "conversation.updated",
+        "delivery.updated",
+        "typing",  # ephemeral: never in the outbox (events/ephemeral.py)
+    }
+    # for their own member's devices only (the dispatcher routes them by userId)
+    assert {"membership.updated"} == events.OWN_TYPES
+    assert (
+        dict.fromkeys(("message.edited", "message.deleted", "reaction.changed"), "message.changed") == events.CHANNELS
+    )
     assert (events.MESSAGE_NEW, events.READ_UPDATED, events.MEMBERS_ADDED, events.MEMBER_REMOVED) == (
         "message.new",
         "read.updated",
@@ -66,7 +84,7 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
 
 def test_the_wire_keys_are_todays() -> None:
     """Compatible with what producers wrote and subscribers read before the definitions."""
-    assert MessageNew.keys(PRODUCER) == {"conversationId", "senderId", "clientMsgId", "body"}
+    assert MessageNew.keys(PRODUCER) == {"conversationId", "senderId", "clientMsgId", "body", "replyToSeq"}
     assert MessageNew.keys(STORE) == {"seq", "createdAt"}
     assert ReadUpdated.keys(PRODUCER) == {"conversationId", "userId"}
     assert ReadUpdated.keys(STORE) == {"lastReadSeq"}
@@ -76,7 +94,13 @@ def test_the_wire_keys_are_todays() -> None:
     cmid = uuid.UUID("00000000-0000-4000-8000-000000000001")
     assert MessageNew(conversation_id=7, sender_id=3, client_msg_id=cmid, body="hi").outbox_row() == (
         "7",
-        {"type": "message.new", "conversationId": 7, "senderId": 3, "clientMsgId": str(cmid), "body": "hi"},
+        {
+            "type": "message.new",
+            "conversationId": 7,
+            "senderId": 3,
+            "clientMsgId": str(cmid),
+            "body": "hi",
+        },
     )
 
 
@@ -111,7 +135,21 @@ def test_an_event_without_a_field_its_producer_or_the_store_fills_in_is_refused(
     with pytest.raises(ValueError, match="senderId"):
         events.parse({"type": "message.new", "conversationId": 5, "clientMsgId": str(uuid.uuid4()), "body": "x"})
     with pytest.raises(KeyError):
-        events.parse({"type": "message.edited", "conversationId": 5})
+        events.parse({"type": "message.pinned", "conversationId": 5})
+    with pytest.raises(ValueError, match="changeSeq"):
+        events.parse({"type": "message.edited", "conversationId": 5, "seq": 1})
+
+
+def test_a_change_event_carries_the_message_with_its_optional_fields_null() -> None:
+    """Every producer field of a change is written but an unset optional one, which reads back as None."""
+    cmid = uuid.UUID("00000000-0000-4000-8000-000000000002")
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    edited = events.MessageEdited(
+        conversation_id=7, change_seq=2, seq=3, user_id=4, sender_id=4, client_msg_id=cmid, body="b", created_at=at
+    )
+    payload = edited.payload()
+    assert "editedAt" not in payload and "deletedBy" not in payload and payload["changeSeq"] == 2
+    assert events.parse(orjson.loads(orjson.dumps(payload))) == edited
 
 
 # --- the fields the store fills in -----------------------------------------------------------
@@ -151,6 +189,21 @@ async def test_chat_send_functions_fill_in_exactly_the_keys_the_definitions_leav
         "message_event": set(MessageNew.keys(STORE)),
         "read_event": set(ReadUpdated.keys(STORE)),
     }
+
+
+def test_the_mark_read_statements_fill_in_exactly_the_keys_read_updated_leaves_to_the_store() -> None:
+    """store/reads.py's statements (markRead and its coalesced form) name the key themselves: the
+    store imports nothing of events/."""
+    for statement in (reads.advance_watermark, reads.advance_watermarks):
+        filled = filled_keys(inspect.getsource(statement))
+        assert len(filled) == 1, (statement.__name__, filled)  # one payload completed per statement
+        assert set().union(*filled.values()) == set(ReadUpdated.keys(STORE)), statement.__name__
+
+
+def test_the_mark_delivered_statement_fills_in_exactly_the_key_delivery_updated_leaves_to_the_store() -> None:
+    filled = filled_keys(inspect.getsource(delivery.advance_delivered))
+    assert len(filled) == 1, filled
+    assert set().union(*filled.values()) == set(events.DeliveryUpdated.keys(STORE)) == {"deliveredSeq"}
 
 
 @pytest.fixture
@@ -202,7 +255,9 @@ async def test_every_statement_that_writes_an_event_writes_what_its_definition_p
     for row in rows:
         payload = row["payload"]
         kind = events.REGISTRY[payload["type"]]
-        assert set(payload) == {"type"} | kind.keys(PRODUCER) | kind.keys(STORE), payload
+        optional = {key for _, key, _, left_out_when_none in kind._PRODUCED if left_out_when_none}
+        assert {"type"} | kind.keys(PRODUCER) | kind.keys(STORE) >= set(payload), payload
+        assert set(payload) >= {"type"} | (kind.keys(PRODUCER) - optional) | kind.keys(STORE), payload
         event = events.parse(payload)
         assert event.to_wire().keys() == payload.keys()
         assert events.parse(orjson.loads(orjson.dumps(event.to_wire()))) == event

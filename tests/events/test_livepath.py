@@ -1,4 +1,4 @@
-"""The live path's hand-off and its delay bound (docs/scale/livepath.md).
+"""The live path's hand-off and its delay bound (docs/design/scale/livepath.md).
 
 - one process (memory://) hands events straight to its Dispatcher: the bus carries none;
 - the Kafka consumer commits, in the background, exactly what it handed on: never past it,
@@ -31,8 +31,8 @@ from chatgql.events.relay import OutboxRelay
 from chatgql.store import outbox
 
 from ..conftest import RunningServer, make_settings
+from ..support.live import ChatApi, subscribe_messages, wait_active_subscriptions, wait_leader, wait_until, ws_connect
 from .conftest import kafka_settings
-from .helpers import ChatApi, subscribe_messages, wait_active_subscriptions, wait_leader, wait_until, ws_connect
 
 PARTITIONS = 8
 

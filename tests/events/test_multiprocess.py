@@ -17,8 +17,7 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from ..conftest import RunningServer, free_port
-from .conftest import kafka_settings
-from .helpers import (
+from ..support.live import (
     ChatApi,
     collect_messages,
     subscribe_messages,
@@ -26,6 +25,7 @@ from .helpers import (
     wait_leader,
     ws_connect,
 )
+from .conftest import kafka_settings
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 PARTITIONS = 8  # kafka_settings' kafka_topic_partitions

@@ -10,8 +10,8 @@ from collections import defaultdict
 from sqlalchemy import text
 
 from ..conftest import RunningServer
+from ..support.live import ChatApi, metrics, read_topic, wait_until
 from .conftest import kafka_settings
-from .helpers import ChatApi, metrics, read_topic, wait_until
 
 
 async def outbox_rows(engine) -> int:

@@ -15,7 +15,7 @@ from chatgql.db import Database
 from chatgql.events.relay import OutboxRelay
 from chatgql.store import outbox
 
-from .helpers import wait_until
+from ..support.live import wait_until
 
 ROWS = 400  # written by racing writers while the relay drains
 BATCH = 5

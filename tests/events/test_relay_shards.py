@@ -26,8 +26,8 @@ from chatgql.services.messages import do_send_message
 from chatgql.settings import load_settings
 from chatgql.store import outbox
 
-from ..faults.infra import ChatProcess, chat_env
-from .helpers import ChatApi, metrics, read_topic, wait_until
+from ..support.infra import ChatProcess, chat_env
+from ..support.live import ChatApi, metrics, read_topic, wait_until
 
 SHARDS = 4
 SLOTS_PER_SHARD = outbox.SLOTS // SHARDS
@@ -123,7 +123,7 @@ async def test_one_serve_process_leads_every_shard_and_reports_them(kafka_server
     """The default (`chatgql serve` with its relay): one process leads all R shards; /metrics
     says so, and counts what each shard relayed."""
     relay = kafka_server.runtime.relay
-    await wait_until(lambda: relay.is_leader, 15, "the relay to lead every shard")
+    await wait_until(lambda: relay.is_leader, 60, "the relay to lead every shard")
     assert relay.shards_led == list(range(SHARDS))
     api = ChatApi.of(kafka_server, http)
     groups = [await api.create_group(1, [2], f"g{i}") for i in range(6)]
@@ -132,10 +132,13 @@ async def test_one_serve_process_leads_every_shard_and_reports_them(kafka_server
     got = {}
 
     async def relayed_all() -> bool:
+        got.clear()
         got.update(await metrics(http, kafka_server))
-        return got.get("chatgql_events_relayed_total", 0) >= 12  # member.added and message.new each
+        pending = sum(v for k, v in got.items() if k.startswith("chatgql_outbox_shard_rows"))
+        # member.added and message.new each, and the outbox empty (its gauge is read when scraped)
+        return got.get("chatgql_events_relayed_total", 0) >= 12 and pending == 0
 
-    await wait_until(relayed_all, 15, "the relay to publish every event")
+    await wait_until(relayed_all, 60, "the relay to publish every event")
     assert got["chatgql_relay_shards_led"] == SHARDS
     per_shard = {k: v for k, v in got.items() if k.startswith("chatgql_relay_shard_events_relayed_total")}
     assert sum(per_shard.values()) == got["chatgql_events_relayed_total"], got
@@ -152,6 +155,36 @@ async def test_a_relay_stops_when_cancelled_however_often_it_is_woken(database: 
         for _ in range(20):
             await stop_while_woken(OutboxRelay(database, BusPublisher(bus), shards=SHARDS))
     finally:
+        await bus.disconnect()
+
+
+async def test_a_relay_that_publishes_to_its_own_process_only_says_so_when_another_shares_its_database(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two processes on one database with the memory bus and no Kafka split the shards, and each
+    delivers live only what its own shards relay: a misconfiguration that loses no event (sync
+    has them all) but looks like lost live events. The relay that publishes locally says so,
+    once; one whose publisher reaches every process (Kafka, a Redis bus) does not."""
+    bus = Bus("memory://")
+    await bus.connect()
+    local = OutboxRelay(database, BusPublisher(bus), shards=SHARDS, local=True)
+    shared = OutboxRelay(database, BusPublisher(bus), shards=SHARDS)
+    tasks = [asyncio.create_task(relay.run()) for relay in (local, shared)]
+    caplog.set_level("WARNING", logger="chatgql.events.relay")
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "publishes to its own process only" in r.getMessage()]
+
+    try:
+        await wait_until(lambda: bool(local.shards_led and shared.shards_led), 60, "both relays to lead shards")
+        await wait_until(lambda: bool(warnings()), 30, "the local relay's warning")
+        await asyncio.sleep(1.5)  # a few more rebalances (every 0.5 s): still once
+        assert len(warnings()) == 1, warnings()
+        assert "2 relay processes share this database" in warnings()[0]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await bus.disconnect()
 
 

@@ -23,8 +23,8 @@ from sqlalchemy import text
 from chatgql.settings import load_settings
 
 from ..conftest import create_engine, drop_database, free_port, scratch_database
-from ..faults.infra import JWT_SECRET, ChatProcess, FaultRedis, chat_env, tail
-from .helpers import ChatApi, WsClient, bearer, collect_messages, subscribe_messages
+from ..support.infra import JWT_SECRET, ChatProcess, FaultRedis, chat_env, tail
+from ..support.live import ChatApi, WsClient, bearer, collect_messages, subscribe_messages
 
 SENDS = 40
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .infra import OUT, FaultKafka, FaultPostgres, FaultRedis
+from ..support.infra import OUT, FaultKafka, FaultPostgres, FaultRedis
 from .scenario import RESULTS, Infra, table, write_results
 
 

@@ -12,13 +12,29 @@ The checks, from the database and from the subscriber's record:
 - no watermark or lastSeq moved backward (sampled during the run, every
   markRead answer per device in order, and the final watermarks);
 - the outbox drains to empty.
+
+Beside the sends, the senders edit and delete their messages and react to anyone's (one call in
+eight), and the subscriber's user changes its own read state (markRead, markUnread, markDelivered,
+updateMembership), each retried until answered; the checks (check_changes, check_own_state):
+- every acknowledged change is stored, once: its change seq holds it (kind, seq, who), each edit is
+  one edit-history entry (a retried edit of the same body adds none), each reaction added or taken
+  back one change, reaction counts equal their (message, user, emoji) rows;
+- change seqs are 1..lastChangeSeq with no gap in every conversation;
+- a client that went offline early converges to the server's messages (bodies, edits, tombstones,
+  reactions) by sync with the two cursors it held (afterSeq, afterChangeSeq);
+- the own read state ends as last acknowledged (markUnread's rewind in effect, mute/archive/pin as
+  last set), no markUnread answered above fromSeq - 1, and the delivered watermark never moves back
+  (sampled, and per answer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import shutil
+import signal
 import time
 import uuid
 from collections import defaultdict
@@ -30,10 +46,12 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
+from chatgql.embedded import read_postmaster
+from chatgql.store.conversations import OWN_READ
 from chatgql.store.outbox import RELAY_LOCK
 
 from ..conftest import create_engine, free_port
-from .infra import (
+from ..support.infra import (
     OUT,
     ChatProcess,
     FaultKafka,
@@ -45,13 +63,28 @@ from .infra import (
     stable_port,
     topic_end,
 )
-from .load import Api, Load, ReadStorm, Subscriber, WatermarkMonitor, catch_up, create_groups, token_settings
+from ..support.load import (
+    Api,
+    ChangeAck,
+    Load,
+    OfflineClient,
+    OwnState,
+    ReadStorm,
+    Subscriber,
+    WatermarkMonitor,
+    catch_up,
+    create_groups,
+    read_history,
+    token_settings,
+)
 
 OWNER = 100  # the subscriber: a member of every conversation who never sends
 USERS = list(range(1, 9))  # eight senders, one client task each
 CONVERSATIONS = 4
 STORM_USERS = list(range(201, 231))  # read_storm: 30 more members, 3 devices each, marking read
 STORM_DEVICES = 3
+CHANGE_EVERY = 4  # one sender call in 4 edits, deletes or reacts (one in 8 marks read): some are cut by the fault
+OFFLINE_AT = 1.0  # seconds into the load: the offline client reads its conversations and goes away
 
 
 @dataclass
@@ -73,6 +106,16 @@ class Result:
     watermark_back: int = 0
     reads: int = 0
     drops: int = 0
+    changes_sent: int = 0
+    changes_acked: int = 0
+    changes_retried: int = 0
+    change_seqs: int = 0
+    change_gaps: int = 0
+    changes_lost: int = 0
+    changes_twice: int = 0
+    own_calls: int = 0
+    own_wrong: int = 0
+    diverged: int = -1
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     notes: str = ""
@@ -96,6 +139,16 @@ COLUMNS = [
     ("watermark_back", "watermark back"),
     ("reads", "markRead answered"),
     ("drops", "sub drops/resyncs"),
+    ("changes_sent", "changes sent"),
+    ("changes_acked", "changes acked"),
+    ("changes_retried", "changes retried"),
+    ("change_seqs", "change seqs"),
+    ("change_gaps", "change-seq gaps"),
+    ("changes_lost", "changes lost"),
+    ("changes_twice", "applied twice"),
+    ("own_calls", "own-state answered"),
+    ("own_wrong", "own-state wrong"),
+    ("diverged", "offline client diverged"),
     ("seconds", "s"),
 ]
 
@@ -155,11 +208,16 @@ class Scenario:
     topology "split": `serve --no-relay --no-consumer`, `relays` x `chatgql relay`
     and one `chatgql consume`, on a redis:// bus.
     kafka_via_proxy / db_via_proxy: the API process reaches Kafka / PostgreSQL
-    through a LoopbackProxy (self.proxy) that a fault can cut;
+    through a LoopbackProxy (self.proxy / self.db_proxy) that a fault can cut;
     relays_via_proxy: the relay processes reach Kafka through it;
     consumer_bus_via_proxy: the consumer process reaches Redis through it.
     users / conversations / pace: the senders (one client task each), how many group
     conversations they send to, and the pause between a sender's calls (seconds, +-50%).
+    embedded: the API runs the default way, with an embedded PostgreSQL of its own in a
+    fresh data directory (single topology; self.pgdata), instead of the suite's PostgreSQL.
+    database_outage: the fault makes the database unavailable for a while: every failed call
+    must have been answered UNAVAILABLE with retryAfter (or not reached the server), none
+    INTERNAL_SERVER_ERROR.
     """
 
     def __init__(
@@ -178,6 +236,8 @@ class Scenario:
         pace: float = 0.05,
         read_storm: bool = False,
         api_env: dict[str, str] | None = None,
+        embedded: bool = False,
+        database_outage: bool = False,
     ) -> None:
         self.name = name
         self.users = users or USERS
@@ -192,14 +252,18 @@ class Scenario:
         self.db_via_proxy = db_via_proxy
         self.relays_via_proxy = relays_via_proxy
         self.consumer_bus_via_proxy = consumer_bus_via_proxy
+        self.embedded = embedded
+        self.database_outage = database_outage
         self.subscriber: Subscriber | None = None
         self.log_dir = OUT / name
+        self.pgdata = self.log_dir / "data" / "pgdata"  # embedded
         self.topic = f"faults.{name}.{uuid.uuid4().hex[:8]}"
         self.database = f"faults_{name}"
         self.api: ChatProcess | None = None
         self.relays: list[ChatProcess] = []
         self.consumer: ChatProcess | None = None
         self.proxy: LoopbackProxy | None = None
+        self.db_proxy: LoopbackProxy | None = None
         self.result = Result(name)
         self.events: list[str] = []  # what the fault did, when
         self._t0 = time.monotonic()
@@ -216,13 +280,21 @@ class Scenario:
         for old in self.log_dir.glob("*.log"):
             old.unlink()
         infra = self.infra
-        self.url = await infra.pg.create_database(self.database)
-        self.engine = create_engine(self.url, pool_size=2, max_overflow=2)
+        if self.embedded:
+            assert self.topology == "single", "an embedded PostgreSQL serves one process"
+            shutil.rmtree(self.pgdata.parent, ignore_errors=True)
+            self.url = ""  # the API's own server: known once it runs
+        else:
+            self.url = await infra.pg.create_database(self.database)
+            self.engine = create_engine(self.url, pool_size=2, max_overflow=2)
         await create_topic(infra.kafka.bootstrap, self.topic)
 
         bus = "memory://" if self.topology == "single" else infra.redis.url
         env = chat_env(self.url, infra.kafka.bootstrap, self.topic, bus)
         api_env = dict(env) | self.api_env
+        if self.embedded:
+            del api_env["CHATGQL_DATABASE_URL"]
+            api_env |= {"CHATGQL_DATA_DIR": str(self.pgdata.parent), "CHATGQL_MIGRATE_ON_START": "true"}
         relay_env = dict(env)
         consumer_env = dict(env)
         if self.consumer_bus_via_proxy:
@@ -234,11 +306,12 @@ class Scenario:
         elif self.kafka_via_proxy:
             self.proxy = LoopbackProxy(infra.kafka.proxy_port, infra.kafka.proxied_port)
             api_env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = infra.kafka.proxied_bootstrap
-        elif self.db_via_proxy:
-            self.proxy = LoopbackProxy(free_port(), infra.pg.port)
-            api_env["CHATGQL_DATABASE_URL"] = infra.pg.url(self.database, self.proxy.port)
-        if self.proxy is not None:
-            await self.proxy.start()
+        if self.db_via_proxy:  # beside any of the above: its own proxy
+            self.db_proxy = LoopbackProxy(free_port(), infra.pg.port)
+            api_env["CHATGQL_DATABASE_URL"] = infra.pg.url(self.database, self.db_proxy.port)
+        for proxy in (self.proxy, self.db_proxy):
+            if proxy is not None:
+                await proxy.start()
 
         port = stable_port()  # the API restarts on it
         if self.topology == "single":
@@ -260,6 +333,9 @@ class Scenario:
         for process in self.processes:
             process.start()
         await self.api.wait_ready()
+        if self.embedded:
+            self.url = embedded_url(self.pgdata)
+            self.engine = create_engine(self.url, pool_size=2, max_overflow=2)
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(8.0, connect=3.0), limits=httpx.Limits(max_connections=100))
         self.client = Api(f"http://127.0.0.1:{port}/graphql", self.http, token_settings())
         self.ws_url = f"ws://127.0.0.1:{port}/graphql"
@@ -268,8 +344,9 @@ class Scenario:
     async def __aexit__(self, *exc: object) -> None:
         for process in self.processes:
             await asyncio.to_thread(process.stop)
-        if self.proxy is not None:
-            await self.proxy.close()
+        for proxy in (self.proxy, self.db_proxy):
+            if proxy is not None:
+                await proxy.close()
         with contextlib.suppress(Exception):
             await self.http.aclose()
         await self.engine.dispose()
@@ -286,6 +363,30 @@ class Scenario:
         if process is self.api:
             await process.wait_ready()
             self.mark("api ready")
+
+    async def kill_embedded_postmaster(self, timeout: float = 90) -> None:
+        """SIGKILL the API's embedded postmaster (as the OOM killer does), then wait until
+        the API, never restarted, serves again on a PostgreSQL it started itself."""
+        assert self.embedded and self.api is not None
+        postmaster = read_postmaster(self.pgdata)
+        assert postmaster is not None and postmaster.pid is not None
+        os.kill(postmaster.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        self.mark(f"SIGKILL the embedded postmaster (pid {postmaster.pid})")
+
+        async def serving_again() -> bool:
+            again = read_postmaster(self.pgdata)
+            if again is None or again.pid == postmaster.pid or again.status != "ready":
+                return False
+            response = await self.http.get(self.client.url.removesuffix("/graphql") + "/readyz")
+            return response.status_code == 200
+
+        if not await wait_for(serving_again, timeout, interval=0.05):
+            raise AssertionError(f"{self.name}: the API did not serve again in {timeout}s (logs in {self.log_dir})")
+        self.mark(f"api ready again on a new postmaster, {time.monotonic() - killed_at:.1f}s after the kill")
+        await self.engine.dispose()  # the suite's own connections died with the server
+        if not self.api.alive or self.api.starts != 1:
+            raise AssertionError(f"{self.name}: the API process was restarted or died (logs in {self.log_dir})")
 
     async def relay_leader(self, timeout: float = 60) -> ChatProcess:
         """A relay process leading outbox shards: holding slot advisory locks (RELAY_LOCK, slot),
@@ -384,7 +485,9 @@ class Scenario:
         client = self.client
         members = self.users + (STORM_USERS if self.read_storm else [])
         conversations = await create_groups(client, OWNER, members, self.conversation_count)
-        load = Load(client, self.users, conversations, pace=self.pace)
+        load = Load(client, self.users, conversations, pace=self.pace, change_every=CHANGE_EVERY)
+        own = OwnState(client, OWNER, conversations, load)
+        offline = OfflineClient(client, OWNER, conversations)
         storm = ReadStorm(client, STORM_USERS, STORM_DEVICES, conversations, load) if self.read_storm else None
         subscriber = self.subscriber = Subscriber(self.ws_url, client.authorization(OWNER))
         monitor = WatermarkMonitor(self.engine)
@@ -397,10 +500,15 @@ class Scenario:
             # The load runs for load_seconds, and at least `after_fault` seconds after
             # the fault is over (so sends are tested on the recovered system too).
             stop = asyncio.Event()
-            load_task = asyncio.create_task(load.run(stop, time.monotonic() + 600), name="load")
+            give_up_at = time.monotonic() + 600
+            clients = [
+                load.run(stop, give_up_at),
+                own.run(stop, give_up_at),
+                _later(OFFLINE_AT, offline.go_offline(give_up_at)),
+            ]
             if storm is not None:
-                storm_task = asyncio.create_task(storm.run(stop, time.monotonic() + 600), name="read-storm")
-                load_task = asyncio.create_task(_both(load_task, storm_task), name="load and storm")
+                clients.append(storm.run(stop, give_up_at))
+            load_task = asyncio.create_task(_all(*clients), name="load")
             try:
                 await asyncio.gather(fault(self), asyncio.sleep(load_seconds - after_fault))
                 self.mark("fault over")
@@ -451,8 +559,22 @@ class Scenario:
         for cid, seq in live:
             held[cid].append(seq)
         fetched = await catch_up(client, OWNER, held, conversations, time.monotonic() + 120, load.stats)
+        changes = await read_changes(self.engine)
+        deadline = time.monotonic() + 120
+        came_back = await offline.come_back(deadline)
+        server = {cid: await read_history(client, OWNER, cid, deadline, load.stats) for cid in conversations}
 
+        # A changed message's body is checked by check_changes; the message checks take the body it was sent with.
+        changed = {k for k, v in changes.messages.items() if v["edited"] or v["deleted"]}
+        sent_bodies = {a.client_msg_id: a.body for a in load.acks}
+        for record in (stored, subscriber.events, fetched):
+            as_sent(record, changed, sent_bodies)
         check(result, load, subscriber, monitor, stored, self._last_seqs, self._watermarks, fetched)
+        check_changes(result, load, changes)
+        check_convergence(result, offline, came_back, server)
+        check_own_state(result, own, changes)
+        if self.database_outage:
+            check_outage_answers(result, load)
         result.reads = len(load.reads)
         if storm is not None:
             check_storm(result, storm, self._watermarks)
@@ -463,6 +585,12 @@ class Scenario:
                 f"; read storm: {storm.stats.read_calls} markRead calls from {len(STORM_USERS) * STORM_DEVICES} "
                 f"clients, {len(storm.reads)} answered, {sum(storm.stats.errors.values())} attempts retried"
             )
+        result.notes += (
+            f"; changes: {result.changes_acked} acknowledged of {result.changes_sent} sent "
+            f"({result.changes_retried} retried), the offline client applied "
+            f"{offline.changes_applied} after change cursors {offline.went_offline_at}; "
+            f"own read state: {len(own.acks)} calls answered"
+        )
         result.notes += (
             f"; {len(load.reads)} markRead answers, {monitor.samples} watermark samples "
             f"({monitor.failed_samples} failed while the fault lasted)"
@@ -541,6 +669,21 @@ def check(
         result.failures.append(f"the outbox still holds {result.outbox_end} events")
     if monitor.samples == 0:
         result.failures.append("the watermark monitor never got a sample")
+
+
+def check_outage_answers(result: Result, load: Load) -> None:
+    """While the database was unavailable, the server said so: UNAVAILABLE with retryAfter,
+    never INTERNAL_SERVER_ERROR (nor anything but a timeout or a lost connection)."""
+    errors = load.stats.errors
+    if not errors["UNAVAILABLE"]:
+        result.failures.append(f"no call was answered UNAVAILABLE during the outage: {dict(errors)}")
+    other = {
+        kind: n
+        for kind, n in errors.items()
+        if kind != "UNAVAILABLE" and not kind.startswith(("timeout", "connection"))
+    }
+    if other:
+        result.failures.append(f"during the outage calls were answered {other}, not UNAVAILABLE with retryAfter")
 
 
 def check_stored(result: Result, load: Load, stored: list[dict], last_seqs: dict[int, int]) -> None:
@@ -682,13 +825,19 @@ def check_watermarks(
             fail(f"watermark of user {user} in {cid} is {final}, below the acknowledged {at_least}")
 
 
-async def _both(first: asyncio.Task, second: asyncio.Task) -> None:
+async def _all(*coroutines: Awaitable[None]) -> None:
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
     try:
-        await asyncio.gather(first, second)
+        await asyncio.gather(*tasks)
     except BaseException:
-        first.cancel()
-        second.cancel()
+        for task in tasks:
+            task.cancel()
         raise
+
+
+async def _later(delay: float, coroutine: Awaitable[None]) -> None:
+    await asyncio.sleep(delay)
+    await coroutine
 
 
 def check_storm(result: Result, storm: ReadStorm, watermarks: dict[tuple[int, int], int]) -> None:
@@ -742,6 +891,12 @@ async def run_scenario(
     return result
 
 
+def embedded_url(pgdata: Path) -> str:
+    """The URL of the embedded PostgreSQL running on pgdata (its socket directory is in postmaster.pid)."""
+    socket_dir = (pgdata / "postmaster.pid").read_text().splitlines()[4].strip()
+    return f"postgresql://postgres@/postgres?host={socket_dir}"
+
+
 async def read_stored(engine) -> tuple[list[dict], dict[int, int], dict[tuple[int, int], int]]:
     """Every stored message (as a subscriber sees it), each conversation's lastSeq, each member's watermark."""
     async with engine.connect() as conn:
@@ -771,3 +926,241 @@ async def read_stored(engine) -> tuple[list[dict], dict[int, int], dict[tuple[in
         for r in rows
     ]
     return stored, last_seqs, watermarks
+
+
+# --- changes to messages and the own read state -------------------------------------------------
+
+KINDS = {"edit": "EDITED", "delete": "DELETED", "react": "REACTION", "unreact": "REACTION"}
+
+
+@dataclass
+class ChangeState:
+    """What the database holds of the changes (migrations 0010, 0010b, 0011): keys are decimal
+    conversation ids as the API gives them."""
+
+    last_change_seqs: dict[str, int] = field(default_factory=dict)
+    log: dict[tuple[str, int], tuple[int, str, int]] = field(default_factory=dict)  # change seq -> seq, kind, user
+    messages: dict[tuple[str, int], dict] = field(default_factory=dict)  # body, edited, deleted, deleted_by
+    edits: dict[tuple[str, int], list[str]] = field(default_factory=dict)  # previous bodies, by change seq
+    reactions: set[tuple[str, int, int, str]] = field(default_factory=set)
+    counts: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    own: dict[tuple[str, int], dict] = field(default_factory=dict)  # member rows: own_read, delivered, settings
+
+
+async def read_changes(engine) -> ChangeState:
+    state = ChangeState()
+    async with engine.connect() as conn:
+
+        async def rows(sql: str) -> list:
+            return list((await conn.execute(text(sql))).all())
+
+        state.last_change_seqs = {str(c): n for c, n in await rows("SELECT id, last_change_seq FROM conversation")}
+        for cid, change_seq, seq, kind, user in await rows(
+            "SELECT conversation_id, change_seq, seq, kind, user_id FROM message_change"
+        ):
+            state.log[(str(cid), change_seq)] = (seq, kind, user)
+        for cid, seq, body, edited, deleted, deleted_by in await rows(
+            "SELECT conversation_id, seq, body, edited_at IS NOT NULL, deleted_at IS NOT NULL, deleted_by FROM message"
+        ):
+            state.messages[(str(cid), seq)] = {
+                "body": body,
+                "edited": edited,
+                "deleted": deleted,
+                "deleted_by": deleted_by,
+            }
+        for cid, seq, body in await rows(
+            "SELECT conversation_id, seq, body FROM message_edit ORDER BY conversation_id, seq, change_seq"
+        ):
+            state.edits.setdefault((str(cid), seq), []).append(body)
+        state.reactions = {
+            (str(c), s, u, e)
+            for c, s, u, e in await rows("SELECT conversation_id, seq, user_id, emoji FROM message_reaction")
+        }
+        state.counts = {
+            (str(c), s, e): n
+            for c, s, e, n in await rows("SELECT conversation_id, seq, emoji, count FROM message_reaction_count")
+        }
+        for cid, user, own_read, delivered, muted, archived, pinned in await rows(
+            f"SELECT m.conversation_id, m.user_id, {OWN_READ}, GREATEST(m.delivered_seq, m.last_read_seq), m.muted,"
+            " m.archived_seq IS NOT NULL, m.pinned_at IS NOT NULL FROM conversation_member m"
+        ):
+            state.own[(str(cid), user)] = {
+                "lastReadSeq": own_read,
+                "deliveredSeq": delivered,
+                "muted": muted,
+                "archived": archived,
+                "pinned": pinned,
+            }
+    return state
+
+
+def as_sent(messages: list[dict], changed: set[tuple[str, int]], sent_bodies: dict[str, str]) -> None:
+    """Give the changed messages of a record (stored, pushed or synced) the body they were sent with."""
+    for m in messages:
+        if (m["conversationId"], m["seq"]) in changed and m["clientMsgId"] in sent_bodies:
+            m["body"] = sent_bodies[m["clientMsgId"]]
+
+
+def check_changes(result: Result, load: Load, state: ChangeState) -> None:
+    """Every acknowledged change stored once, nothing stored twice, change seqs gap-free."""
+    fail = result.failures.append
+    stats = load.stats
+    result.changes_sent = stats.changes_sent
+    result.changes_acked = len(load.changes)
+    result.changes_retried = sum(1 for c in load.changes if c.attempts > 1)
+    result.change_seqs = sum(state.last_change_seqs.values())
+    if stats.unacked_changes:
+        fail(f"{len(stats.unacked_changes)} changes never acknowledged despite retries: {stats.unacked_changes[:3]}")
+    if not load.changes:
+        fail("no change was acknowledged")
+
+    # Gap-free change seqs: 1..lastChangeSeq per conversation.
+    per_conversation: dict[str, list[int]] = defaultdict(list)
+    for cid, change_seq in sorted(state.log):
+        per_conversation[cid].append(change_seq)
+    for cid, last in state.last_change_seqs.items():
+        seqs = per_conversation.get(cid, [])
+        if seqs != list(range(1, last + 1)):
+            result.change_gaps += 1
+            fail(f"conversation {cid}: lastChangeSeq {last}, change seqs {seqs[:20]}... ({len(seqs)})")
+
+    lost: list[str] = []
+    twice: list[str] = []
+    # Each acknowledged change seq holds what was acknowledged, and no two acknowledgements share one.
+    answered: dict[tuple[str, int], ChangeAck] = {}
+    for c in load.changes:
+        if c.change_seq is None:
+            if c.effective and c.attempts == 1:
+                lost.append(f"{c} changed nothing on its only attempt")
+            continue
+        if not c.effective:
+            twice.append(f"{c}: the same state again took a change seq")
+        key = (c.conversation_id, c.change_seq)
+        if key in answered:
+            twice.append(f"{c} and {answered[key]} answered the same change seq")
+        answered[key] = c
+        if state.log.get(key) != (c.seq, KINDS[c.kind], c.user):
+            lost.append(f"{c}: change seq {key} holds {state.log.get(key)}")
+
+    # Per message: the changes logged = the effective acknowledged ones (a retry applied nothing twice).
+    logged: dict[tuple, int] = defaultdict(int)
+    for (cid, _), (seq, kind, user) in state.log.items():
+        logged[(cid, seq, kind, user if kind == "REACTION" else None)] += 1
+    expected: dict[tuple, int] = defaultdict(int)
+    edits: dict[tuple[str, int], list[str]] = defaultdict(list)
+    deleted: dict[tuple[str, int], int] = {}
+    reacted: set[tuple[str, int, int, str]] = set()
+    for c in load.changes:
+        key = (c.conversation_id, c.seq)
+        if c.effective:
+            expected[(*key, KINDS[c.kind], c.user if c.kind in ("react", "unreact") else None)] += 1
+        if c.kind == "edit":
+            edits[key].append(c.value)
+        elif c.kind == "delete":
+            deleted[key] = c.user
+        elif c.kind == "react":
+            reacted.add((*key, c.user, c.value))
+        elif c.kind == "unreact":
+            reacted.discard((*key, c.user, c.value))
+    for k in set(logged) | set(expected):
+        if logged[k] > expected[k]:
+            twice.append(f"{k}: {logged[k]} changes logged, {expected[k]} acknowledged")
+        elif logged[k] < expected[k]:
+            lost.append(f"{k}: {logged[k]} changes logged, {expected[k]} acknowledged")
+
+    sent_bodies = {(a.conversation_id, a.seq): a.body for a in load.acks}
+    for key, message in state.messages.items():
+        if key in deleted:
+            if not message["deleted"] or message["body"] != "" or message["deleted_by"] != deleted[key]:
+                lost.append(f"{key}: deleted by {deleted[key]}, stored {message}")
+            if state.edits.get(key) or any(r[:2] == key for r in state.reactions):
+                lost.append(f"{key}: deleted, yet its edit history or reactions remain")
+            continue
+        if message["deleted"]:
+            twice.append(f"{key}: deleted, by no acknowledged delete: {message}")
+        if key not in edits:
+            if message["edited"] or state.edits.get(key):
+                twice.append(f"{key}: edited by no acknowledged edit: {message}, history {state.edits.get(key)}")
+            continue
+        bodies = [sent_bodies.get(key), *edits[key]]
+        if message["body"] != bodies[-1] or not message["edited"]:
+            lost.append(f"{key}: last edit acknowledged {bodies[-1]!r}, stored {message}")
+        history = state.edits.get(key, [])
+        if history != bodies[:-1]:
+            (twice if len(history) > len(bodies) - 1 else lost).append(
+                f"{key}: edit history {history}, acknowledged edits over {bodies}"
+            )
+    if state.reactions != reacted:
+        lost.append(
+            f"reactions stored and not acknowledged {sorted(state.reactions - reacted)[:3]}, "
+            f"acknowledged and not stored {sorted(reacted - state.reactions)[:3]}"
+        )
+    per_emoji: dict[tuple[str, int, str], int] = defaultdict(int)
+    for cid, seq, _, emoji in state.reactions:
+        per_emoji[(cid, seq, emoji)] += 1
+    if state.counts != dict(per_emoji):
+        wrong = {k: (state.counts.get(k), per_emoji.get(k)) for k in set(state.counts) | set(per_emoji)}
+        twice.append(
+            f"reaction counts differ from their rows: {[(k, v) for k, v in wrong.items() if v[0] != v[1]][:3]}"
+        )
+    result.changes_lost = len(lost)
+    result.changes_twice = len(twice)
+    for what, found in (("lost or wrong", lost), ("applied twice", twice)):
+        if found:
+            fail(f"{len(found)} changes {what}, e.g. {found[:3]}")
+
+
+def check_convergence(
+    result: Result, offline: OfflineClient, came_back: dict[str, dict[int, dict]], server: dict[str, dict[int, dict]]
+) -> None:
+    """The offline client, back through sync with its two cursors, holds every message as the server does."""
+    result.diverged = 0
+    for cid, messages in server.items():
+        held = came_back.get(cid, {})
+        different = [(seq, held.get(seq), m) for seq, m in messages.items() if held.get(seq) != m]
+        extra = sorted(set(held) - set(messages))
+        result.diverged += len(different) + len(extra)
+        if different or extra:
+            result.failures.append(
+                f"conversation {cid}: the offline client back from change cursor {offline.went_offline_at.get(cid)} "
+                f"holds {len(different)} messages otherwise than the server, e.g. {different[:2]}; extra seqs {extra[:5]}"
+            )
+    if offline.stats.refusals:
+        result.failures.append(f"the offline client was refused: {offline.stats.refusals[:3]}")
+
+
+def check_own_state(result: Result, own: OwnState, state: ChangeState) -> None:
+    """The own read state ends as last acknowledged; markUnread answered its rewind; delivered never back."""
+    fail = result.failures.append
+    wrong: list[str] = []
+    result.own_calls = len(own.acks)
+    if own.stats.refusals or own.stats.unacked:
+        fail(f"own read state calls refused {own.stats.refusals[:3]} or never answered {own.stats.unacked[:3]}")
+    if not any(a.op == "markUnread" for a in own.acks) or not any(a.op == "markDelivered" for a in own.acks):
+        fail(f"too few own read state calls answered: {[a.op for a in own.acks]}")
+    last: dict[str, dict] = defaultdict(dict)
+    for a in own.acks:
+        final = last[a.conversation_id]
+        if a.op == "markDelivered":
+            if a.answer["deliveredSeq"] < final.get("deliveredSeq", 0):
+                wrong.append(f"markDelivered({a.asked}) answered {a.answer} after {final['deliveredSeq']}")
+            final["deliveredSeq"] = max(final.get("deliveredSeq", 0), a.answer["deliveredSeq"])
+            continue
+        final["lastReadSeq"] = a.answer["lastReadSeq"]
+        if a.op == "markUnread" and a.answer["lastReadSeq"] > a.asked["s"] - 1:
+            wrong.append(f"markUnread(fromSeq {a.asked['s']}) answered lastReadSeq {a.answer['lastReadSeq']}")
+        if a.op == "updateMembership":
+            for name in ("muted", "archived", "pinned"):
+                if name in a.asked:
+                    final[name] = a.asked[name]
+                    if name != "archived" and a.answer[name] != a.asked[name]:
+                        wrong.append(f"updateMembership({a.asked}) answered {a.answer}")
+    for cid, final in last.items():
+        stored = state.own.get((cid, own.user), {})
+        for name, value in final.items():
+            at = stored.get(name)
+            if at is None or (at < value if name == "deliveredSeq" else at != value):
+                wrong.append(f"conversation {cid}: {name} acknowledged {value}, stored {at}")
+    result.own_wrong = len(wrong)
+    if wrong:
+        fail(f"{len(wrong)} own read state answers not in effect, e.g. {wrong[:3]}")

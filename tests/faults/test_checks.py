@@ -11,8 +11,19 @@ from collections.abc import Callable
 
 import pytest
 
-from .load import Load, ReadAck, ReadStorm, SendAck, StormRead, Subscriber, WatermarkMonitor
-from .scenario import Result, check, check_storm
+from ..support.load import (
+    ChangeAck,
+    Load,
+    OwnAck,
+    OwnState,
+    ReadAck,
+    ReadStorm,
+    SendAck,
+    StormRead,
+    Subscriber,
+    WatermarkMonitor,
+)
+from .scenario import ChangeState, Result, check, check_changes, check_own_state, check_storm
 
 CID = "1"
 WATCHER = 100
@@ -211,3 +222,105 @@ def test_the_read_storm_check_reports_each_broken_promise(plant: str) -> None:
     result = Result("synthetic")
     check_storm(result, storm, watermarks)
     assert result.failures, plant
+
+
+# --- the changes' and own read state's checks (scenario.check_changes, check_own_state) -------
+
+
+def changes_record() -> tuple[Load, OwnState, ChangeState]:
+    """User 1 edited message 1 (change 1), reacted to message 2 (change 2; adding it again changed
+    nothing), deleted message 3 (change 3); the watcher rewound to seq 1 and marked seq 3 delivered."""
+    load = Record().load
+    load.stats.changes_sent = 4
+    load.changes += [
+        ChangeAck(1, CID, 1, "edit", "u1 1 e1", 1, 1),
+        ChangeAck(1, CID, 2, "react", "👍", 2, 1),
+        ChangeAck(1, CID, 2, "react", "👍", None, 1, effective=False),
+        ChangeAck(1, CID, 3, "delete", "", None, 2),  # the cut-off first attempt did it
+    ]
+    state = ChangeState(
+        last_change_seqs={CID: 3},
+        log={(CID, 1): (1, "EDITED", 1), (CID, 2): (2, "REACTION", 1), (CID, 3): (3, "DELETED", 1)},
+        messages={
+            (CID, 1): {"body": "u1 1 e1", "edited": True, "deleted": False, "deleted_by": None},
+            (CID, 2): {"body": "u1 2", "edited": False, "deleted": False, "deleted_by": None},
+            (CID, 3): {"body": "", "edited": False, "deleted": True, "deleted_by": 1},
+        },
+        edits={(CID, 1): ["u1 1"]},
+        reactions={(CID, 2, 1, "👍")},
+        counts={(CID, 2, "👍"): 1},
+        own={(CID, WATCHER): {"lastReadSeq": 0, "deliveredSeq": 3, "muted": True, "archived": False, "pinned": False}},
+    )
+    own = OwnState(None, WATCHER, [CID], load)  # type: ignore[arg-type]
+    own.acks += [
+        OwnAck("markUnread", CID, {"c": CID, "s": 1}, {"lastReadSeq": 0, "muted": False}),
+        OwnAck("markDelivered", CID, {"c": CID, "s": 3}, {"deliveredSeq": 3}),
+        OwnAck("updateMembership", CID, {"c": CID, "muted": True}, {"lastReadSeq": 0, "muted": True}),
+    ]
+    return load, own, state
+
+
+def checked(load: Load, own: OwnState, state: ChangeState) -> Result:
+    result = Result("synthetic")
+    check_changes(result, load, state)
+    check_own_state(result, own, state)
+    return result
+
+
+def test_clean_changes_and_own_read_state_pass() -> None:
+    result = checked(*changes_record())
+    assert result.failures == []
+    assert (result.changes_acked, result.change_seqs, result.change_gaps, result.own_calls) == (4, 3, 0, 3)
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "an edit lost",
+        "an edit applied twice",
+        "a change seq gap",
+        "a change seq holding another change",
+        "a reaction applied twice",
+        "a reaction count off",
+        "a reaction lost",
+        "a delete lost",
+        "a change never acknowledged",
+        "the rewind not in effect",
+        "a mute not in effect",
+        "delivered answered lower",
+        "markUnread answered above fromSeq",
+    ],
+)
+def test_the_change_checks_report_each_broken_promise(plant: str) -> None:
+    load, own, state = changes_record()
+    if plant == "an edit lost":
+        state.messages[(CID, 1)]["body"] = "u1 1"
+    elif plant == "an edit applied twice":
+        state.edits[(CID, 1)].append("u1 1 e1")
+        state.log[(CID, 4)] = (1, "EDITED", 1)
+        state.last_change_seqs[CID] = 4
+    elif plant == "a change seq gap":
+        state.last_change_seqs[CID] = 5
+    elif plant == "a change seq holding another change":
+        state.log[(CID, 2)] = (1, "REACTION", 1)
+    elif plant == "a reaction applied twice":
+        state.log[(CID, 4)] = (2, "REACTION", 1)
+        state.last_change_seqs[CID] = 4
+    elif plant == "a reaction count off":
+        state.counts[(CID, 2, "👍")] = 2
+    elif plant == "a reaction lost":
+        state.reactions.clear()
+        state.counts.clear()
+    elif plant == "a delete lost":
+        state.messages[(CID, 3)] = {"body": "u1 3", "edited": False, "deleted": False, "deleted_by": None}
+    elif plant == "a change never acknowledged":
+        load.stats.unacked_changes.append("edit (1, 2)")
+    elif plant == "the rewind not in effect":
+        state.own[(CID, WATCHER)]["lastReadSeq"] = 3
+    elif plant == "a mute not in effect":
+        state.own[(CID, WATCHER)]["muted"] = False
+    elif plant == "delivered answered lower":
+        own.acks.append(OwnAck("markDelivered", CID, {"c": CID, "s": 1}, {"deliveredSeq": 2}))
+    else:
+        own.acks[0].answer["lastReadSeq"] = 1
+    assert checked(load, own, state).failures, plant

@@ -1,6 +1,6 @@
 """Fault injection: chatgql keeps every acknowledged message, exactly once, in
-order, and delivers it, through process kills, database restarts, a Kafka
-outage and network cuts.
+order, and delivers it, through process kills, database restarts (the embedded PostgreSQL's
+postmaster SIGKILLed too), a Kafka outage and network cuts.
 
 Each scenario runs real chatgql processes on a fresh database and topic,
 sends messages from 8 clients over 4 group conversations (retrying with the
@@ -54,10 +54,12 @@ async def test_api_process_killed_with_sigkill_while_40_clients_send_to_one_conv
     assert_ok(await run_scenario("hot_api_sigkill", infra, fault, users=list(range(1, 41)), conversations=1, pace=0.01))
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate"])
-async def test_postgresql_restarted_mid_load(infra: Infra, mode: str) -> None:
-    async def fault(s: Scenario) -> None:
-        await asyncio.sleep(FAULT_AT)
+async def test_postgresql_restarted_mid_load_fast_then_immediate(infra: Infra) -> None:
+    """PostgreSQL stopped mid-load, -m fast (clients disconnected, a checkpoint) and started again;
+    then, the load going on, -m immediate (no checkpoint: the restart replays the WAL) and started
+    again. One scenario for both: each stop is its own outage, the checks cover both."""
+
+    async def restart(s: Scenario, mode: str) -> None:
         s.mark(f"PostgreSQL stop -m {mode}")
         try:
             await asyncio.to_thread(infra.pg.stop, mode)
@@ -67,7 +69,27 @@ async def test_postgresql_restarted_mid_load(infra: Infra, mode: str) -> None:
             await asyncio.to_thread(infra.pg.start)
         s.mark("PostgreSQL started")
 
-    assert_ok(await run_scenario(f"postgres_{mode}", infra, fault))
+    async def fault(s: Scenario) -> None:
+        await asyncio.sleep(FAULT_AT)
+        await restart(s, "fast")
+        await asyncio.sleep(FAULT_AT)
+        await restart(s, "immediate")
+
+    assert_ok(await run_scenario("postgres_restarts", infra, fault, database_outage=True))
+
+
+async def test_embedded_postgresql_killed_with_sigkill_mid_load_is_started_again_by_the_api(infra: Infra) -> None:
+    """The default `chatgql serve`, on an embedded PostgreSQL of its own, whose postmaster is
+    SIGKILLed mid-load (the OOM killer's pick): the process notices, starts it again on the
+    same data and serves again without being restarted; meanwhile calls are answered
+    UNAVAILABLE with retryAfter. Every acknowledged send is stored once, seqs have no gap
+    (the suite's checks), and the load goes on against the server after it."""
+
+    async def fault(s: Scenario) -> None:
+        await asyncio.sleep(FAULT_AT)
+        await s.kill_embedded_postmaster()
+
+    assert_ok(await run_scenario("embedded_postmaster_sigkill", infra, fault, embedded=True, database_outage=True))
 
 
 async def test_kafka_stopped_for_30_seconds_mid_load(infra: Infra) -> None:
@@ -154,23 +176,27 @@ async def test_redis_bus_between_split_processes_killed_and_restarted(infra: Inf
     assert_ok(await run_scenario("redis_bus_restart", infra, fault, topology="split"))
 
 
-@pytest.mark.parametrize("link", ["kafka", "postgres"])
-async def test_network_between_the_api_and_a_backend_cut_for_10_seconds(infra: Infra, link: str) -> None:
-    """A black hole on the API's link (a loopback proxy that holds every byte
-    and every new connection), then the link comes back."""
+async def test_network_between_the_api_and_kafka_then_postgresql_cut_for_10_seconds(infra: Infra) -> None:
+    """A black hole on the API's link to Kafka (a loopback proxy that holds every byte and every
+    new connection), then the link comes back; the load going on, the same on its link to
+    PostgreSQL. One scenario for both links: each cut is its own outage, the checks cover both."""
 
-    async def fault(s: Scenario) -> None:
-        await asyncio.sleep(FAULT_AT)
-        s.proxy.cut()
+    async def cut(s: Scenario, link: str, proxy) -> None:
+        proxy.cut()
         s.mark(f"API <-> {link} cut")
         try:
             await asyncio.sleep(10)
         finally:
-            s.proxy.restore()
+            proxy.restore()
         s.mark(f"API <-> {link} restored")
 
-    options = {"kafka_via_proxy": True} if link == "kafka" else {"db_via_proxy": True}
-    assert_ok(await run_scenario(f"cut_api_{link}", infra, fault, **options))
+    async def fault(s: Scenario) -> None:
+        await asyncio.sleep(FAULT_AT)
+        await cut(s, "kafka", s.proxy)
+        await asyncio.sleep(FAULT_AT)
+        await cut(s, "postgres", s.db_proxy)
+
+    assert_ok(await run_scenario("cut_api_links", infra, fault, kafka_via_proxy=True, db_via_proxy=True))
 
 
 async def test_api_process_killed_with_sigkill_during_a_read_storm(infra: Infra) -> None:

@@ -25,7 +25,7 @@ from chatgql.events.dispatch import Dispatcher, MembershipCache, StreamInterrupt
 from chatgql.events.publish import KafkaPublisher
 
 from ..conftest import free_port
-from .infra import LoopbackProxy, create_topic, topic_end
+from ..support.infra import LoopbackProxy, create_topic, topic_end
 from .scenario import Infra
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka]

@@ -46,7 +46,7 @@ from bench.infra import Server
 from bench.queries import token
 from bench.soak import Soak, rss_of, storage_problems, stored, summary
 
-from .infra import FaultKafka, FaultPostgres
+from ..support.infra import FaultKafka, FaultPostgres
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(300)]
 

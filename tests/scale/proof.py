@@ -46,8 +46,8 @@ import httpx
 from aiokafka.partitioner import DefaultPartitioner
 
 from ..conftest import REPO, create_engine
-from ..faults.load import CREATE_GROUP, Api, Load, Retryable, Subscriber, WatermarkMonitor, catch_up, token_settings
 from ..faults.scenario import Result, check_stored, check_subscriber, check_watermarks, read_stored
+from ..support.load import CREATE_GROUP, Api, Load, Retryable, Subscriber, WatermarkMonitor, catch_up, token_settings
 from .report import Report, SubscriberCounts
 from .topology import Topology
 

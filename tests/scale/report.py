@@ -1,4 +1,4 @@
-"""The proof's report: the table of counts (the README's Guarantees), one row per
+"""The proof's report: the table of counts (docs/design/guarantees.md), one row per
 subscriber, the measured takeover and rebalance times, and what happened when."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..faults.load import Subscriber
 from ..faults.scenario import Result
+from ..support.load import Subscriber
 
 
 @dataclass

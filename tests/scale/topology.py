@@ -5,7 +5,7 @@ sharing 4 outbox shards (`chatgql relay`), 2 consumers in one group
 (`chatgql consume`), a Kafka topic of 6 partitions, a 3-master Redis Cluster as
 the bus (`redis+cluster://`, which also carries the shared rate limits), and a
 fresh PostgreSQL database. Built from the fault suite's pieces
-(tests/faults/infra.py) and the cluster of tests/events/conftest.py
+(tests/support/infra.py) and the cluster of tests/support/redis_cluster.py
 (scripts/redis-cluster.sh); what is new here is the handles the proof's faults
 and measurements need: who leads which outbox slot, who owns which partition.
 """
@@ -24,8 +24,8 @@ import asyncpg
 
 from chatgql.store.outbox import RELAY_LOCK
 
-from ..events.conftest import RedisCluster, _free_cluster_port
-from ..faults.infra import ChatProcess, FaultKafka, FaultPostgres, chat_env, create_topic, stable_port, tail
+from ..support.infra import ChatProcess, FaultKafka, FaultPostgres, chat_env, create_topic, stable_port, tail
+from ..support.redis_cluster import RedisCluster, free_cluster_port
 
 SLOTS = 64  # store/outbox.py: a conversation's slot is hashtextextended(key, 0) & 63
 
@@ -81,7 +81,7 @@ class Topology:
 
     async def _start(self) -> None:
         kafka = self.kafka = FaultKafka(self.scratch / "kafka")
-        redis = self.redis = RedisCluster(_free_cluster_port(), self.scratch / "redis")
+        redis = self.redis = RedisCluster(free_cluster_port(), self.scratch / "redis")
 
         def start_pg() -> None:
             self.pg = FaultPostgres(self.scratch / "pg")

@@ -318,6 +318,26 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     return nodes
 
 
+def redis_client(url: str, timeout: float) -> Any:
+    """A command client (no pub/sub) for a redis:// or redis+cluster:// URL: what the shared rate
+    limits and presence keep in the bus's Redis."""
+    parts = urlsplit(url)
+    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    if parts.scheme in CLUSTER_SCHEMES:
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(
+            startup_nodes=[ClusterNode(h, p) for h, p in cluster_nodes(url)],
+            username=parts.username,
+            password=parts.password,
+            ssl=parts.scheme.startswith("rediss"),
+            **options,
+        )
+    from redis.asyncio import Redis
+
+    return Redis.from_url(url, **options)
+
+
 class RedisClusterBackend(BroadcastBackend):
     """redis+cluster://host:port,...: Redis Cluster sharded pub/sub.
 

@@ -53,6 +53,8 @@ HEARTBEAT = "bus.heartbeat"
 DEFAULT_BUCKETS = 64
 # The feed hands on at most this many already-received events before letting other tasks run.
 YIELD_EVERY = 64
+# Heartbeats sent on a channel in a row with nothing back: its connection is taken for dead (_pump).
+MISSED_BEATS = 8
 # How long a channel no subscription wants stays subscribed (see Bus.release).
 UNSUBSCRIBE_AFTER_SECONDS = 5.0
 
@@ -355,24 +357,26 @@ async def feed_dispatcher(
 
 
 async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: str, every: float) -> None:
-    loop = asyncio.get_running_loop()
-    # Anything arriving on a channel proves its connection alive; our own beats
-    # make sure something arrives on each. The deadline is generous: a process
-    # saturated with requests must not cut its subscribers off.
-    deadline = 8 * every
-    watched: dict[str, float] = {}  # beat channel -> since when it is watched
-    heard: dict[str, float] = {}  # channel -> when something last arrived on it
+    # Anything arriving on a beat channel proves its connection alive; our own beats make sure
+    # something arrives on each. A channel is judged by the beats sent on it, not by the clock:
+    # it is declared dead once MISSED_BEATS beats in a row were sent on it and nothing came
+    # back. Time the event loop spent on other work (one long request, a process stalled by
+    # swap or a debugger) sends no beats, so it counts for nothing: a loop that could not run
+    # for 20 s does not end every subscription when it runs again (before, the deadline was
+    # 8 * every of the clock, and four big requests that held the loop past it ended every
+    # live subscription of the process). A beat the bus does not take within that long is a
+    # broken bus all the same.
+    unanswered: dict[str, int] = {}  # beat channel -> beats sent since something last arrived on it
 
     async def send_beats() -> None:
         while True:
             channels = bus.beat_channels()
-            now = loop.time()
-            for channel in list(watched):
+            for channel in list(unanswered):
                 if channel not in channels:
-                    del watched[channel]
+                    del unanswered[channel]
             for channel in channels:
-                watched.setdefault(channel, now)
-                await bus.publish_on(channel, beat)
+                unanswered[channel] = unanswered.get(channel, 0) + 1
+                await asyncio.wait_for(bus.publish_on(channel, beat), MISSED_BEATS * every)
             await asyncio.sleep(every)
 
     beater = asyncio.create_task(send_beats())
@@ -380,7 +384,10 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
     try:
         while True:
             if beater.done():
-                beater.result()  # a heartbeat that cannot be sent: the bus is broken
+                try:
+                    beater.result()
+                except Exception as error:  # a beat the bus did not take (a stalled node): it is broken
+                    raise RuntimeError(f"a heartbeat could not be sent through the bus ({error!r})") from error
                 raise RuntimeError("the heartbeat stopped")
             # What is already queued is taken without wait_for (which makes a task per call),
             # letting the rest of the process run every so often.
@@ -396,11 +403,10 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
                     event = await asyncio.wait_for(subscriber.get(), every)
                 except TimeoutError:
                     event = None
-            now = loop.time()
-            if event is not None:
-                heard[event.channel] = now
-            for channel, since in watched.items():
-                if now - max(since, heard.get(channel, since)) > deadline:
+            if event is not None and event.channel in unanswered:
+                unanswered[event.channel] = 0
+            for channel, missed in unanswered.items():
+                if missed > MISSED_BEATS:
                     raise RuntimeError(f"nothing came back through the bus on {channel}, not even a heartbeat")
             if event is None:
                 continue

@@ -425,13 +425,24 @@ class Dispatcher:
                 for sub in list(self._by_conversation.get(cid, {}).get(event["userId"], ())):
                     sub.fail(NotFound(f"conversation {cid} not found", conversationId=str(cid)))
             return
+        left = skip = None
+        if kind == events.TYPING:
+            skip = event["userId"]  # the typer's own devices know
+        elif kind == events.CONVERSATION_UPDATED and event["change"] == events.MEMBER_LEFT:
+            self._membership.forget(cid)  # before its member.removed: the members are read afresh
+            left = event["memberId"]
         if cid not in self._by_conversation and not self._by_user:
             return
+        kind = events.CHANNELS.get(kind, kind)  # the change kinds share one channel (messageChanged)
         if committed_at is not None and self.max_delay and time.time() - committed_at > self.max_delay:
             self._shed(cid, kind)
             return
         members = self._membership.cached(cid, self._version) or await self._members(cid)
         stamped = (event, committed_at)
+        if kind in events.OWN_TYPES:  # the member's own devices only
+            if event["userId"] in members.ids:
+                self._offer_user(cid, event["userId"], kind, stamped)
+            return
         if kind == events.READ_UPDATED and members.member_count > self._membership.whole_up_to:
             # A big group: the reader's own devices now, everyone else coalesced.
             reader = event["userId"]
@@ -439,7 +450,10 @@ class Dispatcher:
                 self._offer_user(cid, reader, kind, stamped)
             self._coalescer.add(cid, event, committed_at)
             return
-        self._deliver(cid, kind, stamped, members)
+        if left is not None:  # the one who left is told too, on every device
+            self._offer_user(cid, left, kind, stamped)
+            skip = left
+        self._deliver(cid, kind, stamped, members, skip=skip)
 
     def _shed(self, cid: int, kind: str) -> None:
         """An event too old to deliver: end the subscriptions that would have received it, without

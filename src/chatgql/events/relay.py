@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..db import Database
 from ..store import outbox
@@ -73,7 +73,13 @@ class OutboxRelay:
         standby_seconds: float = 0.5,
         publish_timeout: float = 30.0,
         on_relayed: Callable[[int, int], None] = lambda shard, n: None,
+        local: bool = False,
+        webhook_kinds: Sequence[str] = (),
     ) -> None:
+        """local: the publisher reaches this process's subscribers only (the memory bus, no Kafka),
+        so a relay of another process on the same database takes events away from them.
+        webhook_kinds: relayed rows of these kinds are copied into the webhook queue as they are
+        deleted (events/webhooks.py)."""
         if outbox.SLOTS % shards:
             raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
         self._database = database
@@ -86,6 +92,9 @@ class OutboxRelay:
         self._standby_seconds = standby_seconds
         self._publish_timeout = publish_timeout
         self._on_relayed = on_relayed
+        self._local = local
+        self._webhook_kinds = tuple(webhook_kinds)
+        self._shared_noted = False
         self.name = f"{outbox.RELAY_APPLICATION} {uuid.uuid4().hex[:12]}"
         self._led: dict[int, _Shard] = {}
         self._wakeup = asyncio.Event()
@@ -142,6 +151,15 @@ class OutboxRelay:
         if self.name not in relays:
             relays.append(self.name)
         quota = fair_share(self.shards, len(relays))
+        if self._local and len(relays) > 1 and not self._shared_noted:
+            self._shared_noted = True
+            log.warning(
+                "%d relay processes share this database, but this one publishes to its own process only "
+                "(the memory:// bus, no Kafka): each delivers live only the events of the shards it leads, "
+                "so subscribers miss the others' live (sync still has them). Give the processes one bus "
+                "(CHATGQL_BROADCAST_URL=redis://...) or Kafka, or one database each",
+                len(relays),
+            )
         while len(self._led) > quota:
             shard = self._led[max(self._led)]
             await self._stop(shard)
@@ -241,7 +259,12 @@ class OutboxRelay:
                         shard.dirty = False
                         async with self._database.connection() as conn:
                             rows = await outbox.oldest(
-                                conn, shard.slots, self._batch_size, text=self._text, delete=relayed
+                                conn,
+                                shard.slots,
+                                self._batch_size,
+                                text=self._text,
+                                delete=relayed,
+                                queue_kinds=self._webhook_kinds,
                             )
                         relayed = []
                         complete = len(rows) < self._batch_size
@@ -272,7 +295,7 @@ class OutboxRelay:
                     with contextlib.suppress(BaseException):
                         async with asyncio.timeout(2):
                             async with self._database.connection() as conn:
-                                await outbox.delete(conn, relayed)
+                                await outbox.delete(conn, relayed, self._webhook_kinds)
 
     async def _publish(self, rows: list) -> None:
         """Publish rows (a prefix of each of their slots, in id order)."""
@@ -287,7 +310,7 @@ class OutboxRelay:
         while True:
             try:
                 async with self._database.connection() as conn:
-                    await outbox.delete(conn, ids)
+                    await outbox.delete(conn, ids, self._webhook_kinds)
                 return
             except Exception:
                 log.warning("outbox relay shard %d could not delete relayed rows; retrying", shard.index, exc_info=True)

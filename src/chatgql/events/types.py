@@ -51,6 +51,10 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _nullable(codec: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else codec(value)
+
+
 # JSON form of the field types that are not JSON already: (encode, decode).
 _CODECS: dict[Any, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     UUID: (str, UUID),
@@ -73,8 +77,12 @@ class Event:
 
     __slots__ = ()
     TYPE: ClassVar[str]
+    # True: for the member it names (user_id) only, on all of their devices; the dispatcher
+    # offers it to nobody else (the member's own settings and own unread start).
+    OWN: ClassVar[bool] = False
     FIELDS: ClassVar[tuple[WireField, ...]]
-    _PRODUCED: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None], ...]]  # (name, key, encode or None)
+    # (name, key, encode or None, optional: left out when None)
+    _PRODUCED: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None, bool], ...]]
     _READ: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None, bool], ...]]  # ..., decode, required
     conversation_id: int
 
@@ -94,8 +102,10 @@ class Event:
     def payload(self) -> dict[str, Any]:
         """The outbox payload the producer writes: its own fields (the store adds its own)."""
         out: dict[str, Any] = {"type": self.TYPE}
-        for name, key, encode in self._PRODUCED:  # on every write: kept short
+        for name, key, encode, optional in self._PRODUCED:  # on every write: kept short
             value = getattr(self, name)
+            if value is None and optional:
+                continue  # an optional field left out reads back as its default (None)
             out[key] = value if encode is None else encode(value)
         return out
 
@@ -108,7 +118,7 @@ class Event:
         out: dict[str, Any] = {"type": self.TYPE}
         for wire in self.FIELDS:
             value = getattr(self, wire.name)
-            if wire.filled_by == PRODUCER or value is not None and value != wire.default:
+            if value is not None and (wire.filled_by == PRODUCER or value != wire.default):
                 out[wire.key] = wire.encode(value)
         return out
 
@@ -137,16 +147,33 @@ def register(cls: type[E]) -> type[E]:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         base = hints[f.name]
         optional = getattr(base, "__args__", None)
+        nullable = False
         if optional is not None and type(None) in optional:  # `datetime | None`: the type is datetime
             (base,) = (arg for arg in optional if arg is not type(None))
+            nullable = True
         encode, decode = _CODECS.get(base, (_same, _same))
         default = None if f.default is dataclasses.MISSING else f.default
-        wires.append(WireField(f.name, _camel(f.name), f.metadata.get("filled_by", PRODUCER), encode, decode, default))
+        filled_by = f.metadata.get("filled_by", PRODUCER)
+        if nullable and filled_by == PRODUCER and encode is not _same:  # a producer's None stays None
+            encode, decode = _nullable(encode), _nullable(decode)
+        wires.append(WireField(f.name, _camel(f.name), filled_by, encode, decode, default))
     cls.FIELDS = tuple(wires)
+    # Required: the store's fields and the producer's that have no default (a producer's optional field may be null).
+    optional_keys = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
     cls._PRODUCED = tuple(
-        (w.name, w.key, None if w.encode is _same else w.encode) for w in wires if w.filled_by == PRODUCER
+        (w.name, w.key, None if w.encode is _same else w.encode, w.name in optional_keys)
+        for w in wires
+        if w.filled_by == PRODUCER
     )
-    cls._READ = tuple((w.name, w.key, None if w.decode is _same else w.decode, w.filled_by != DISPATCH) for w in wires)
+    cls._READ = tuple(
+        (
+            w.name,
+            w.key,
+            None if w.decode is _same else w.decode,
+            w.filled_by == STORE or (w.filled_by == PRODUCER and w.name not in optional_keys),
+        )
+        for w in wires
+    )
     if cls.TYPE in REGISTRY:
         raise ValueError(f"two event kinds are called {cls.TYPE}")
     REGISTRY[cls.TYPE] = cls
@@ -169,6 +196,7 @@ class MessageNew(Event):
     sender_id: int
     client_msg_id: UUID
     body: str
+    reply_to_seq: int | None = None  # the seq of the message it replies to
     seq: int | None = stored()
     created_at: datetime | None = stored()
 
@@ -203,8 +231,144 @@ class MemberRemoved(Event):
     user_id: int
 
 
+# The member's own state (read state, issue 21): events for the member's own devices only (OWN).
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MembershipUpdated(Event):
+    """A member changed their own settings (updateMembership) or own unread start (markUnread):
+    the state after the change. last_read_seq is the member's own read position (their unread
+    count is lastSeq - lastReadSeq), which markUnread may hold below the watermark others see."""
+
+    TYPE: ClassVar[str] = "membership.updated"
+    OWN: ClassVar[bool] = True
+    conversation_id: int
+    user_id: int
+    muted: bool
+    archived: bool
+    pinned: bool
+    last_read_seq: int
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationUpdated(Event):
+    """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), or a member
+    left (MEMBER_LEFT: delivered to the one who left too). user_id: who did it; member_id: whom
+    it concerns (the renamer for RENAMED); title: the group's title after it; role: member_id's
+    role after it ("" when they left)."""
+
+    TYPE: ClassVar[str] = "conversation.updated"
+    conversation_id: int
+    change: str
+    user_id: int
+    member_id: int
+    title: str
+    role: str
+
+
+RENAMED, ROLE_CHANGED, MEMBER_LEFT = "RENAMED", "ROLE_CHANGED", "MEMBER_LEFT"
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeliveryUpdated(Event):
+    """A member's delivered watermark moved (deliveredSeq: where to; read implies delivered, so a
+    read.updated moves it too). Not written for groups above the big-group threshold."""
+
+    TYPE: ClassVar[str] = "delivery.updated"
+    conversation_id: int
+    user_id: int
+    delivered_seq: int | None = stored()
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Typing(Event):
+    """A member is typing, until until_ms (epoch milliseconds). Ephemeral: never in PostgreSQL or
+    the outbox; events/ephemeral.py puts it on the bus (or straight into this process's dispatcher),
+    and it reaches the other members' typing subscriptions. It expires by itself."""
+
+    TYPE: ClassVar[str] = "typing"
+    conversation_id: int
+    user_id: int
+    until_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageChange(Event):
+    """A change to a stored message (not a message: it takes no seq). change_seq is the next value of the
+    conversation's second gap-free counter; the fields after it are the message as it is after the change,
+    the same fields Message has, so a subscriber (and a caching client, by the message's id) needs no query.
+    user_id: who made the change (None: the operator, an erase or the retention policy). Each kind below is one
+    TYPE of this shape."""
+
+    TYPE: ClassVar[str]
+    KIND: ClassVar[str]  # message_change.kind and GraphQL's MessageChangeKind
+    conversation_id: int
+    change_seq: int
+    seq: int
+    user_id: int | None = None  # left out of the JSON when None
+    reason: str | None = None  # the operator's change: ERASE or RETENTION (message_change.reason)
+    sender_id: int
+    client_msg_id: UUID
+    body: str
+    created_at: datetime
+    edited_at: datetime | None = None
+    deleted_at: datetime | None = None
+    deleted_by: int | None = None
+    reply_to_seq: int | None = None
+    reply_count: int = 0
+    last_reply_at: datetime | None = None
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageEdited(MessageChange):
+    """The sender changed the body (the previous one joins the edit history)."""
+
+    TYPE: ClassVar[str] = "message.edited"
+    KIND: ClassVar[str] = "EDITED"
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageDeleted(MessageChange):
+    """The message is a tombstone now (body '', deletedAt, deletedBy): its content is erased."""
+
+    TYPE: ClassVar[str] = "message.deleted"
+    KIND: ClassVar[str] = "DELETED"
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactionChanged(MessageChange):
+    """user_id added (added) or removed an emoji reaction; the message's reactions are read by who asks
+    (reactedByViewer depends on them)."""
+
+    TYPE: ClassVar[str] = "reaction.changed"
+    KIND: ClassVar[str] = "REACTION"
+    emoji: str | None = None
+    added: bool | None = None
+
+
+CHANGE_KINDS: dict[str, type[MessageChange]] = {
+    kind.KIND: kind for kind in (MessageEdited, MessageDeleted, ReactionChanged)
+}
+# The channel the dispatcher files every change kind under: one messageChanged subscription takes them all.
+MESSAGE_CHANGED = "message.changed"
+CHANNELS: dict[str, str] = {kind.TYPE: MESSAGE_CHANGED for kind in CHANGE_KINDS.values()}
+
+
 # The types by name, for code that routes dicts (events/dispatch.py).
 MESSAGE_NEW = MessageNew.TYPE
 READ_UPDATED = ReadUpdated.TYPE
 MEMBERS_ADDED = MembersAdded.TYPE
 MEMBER_REMOVED = MemberRemoved.TYPE
+MEMBERSHIP_UPDATED = MembershipUpdated.TYPE
+CONVERSATION_UPDATED = ConversationUpdated.TYPE
+DELIVERY_UPDATED = DeliveryUpdated.TYPE
+TYPING = Typing.TYPE
+# Kinds for their own member only (Event.OWN), derived from the registry.
+OWN_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if cls.OWN)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,14 +16,16 @@ from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
 
 from .. import compat
-from ..auth import user_from_authorization
+from ..auth import token_expiry, user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
+from ..jwks import KeySet
 from ..ratelimit import RateLimiter, RedisStore, limiter, shared_store
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
 from .acyclic import unlink_tokens
+from .cost import CostCache, over_cost
 from .limits import OperationLimits
 from .loaders import EventReads, Loaders
 from .validation import validate_once
@@ -37,8 +41,12 @@ class Deps:
     wakeup: Any = None  # events.wakeup.RelayWakeup (hooked into the database: the services wake it)
     read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
     send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
+    keys: KeySet | None = None  # the OpenID provider's keys (jwks.py); None without CHATGQL_OIDC_ISSUER
     send_limiter: RateLimiter = field(init=False)
     read_limiter: RateLimiter = field(init=False)
+    typing_limiter: RateLimiter = field(init=False)
+    typing: Any = None  # events.ephemeral.EphemeralPublisher; None in processes that serve no subscriptions
+    presence: Any = None  # events.presence.Presence: who has a websocket open (for webhooks)
     group_limiter: RateLimiter = field(init=False)
     direct_limiter: RateLimiter = field(init=False)
     add_members_limiter: RateLimiter = field(init=False)
@@ -52,10 +60,16 @@ class Deps:
         )
         self.send_limiter = limiter("sendMessage", s.rate_send_per_second, s.rate_send_burst, store)
         self.read_limiter = limiter("markRead", s.rate_read_per_second, s.rate_read_burst, store)
+        self.typing_limiter = limiter("typing", s.rate_typing_per_second, s.rate_typing_burst, store)
         self.group_limiter = limiter("createGroup", s.rate_group_per_second, s.rate_group_burst, store)
         self.direct_limiter = limiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst, store)
         self.add_members_limiter = limiter("addMembers", s.rate_add_members_per_second, s.rate_add_members_burst, store)
         self.membership_policy = load_policy(s.membership_policy, s)
+
+
+# The websocket operation this task runs (handshake.py's handlers set it to a token of their own):
+# a subscription's price is held in its connection's Context under it while the operation runs.
+ws_operation: ContextVar[object | None] = ContextVar("ws_operation", default=None)
 
 
 @dataclass
@@ -66,6 +80,11 @@ class Context:
     # Set by Strawberry from the websocket connection_init payload.
     connection_params: dict[str, Any] | None = None
     _viewer: int | Unauthenticated | None = field(default=None, repr=False)
+    # A websocket's live subscriptions' prices per event, by ws_operation token.
+    subscription_costs: dict[object, int] = field(default_factory=dict, repr=False)
+    # A websocket's: when its token expires (then its viewer is UNAUTHENTICATED, and the handler
+    # closes it: graphql/handshake.py). None over HTTP, where a request is over in seconds.
+    token_expires_at: float | None = field(default=None, repr=False)
 
     @property
     def settings(self) -> Settings:
@@ -74,6 +93,12 @@ class Context:
     @property
     def database(self) -> Database:
         return self.deps.database
+
+    async def fetch_keys(self) -> None:
+        """Before viewer_id: the identity provider's keys, if the token is signed by one not known
+        yet (jwks.py). Awaited here, so that viewer_id, synchronous, never waits for the network."""
+        if self.deps.keys is not None:
+            await self.deps.keys.ensure(self._authorization())
 
     def _authorization(self) -> object:
         if isinstance(self.request, WebSocket):
@@ -85,10 +110,16 @@ class Context:
         """The caller's user id; UNAUTHENTICATED without a valid bearer token."""
         if self._viewer is None:
             try:
-                self._viewer = user_from_authorization(self.settings, self._authorization())
+                authorization = self._authorization()
+                self._viewer = user_from_authorization(self.settings, authorization, self.deps.keys)
+                if isinstance(self.request, WebSocket):
+                    self.token_expires_at = token_expiry(authorization)
             except Unauthenticated as error:
                 self._viewer = error
         if isinstance(self._viewer, Unauthenticated):
+            raise self._viewer
+        if self.token_expires_at is not None and time.time() >= self.token_expires_at:
+            self._viewer = Unauthenticated("the token has expired: connect again with a new one")
             raise self._viewer
         return self._viewer
 
@@ -133,6 +164,10 @@ class ChatOperation(SchemaExtension):
       (what AddValidationRules does), and GraphQL's GetOperation rule: a
       document with several operations needs an operationName (Strawberry
       would run the first one);
+    - the operation's price (cost.py) with the request's variables, against
+      CHATGQL_MAX_OPERATION_COST; a subscription's against the per-event
+      bound and, with the websocket's other subscriptions, the per-socket one
+      (it holds its share until it ends: ws_operation);
     - fresh loaders per operation: a websocket's context lives as long as the
       connection, so no operation may read another's cache.
 
@@ -141,10 +176,16 @@ class ChatOperation(SchemaExtension):
     """
 
     def __init__(
-        self, max_tokens: int, limits: OperationLimits, validation_rules: tuple[type, ...], accepted: Any = None
+        self,
+        max_tokens: int,
+        limits: OperationLimits,
+        validation_rules: tuple[type, ...],
+        accepted: Any = None,
+        costs: CostCache | None = None,
     ) -> None:
         self.max_tokens = max_tokens
         self.limits = limits
+        self.costs = costs
         self.validation_rules = validation_rules
         self.accepted = accepted  # prepared.AcceptedDocuments, or None
         self.known = False  # the document was accepted before: already valid
@@ -191,5 +232,34 @@ class ChatOperation(SchemaExtension):
             and sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
         ):
             errors = [GraphQLError("operationName is required when the document has several operations")]
+        if not errors and self.costs is not None:
+            errors = self._check_cost(document)
         compat.set_validation_result(execution_context, errors)
         yield
+
+    def _check_cost(self, document: Any) -> list[GraphQLError]:
+        """LIMIT_EXCEEDED when the operation's price is over its bound; a subscription's price is
+        then held by its websocket (Context.subscription_costs) until it ends."""
+        assert self.costs is not None
+        execution_context = self.execution_context
+        priced = self.costs.cost(
+            compat.core_schema(execution_context.schema),
+            document,
+            compat.provided_operation_name(execution_context),
+            execution_context.variables,
+        )
+        if priced is None:
+            return []  # no such operation: graphql-core says so
+        cost, kind = priced
+        limits = self.costs.limits
+        if kind != "subscription":
+            return [over_cost(cost, limits.max_cost)] if cost > limits.max_cost else []
+        if cost > limits.max_event_cost:
+            return [over_cost(cost, limits.max_event_cost, "subscription's every event")]
+        context, slot = execution_context.context, ws_operation.get()
+        if isinstance(context, Context) and slot is not None:
+            held = sum(c for s, c in context.subscription_costs.items() if s is not slot)
+            if held + cost > limits.max_socket_event_cost:
+                return [over_cost(held + cost, limits.max_socket_event_cost, "websocket's subscriptions together")]
+            context.subscription_costs[slot] = cost
+        return []

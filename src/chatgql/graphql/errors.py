@@ -6,6 +6,8 @@
   the request (an operationName, a 5,000-digit number), and, where the schema
   is not introspectable, no "Did you mean ...?" (graphql-core suggests
   arguments, types, input fields and enum values, not only fields).
+- The database unreachable, down or restarting (db.database_unavailable): UNAVAILABLE
+  with retryAfter, logged as one warning line (an outage is not a bug to trace).
 - Anything else: logged with its traceback here, masked for the client as
   INTERNAL_SERVER_ERROR (no SQL, no stack text).
 """
@@ -17,7 +19,8 @@ import re
 
 from graphql import GraphQLError
 
-from ..errors import ChatError
+from ..db import database_unavailable
+from ..errors import ChatError, unavailable
 
 log = logging.getLogger("chatgql.graphql")
 
@@ -54,7 +57,14 @@ def redact(message: str, *, hide_suggestions: bool) -> str:
 
 
 def is_internal(error: GraphQLError) -> bool:
-    return error.path is not None and not isinstance(error.original_error, ChatError)
+    return error.path is not None and not isinstance(error.original_error, ChatError) and not _unavailable(error)
+
+
+def _unavailable(error: GraphQLError) -> bool:
+    original = error.original_error
+    while isinstance(original, GraphQLError):  # located again on the way out
+        original = original.original_error
+    return original is not None and database_unavailable(original)
 
 
 def client_error(error: GraphQLError, *, hide_suggestions: bool = False) -> GraphQLError:
@@ -63,6 +73,9 @@ def client_error(error: GraphQLError, *, hide_suggestions: bool = False) -> Grap
         return error  # already in the contract's form
     if isinstance(original, ChatError):
         message, extensions = original.message, {**original.extensions, "code": original.code}
+    elif _unavailable(error):
+        coded = unavailable("the database is unavailable")
+        message, extensions = coded.message, {**coded.extensions, "code": coded.code}
     elif error.path is None:
         message = redact(error.message, hide_suggestions=hide_suggestions)
         extensions = {**(error.extensions or {})}
@@ -85,7 +98,10 @@ def client_error(error: GraphQLError, *, hide_suggestions: bool = False) -> Grap
 
 def log_errors(errors: list[GraphQLError]) -> None:
     for error in errors:
-        if is_internal(error):
+        if _unavailable(error):
+            original = error.original_error
+            log.warning("database unavailable at %s: %s: %s", error.path, type(original).__name__, original)
+        elif is_internal(error):
             original = error.original_error or error
             log.error("internal error at %s", error.path, exc_info=(type(original), original, original.__traceback__))
 

@@ -20,12 +20,33 @@ would hold the connection in a reference cycle). Before, each was an ERROR with 
 traceback ("Exception in worker task", or asyncio's "Task exception was never
 retrieved" for the legacy protocol): 51 of them in a 15-minute soak
 (tests/adversarial/test_closed_sockets.py).
+
+And what one socket may ask, once it is open (both protocols):
+
+- messages: a token bucket per socket (ws_messages_per_second, ws_messages_burst)
+  counts every message the client sends, whatever its type (ping, pong,
+  complete for an id that does not exist, subscribe past the limit); past it
+  the socket is closed with 4429 "Too many messages" (graphql-transport-ws's
+  code for too many requests, which it defines for connection_init; the
+  legacy protocol defines none and gets the same);
+- operations: past max_subscriptions_per_connection at once, a subscribe
+  (start) is answered with an error coded LIMIT_EXCEEDED, reason
+  SUBSCRIPTIONS_PER_CONNECTION (Strawberry's own answer has no code);
+- the token: the session ends when the connection_init token expires. The socket
+  is closed with 4403 "Token expired" (graphql-ws's Forbidden, which its client
+  retries, calling connectionParams again: the way to hand it a new token); an
+  operation that runs before the close gets UNAUTHENTICATED (context.py). There is
+  no refresh in-band: neither protocol has a message for it (a second
+  connection_init is closed with 4429 by graphql-transport-ws's rules), so a
+  client refreshes by connecting again with the new token, and resumes its
+  subscriptions with messageNew(cursors:).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -34,7 +55,9 @@ from strawberry.http.exceptions import WebSocketDisconnected
 from websockets.exceptions import InvalidState
 
 from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
-from .context import Context
+from ..errors import Unauthenticated
+from ..ratelimit import Bucket
+from .context import Context, ws_operation
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +68,19 @@ INIT_TIMEOUT_CODE = 4408
 INIT_TIMEOUT_REASON = "Connection initialisation timeout"
 TOO_MANY_CODE = 4429
 TOO_MANY_REASON = "Too many unauthenticated connections from this address"
+FLOOD_CODE = 4429
+FLOOD_REASON = "Too many messages"
+TOKEN_EXPIRED_CODE = 4403
+TOKEN_EXPIRED_REASON = "Token expired"
+SUBSCRIPTION_LIMIT_REASON = "SUBSCRIPTIONS_PER_CONNECTION"
+
+
+def subscription_limit_error(limit: int) -> dict[str, Any]:
+    """The error a subscribe past the per-connection limit gets (a formatted GraphQL error)."""
+    return {
+        "message": f"Subscription limit reached: at most {limit} operations at once on one websocket",
+        "extensions": {"code": "LIMIT_EXCEEDED", "reason": SUBSCRIPTION_LIMIT_REASON},
+    }
 
 
 class PendingSockets:
@@ -100,6 +136,92 @@ class _Pending:
             self._pending_address = None
 
 
+class _Session:
+    """A socket's message budget and its token's end, for a handler (both protocols)."""
+
+    view: Any
+    context: Any
+    websocket: Any
+    _budget: Bucket | None = None
+    _flooded = False
+    _expiry: asyncio.TimerHandle | None = None
+    _ending: asyncio.Task | None = None
+    _present: Any = None  # the viewer, counted online (events/presence.py) while the session lasts
+
+    async def _within_budget(self) -> bool:
+        """Take one message from the budget; past it, close the socket (once) and say no.
+
+        Each message first waits its turn in the event loop: uvicorn hands over every message
+        of what one read brought (thousands of small ones), and taking them needs no wait, so a
+        flood was handled to the end before anyone else was served (a bystander waited 1.3 s)."""
+        await asyncio.sleep(0)
+        if self._flooded:
+            return False
+        if self._budget is None:
+            settings = self.view.deps.settings
+            self._budget = Bucket(settings.ws_messages_per_second, settings.ws_messages_burst)
+        if self._budget.take():
+            return True
+        self._flooded = True
+        self._end_session()
+        await self._close(FLOOD_CODE, FLOOD_REASON)
+        return False
+
+    async def _close(self, code: int, reason: str) -> None:
+        """Close the socket; one that is gone already (aborted while the close waited for its
+        stalled writes, or closed by the client) needs nothing more."""
+        try:
+            await self.websocket.close(code=code, reason=reason)
+        except _GONE:
+            log.debug("websocket gone before its close (%d %s)", code, reason)
+
+    def _start_session(self) -> None:
+        """Once acknowledged: the socket closes when its token expires."""
+        expires = getattr(self.context, "token_expires_at", None)
+        if expires is not None and self._expiry is None:
+            delay = max(0.0, expires - time.time())
+            self._expiry = asyncio.get_running_loop().call_later(delay, self._token_expired)
+        presence = self.view.deps.presence
+        if presence is not None and self._present is None:
+            try:
+                self._present = self.context.viewer_id
+            except Unauthenticated:  # a socket without a valid token: nobody is online through it
+                return
+            presence.connected(self._present)
+
+    def _end_session(self) -> None:
+        if self._present is not None:
+            self.view.deps.presence.disconnected(self._present)
+            self._present = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _token_expired(self) -> None:
+        self._expiry = None
+        if not self._flooded:
+            # Kept until done: a task nobody refers to may be collected before it runs.
+            self._ending = asyncio.ensure_future(self._close_expired())
+
+    async def _close_expired(self) -> None:
+        try:
+            await self._close(TOKEN_EXPIRED_CODE, TOKEN_EXPIRED_REASON)
+        except RuntimeError:  # the application closed it meanwhile (Starlette: close after close)
+            pass
+        finally:
+            self._ending = None
+
+
+def _forget(message: Any) -> None:
+    """Empty a message once handled. Strawberry's read loop (`async for message in iter_json()`)
+    keeps the last one as a local while it waits for the next: for an idle subscriber that is its
+    subscribe message, for as long as the socket is open (~850 bytes: memory per idle websocket).
+    What its handling keeps (the operation's query and variables, connection_init's payload) it
+    took out of the dict, which nothing reads after."""
+    if isinstance(message, dict):
+        message.clear()
+
+
 class _Gone:
     """send_message that says "the socket is gone" one way: Strawberry's WebSocketDisconnected."""
 
@@ -112,7 +234,7 @@ class _Gone:
             raise WebSocketDisconnected from error
 
 
-class TransportWSHandler(_Gone, _Pending, TransportWSHandlerBase[Context, None]):
+class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Context, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -122,6 +244,14 @@ class TransportWSHandler(_Gone, _Pending, TransportWSHandlerBase[Context, None])
             await super().handle()
         finally:
             self._release()
+            self._end_session()
+
+    async def handle_message(self, message: Any) -> None:
+        try:
+            if await self._within_budget():
+                await super().handle_message(message)
+        finally:
+            _forget(message)
 
     async def handle_connection_init(self, message: Any) -> None:
         try:
@@ -129,15 +259,35 @@ class TransportWSHandler(_Gone, _Pending, TransportWSHandlerBase[Context, None])
         finally:
             self._release()  # acknowledged, or refused and closing
         forget_cancelled_init_timeout(self)  # its job is over: not kept as long as the connection
+        if self.connection_acknowledged:
+            self._start_session()
+
+    async def handle_subscribe(self, message: Any) -> None:
+        limit = self.max_subscriptions_per_connection
+        if (
+            self.connection_acknowledged
+            and limit is not None
+            and message["id"] not in self.operations  # else the base closes it with 4409
+            and len(self.operations) >= limit
+        ):
+            await self.send_message(
+                {"id": message["id"], "type": "error", "payload": [subscription_limit_error(limit)]}
+            )
+            return
+        await super().handle_subscribe(message)
 
     async def run_operation(self, operation: Any) -> None:
         """An operation's task. One whose client went ends without an exception: a task that keeps
         its exception keeps the traceback, whose frames hold the operation, whose task it is (a
         cycle, holding the whole connection; frozen, it would stay for good: collector.py)."""
+        slot = object()
+        ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
         try:
             await super().run_operation(operation)
         except WebSocketDisconnected:
             pass  # logged at debug by handle_task_exception
+        finally:
+            self.context.subscription_costs.pop(slot, None)
 
     async def handle_task_exception(self, error: Exception) -> None:
         """An operation's task failed: an ERROR with its traceback, unless its client just went."""
@@ -147,7 +297,7 @@ class TransportWSHandler(_Gone, _Pending, TransportWSHandlerBase[Context, None])
         await super().handle_task_exception(error)
 
 
-class LegacyWSHandler(_Gone, _Pending, LegacyWSHandlerBase[Context, None]):
+class LegacyWSHandler(_Gone, _Pending, _Session, LegacyWSHandlerBase[Context, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None
@@ -163,6 +313,14 @@ class LegacyWSHandler(_Gone, _Pending, LegacyWSHandlerBase[Context, None]):
         finally:
             self._cancel_deadline()
             self._release()
+            self._end_session()
+
+    async def handle_message(self, message: Any) -> None:
+        try:
+            if await self._within_budget():
+                await super().handle_message(message)
+        finally:
+            _forget(message)
 
     async def handle_connection_init(self, message: Any) -> None:
         self._cancel_deadline()
@@ -170,14 +328,32 @@ class LegacyWSHandler(_Gone, _Pending, LegacyWSHandlerBase[Context, None]):
             await super().handle_connection_init(message)
         finally:
             self._release()
+        if self.connection_acknowledged:
+            self._start_session()
+
+    async def handle_start(self, message: Any) -> None:
+        limit = self.max_subscriptions_per_connection
+        if self.connection_acknowledged and limit is not None:
+            operation_id = message["id"]
+            if operation_id in self.tasks:  # what the base does first: the old one with this id ends
+                await self.cleanup_operation(operation_id)
+            if len(self.tasks) >= limit:
+                error = subscription_limit_error(limit)
+                await self.send_message({"type": "error", "id": operation_id, "payload": error})
+                return
+        await super().handle_start(message)
 
     async def handle_async_results(self, *args: Any, **kwargs: Any) -> None:
         """An operation's task: it ends quietly when its client went (nobody awaits a task that ended on its
         own, so its exception would be asyncio's "Task exception was never retrieved" ERROR)."""
+        slot = object()
+        ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
         try:
             await super().handle_async_results(*args, **kwargs)
         except WebSocketDisconnected:
             log.debug("subscription ended: its client closed the socket")
+        finally:
+            self.context.subscription_costs.pop(slot, None)
 
     def _cancel_deadline(self) -> None:
         if self._init_deadline is not None:

@@ -24,6 +24,25 @@ from strawberry.types.execution import PreExecutionError
 
 JSON = "application/json"
 GRAPHQL_RESPONSE_JSON = "application/graphql-response+json"
+# LIMIT_EXCEEDED reasons of operations that ran and were ended: not request errors.
+_EXECUTED = frozenset({"TIMEOUT", "CPU", "RESPONSE_SIZE"})
+
+
+_UTF8 = frozenset({"utf-8", "utf8"})
+
+
+def request_media_type_refusal(content_type: str | None) -> str | None:
+    """Why a POST body of this Content-Type is refused (HTTP 415), or None: it must be
+    application/json (media types are case-insensitive), with no charset or a UTF-8 one
+    (JSON is UTF-8, RFC 8259; `charset=utf-7` would be read as something it is not)."""
+    media, _, parameters = (content_type or "").partition(";")
+    if media.strip().lower() != JSON:
+        return "Unsupported content type: send application/json"
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in _UTF8:
+            return "Unsupported charset: application/json is UTF-8"
+    return None
 
 
 def response_media_type(accept: str | None) -> str:
@@ -59,7 +78,9 @@ def is_request_error(result: ExecutionResult) -> bool:
         return True
     if result.data is not None or not result.errors:
         return False
-    return all(error.path is None and (error.extensions or {}).get("reason") != "TIMEOUT" for error in result.errors)
+    return all(
+        error.path is None and (error.extensions or {}).get("reason") not in _EXECUTED for error in result.errors
+    )
 
 
 def response_body(result: ExecutionResult, media_type: str) -> dict[str, Any]:
@@ -79,6 +100,16 @@ def status_code(body: dict[str, Any] | list[dict[str, Any]]) -> int:
     return 400 if answers and all("data" not in answer for answer in answers) else 200
 
 
+def too_big_body(body: Any, size: int, limit: int) -> Any:
+    """What answers in place of an answer of more than limit bytes (a batch: each of its answers)."""
+    error = {
+        "message": f"the answer came to {size:,} bytes, more than the {limit:,} allowed: ask for smaller pages",
+        "extensions": {"code": "LIMIT_EXCEEDED", "reason": "RESPONSE_SIZE", "maxBytes": limit},
+    }
+    answer = {"data": None, "errors": [error]}
+    return [answer for _ in body] if isinstance(body, list) else answer
+
+
 def refusal_body(message: str, code: str, media_type: str) -> dict[str, Any]:
     """A request refused before any GraphQL ran (4xx): `data` is null for application/json
     clients, absent for application/graphql-response+json ones."""
@@ -96,7 +127,17 @@ class GraphQLOverHTTP:
         """The answer to one operation executed outside Strawberry's view."""
         media_type = response_media_type(accept)
         body = response_body(result, media_type)
-        return Response(self.encode_json(body), status_code=status_code(body), media_type=media_type)  # type: ignore[attr-defined]
+        return Response(self.encode_answer(body), status_code=status_code(body), media_type=media_type)
+
+    def encode_answer(self, body: Any) -> bytes:
+        """An HTTP answer's JSON; LIMIT_EXCEEDED (reason RESPONSE_SIZE) in its place past
+        CHATGQL_MAX_RESPONSE_BYTES (the executed answer is not sent cut short)."""
+        encoded = self.encode_json(body)  # type: ignore[attr-defined]
+        data = encoded.encode() if isinstance(encoded, str) else encoded
+        limit = self.deps.settings.max_response_bytes  # type: ignore[attr-defined]
+        if len(data) > limit:
+            return self.encode_json(too_big_body(body, len(data), limit)).encode()  # type: ignore[attr-defined]
+        return data
 
     async def get_sub_response(self, request: Request | WebSocket) -> Response:
         sub_response = await super().get_sub_response(request)  # type: ignore[misc]
@@ -107,8 +148,12 @@ class GraphQLOverHTTP:
         return cast("GraphQLHTTPResponse", response_body(result, response_media_type(request.headers.get("accept"))))
 
     def create_response(self, response_data: Any, sub_response: Response) -> Response:
-        response = super().create_response(response_data, sub_response)  # type: ignore[misc]
+        """Strawberry's (starlette's) create_response, with the answer encoded by encode_answer."""
+        response = Response(self.encode_answer(response_data), media_type=sub_response.media_type or JSON)
+        response.headers.raw.extend(sub_response.headers.raw)
         response.headers["content-type"] = sub_response.media_type or JSON
-        if not sub_response.status_code:  # a resolver that set one has the last word
-            response.status_code = status_code(response_data)
+        if sub_response.background:
+            response.background = sub_response.background
+        # A resolver that set a status code has the last word.
+        response.status_code = sub_response.status_code or status_code(response_data)
         return response

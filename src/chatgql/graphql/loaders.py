@@ -18,7 +18,7 @@ from strawberry.dataloader import DataLoader
 
 from ..db import Database, Row
 from ..services.checks import PageRequest
-from ..store import conversations, messages
+from ..store import changes, conversations, delivery, mentions, messages, reactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +43,30 @@ class Seen:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveredKey:
+    """Who has message seq delivered (its sender does not count), in conversations of at most
+    whole_up_to members (the big-group threshold: above it, no answer)."""
+
+    conversation_id: int
+    seq: int
+    sender_id: int
+    whole_up_to: int
+
+
+@dataclass(frozen=True, slots=True)
 class SeenByKey:
     conversation_id: int
     seq: int
     sender_id: int
+    after: int  # user id, exclusive
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReactedByKey:
+    conversation_id: int
+    seq: int
+    emoji: str
     after: int  # user id, exclusive
     limit: int
 
@@ -71,10 +91,12 @@ class EventReads:
     so nothing is cached across events.
     """
 
-    __slots__ = ("seen", "seen_by", "member", "_reads")
+    __slots__ = ("seen", "seen_by", "member", "delivered", "mentions", "_reads")
 
     def __init__(self, database: Database) -> None:
         reads = self._reads = _SharedReads(database)
+        self.delivered = _Loader(reads.load_delivered)
+        self.mentions = _Loader(reads.load_mentions)
         self.seen = _Loader(reads.load_seen)
         self.seen_by = _Loader(reads.load_seen_by)
         self.member = _Loader(reads.load_members)
@@ -92,7 +114,7 @@ class _Loader(DataLoader):
     tasks. A cancelled task cancels the future it is waiting on, and a
     DataLoader hands the same future to every field that loads the same key:
     fields elsewhere in the request then failed with CancelledError and the
-    request answered HTTP 500 (found by tests/test_planner_differential.py,
+    request answered HTTP 500 (found by tests/graphql/plan/test_planner_differential.py,
     with graphql-core's executor and with plans alike). Shielded, a cancelled
     field leaves the shared load alone.
     """
@@ -117,17 +139,26 @@ class Loaders:
         self.seen = shared.seen
         self.seen_by = shared.seen_by
         self.member = shared.member
+        self.delivered = shared.delivered
+        self.mentions = shared.mentions
+        self.unread_mentions = _Loader(reads.load_unread_mentions)
+        self.total_unread_mentions = _Loader(reads.load_total_unread_mentions)
         self.message = _Loader(reads._load_messages)
         self.message_page = _Loader(reads._load_message_pages)
         self.viewer_totals = _Loader(reads._load_viewer_totals)
+        self.edit_history = _Loader(reads._load_edit_histories)
+        self.reactions = _Loader(reads._load_reactions)
+        self.reacted_by = _Loader(reads._load_reacted_by)
+        self.replies = _Loader(reads._load_replies)
+        self.attachments = _Loader(reads._load_attachments)
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
-        for loader in (self.conversation, self.member_count):
+        for loader in (self.conversation, self.member_count, self.unread_mentions):
             with suppress(KeyError):
                 loader.clear(conversation_id)
         # keyed by more than the conversation: what a request cached about it goes as a whole
-        for keyed in (self.member_page, self.seen, self.seen_by, self.member):
+        for keyed in (self.member_page, self.seen, self.seen_by, self.member, self.delivered, self.mentions):
             keyed.clear_all()
 
 
@@ -195,6 +226,36 @@ class _SharedReads:
             answers.append(Seen(count, low is not None and low >= key.seq))
         return answers
 
+    async def load_delivered(self, keys: Sequence[DeliveredKey]) -> list[Seen | None]:
+        """(deliveredCount, delivered) per key as a Seen; None for a big group. One statement: the
+        members' delivered marks of the conversations (each at most the threshold's members)."""
+        async with self._database.connection() as conn:
+            rows = await delivery.delivered_marks(
+                conn, sorted({k.conversation_id for k in keys}), max(k.whole_up_to for k in keys)
+            )
+        marks: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for row in rows:
+            marks[row["conversation_id"]].append((row["user_id"], row["delivered"]))
+        answers: list[Seen | None] = []
+        for key in keys:
+            members = marks.get(key.conversation_id)
+            if members is None:
+                answers.append(None)
+                continue
+            others = [mark for uid, mark in members if uid != key.sender_id]
+            count = sum(mark >= key.seq for mark in others)
+            answers.append(Seen(count, bool(others) and count == len(others)))
+        return answers
+
+    async def load_mentions(self, keys: Sequence[tuple[int, int]]) -> list[list[int]]:
+        """The user ids each (conversation_id, seq) mentions, ascending: one statement."""
+        async with self._database.connection() as conn:
+            rows = await mentions.of_messages(conn, keys)
+        found: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for row in rows:
+            found[(row["conversation_id"], row["seq"])].append(row["user_id"])
+        return [found.get(key, []) for key in keys]
+
     async def load_seen_by(self, keys: Sequence[SeenByKey]) -> list[list[int]]:
         async with self._database.connection() as conn:
             rows = await conversations.seen_by_pages(
@@ -256,6 +317,63 @@ class _Reads:
                 [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys],
             )
         return found
+
+    async def _load_edit_histories(self, keys: Sequence[tuple[int, int]]) -> list[list[Row]]:
+        """Previous bodies by (conversation_id, seq), oldest first (a message's reader is a member)."""
+        async with self._database.connection() as conn:
+            rows = await changes.edit_histories(conn, keys)
+        found: dict[tuple[int, int], list[Row]] = defaultdict(list)
+        for row in rows:
+            found[(row["conversation_id"], row["seq"])].append(row)
+        return [found[key] for key in keys]
+
+    async def _load_reactions(self, keys: Sequence[tuple[int, int]]) -> list[list[Row]]:
+        """Per message: (emoji, count, mine) rows, mine for this request's viewer."""
+        async with self._database.connection() as conn:
+            rows = await reactions.summaries(conn, keys, self._viewer_id)
+        found: dict[tuple[int, int], list[Row]] = defaultdict(list)
+        for row in rows:
+            found[(row["conversation_id"], row["seq"])].append(row)
+        return [found[key] for key in keys]
+
+    async def _load_attachments(self, keys: Sequence[tuple[int, int]]) -> list[list[Row]]:
+        async with self._database.connection() as conn:
+            rows = await messages.attachments(conn, keys)
+        found: dict[tuple[int, int], list[Row]] = defaultdict(list)
+        for row in rows:
+            found[(row["conversation_id"], row["seq"])].append(row)
+        return [found[key] for key in keys]
+
+    async def _load_replies(self, keys: Sequence[tuple[int, int, int, int]]) -> list[list[Row]]:
+        """(conversation_id, reply_to_seq, after_seq, limit) -> the replies, ascending."""
+        async with self._database.connection() as conn:
+            rows = await messages.reply_pages(conn, keys)
+        found: list[list[Row]] = [[] for _ in keys]
+        for row in rows:
+            found[row["i"] - 1].append(row)
+        return found
+
+    async def _load_reacted_by(self, keys: Sequence[ReactedByKey]) -> list[list[int]]:
+        async with self._database.connection() as conn:
+            rows = await reactions.reacted_by_pages(
+                conn, [(k.conversation_id, k.seq, k.emoji, k.after, k.limit) for k in keys]
+            )
+        found: list[list[int]] = [[] for _ in keys]
+        for row in rows:
+            found[row["i"] - 1].append(row["user_id"])
+        return found
+
+    async def load_unread_mentions(self, ids: Sequence[int]) -> list[int]:
+        """The viewer's unread mentions per conversation (0 where not a member): one statement."""
+        async with self._database.connection() as conn:
+            rows = await mentions.unread_counts(conn, self._viewer_id, ids)
+        counts = {row["conversation_id"]: row["unread_mentions"] for row in rows}
+        return [counts.get(cid, 0) for cid in ids]
+
+    async def load_total_unread_mentions(self, keys: Sequence[tuple[int, bool]]) -> list[int]:
+        """(user_id, count_muted) -> unread mentions over all of the user's conversations."""
+        async with self._database.connection() as conn:
+            return [await mentions.total_unread(conn, uid, count_muted=muted) for uid, muted in keys]
 
     async def _load_viewer_totals(self, user_ids: Sequence[int]) -> list[Row]:
         async with self._database.connection() as conn:

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Annotated
 from uuid import UUID
 
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
+from ..errors import BadUserInput
+from ..services import changes as change_service
 from ..services import conversations as conversation_service
-from ..services.checks import check_id, check_ids, check_text
+from ..services.checks import check_attachments, check_id, check_ids, check_seq, check_text
 from ..services.messages import do_send_message
 from ..services.reads import do_mark_read
+from . import ids
+from .groups import GroupMutation
 from .queries import load_conversation
+from .readstate import ReadStateMutation
 from .scalars import Long
-from .types import Conversation, MarkReadPayload, Message, RemoveMemberPayload, SendMessagePayload
+from .types import (
+    AttachmentInput,
+    ChangeMessagePayload,
+    Conversation,
+    MarkReadPayload,
+    Message,
+    RemoveMemberPayload,
+    SendMessagePayload,
+)
 
 
 async def reload_conversation(info: Info, conversation_id: int) -> Conversation:
@@ -24,7 +38,7 @@ async def reload_conversation(info: Info, conversation_id: int) -> Conversation:
 
 
 @strawberry.type
-class Mutation:
+class Mutation(ReadStateMutation, GroupMutation):
     @strawberry.mutation(description="Idempotent: both people calling it at once get the same conversation.")
     async def create_direct_conversation(self, info: Info, user_id: ID) -> Conversation:
         ctx = info.context
@@ -89,13 +103,72 @@ class Mutation:
     @strawberry.mutation(
         description="Idempotent on (conversationId, clientMsgId). Returns only after the message is durably stored."
     )
-    async def send_message(self, info: Info, conversation_id: ID, client_msg_id: UUID, body: str) -> SendMessagePayload:
+    async def send_message(
+        self,
+        info: Info,
+        conversation_id: ID,
+        client_msg_id: UUID,
+        body: str,
+        reply_to: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="The id (Message.id) of an earlier message of the same conversation that this one "
+                "replies to and quotes (Message.replyTo). A message of another conversation: BAD_USER_INPUT "
+                "(reason REPLY_ACROSS_CONVERSATIONS); no such earlier message: BAD_USER_INPUT."
+            ),
+        ] = None,
+        attachments: Annotated[
+            list[AttachmentInput] | None,
+            strawberry.argument(
+                description="Files the message points to (metadata only): at most CHATGQL_MAX_ATTACHMENTS, each "
+                "validated (BAD_USER_INPUT otherwise, nothing written)."
+            ),
+        ] = None,
+        mentions: Annotated[
+            list[ID] | None,
+            strawberry.argument(
+                description="User ids the message mentions (additive): members of the conversation only, else "
+                "BAD_USER_INPUT and nothing is stored; at most CHATGQL_MAX_MENTIONS."
+            ),
+        ] = strawberry.UNSET,
+        mention_everyone: Annotated[
+            bool,
+            strawberry.argument(
+                description="Mention every member of the group (counted in each one's unreadMentions like a direct "
+                "mention; Message.mentions lists them). A group's OWNER or ADMIN only: anyone else is FORBIDDEN "
+                "(reason MENTION_EVERYONE_NOT_ALLOWED), a direct conversation BAD_USER_INPUT (reason "
+                "MENTION_EVERYONE_IN_DIRECT); nothing is stored then."
+            ),
+        ] = False,
+    ) -> SendMessagePayload:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
+        quoted = None if reply_to is None else _reply_to_seq(reply_to, cid)
+        files = check_attachments(
+            [(a.url, a.mime_type, a.name, a.size_bytes, a.width, a.height) for a in attachments or ()],
+            max_count=ctx.settings.max_attachments,
+            max_bytes=ctx.settings.max_attachment_bytes,
+        )
+        mentioned = (
+            None
+            if mentions is strawberry.UNSET or mentions is None
+            else check_ids(mentions, "mention", limit=ctx.settings.max_mentions)
+        )
         await ctx.deps.send_limiter.check(viewer)
-        result = await do_send_message(ctx.database, viewer, cid, client_msg_id, body, batcher=ctx.deps.send_batcher)
+        result = await do_send_message(
+            ctx.database,
+            viewer,
+            cid,
+            client_msg_id,
+            body,
+            batcher=ctx.deps.send_batcher,
+            reply_to=quoted,
+            attachments=files,
+            mentions=mentioned,
+            mention_everyone=mention_everyone,
+        )
         ctx.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
 
@@ -110,9 +183,97 @@ class Mutation:
         await ctx.deps.read_limiter.check(viewer)
         result = await do_mark_read(ctx.database, viewer, cid, seq, coalescer=ctx.deps.read_coalescer)
         ctx.forget_conversation(cid)
+        # the viewer's own read position: below the watermark while a markUnread rewind lasts
+        own = result.last_read_seq if result.own_read is None else result.own_read
         return MarkReadPayload(
             conversation_id=ID(str(cid)),
-            last_read_seq=Long(result.last_read_seq),
+            last_read_seq=Long(own),
             advanced=result.advanced,
-            unread_count=Long(result.last_seq - result.last_read_seq),
+            unread_count=Long(max(0, result.last_seq - own - result.unread_deleted)),
         )
+
+    @strawberry.mutation(
+        description="The sender replaces the body of their message (within CHATGQL_EDIT_WINDOW_SECONDS of sending, "
+        "when set). It keeps its seq and takes the next changeSeq; the previous body joins editHistory. The same "
+        "body again changes nothing (changeSeq null). Never changes unread counts; subscribers get it on "
+        "messageChanged (kind EDITED), never on messageNew. Someone else's message: FORBIDDEN; a deleted one: "
+        "CONFLICT."
+    )
+    async def edit_message(self, info: Info, conversation_id: ID, seq: Long, body: str) -> ChangeMessagePayload:
+        ctx = info.context
+        viewer = ctx.viewer_id
+        cid = check_id(conversation_id, "conversationId")
+        at = check_seq(seq)
+        body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
+        await ctx.deps.send_limiter.check(viewer)
+        result = await change_service.do_edit_message(
+            ctx.database, viewer, cid, at, body, window_seconds=ctx.settings.edit_window_seconds
+        )
+        ctx.forget_conversation(cid)
+        return ChangeMessagePayload(
+            message=Message.from_row(result.message),
+            change_seq=None if result.change_seq is None else Long(result.change_seq),
+        )
+
+    @strawberry.mutation(
+        description="The sender, or a group's OWNER, deletes a message: it stays at its seq as a tombstone "
+        "(deletedAt, deletedBy, body empty), its body and edit history erased from storage in the same "
+        "transaction; it takes the next changeSeq and no longer counts as unread for members who had not read "
+        "it. Subscribers get it on messageChanged (kind DELETED). Deleting it again: CONFLICT; someone else's "
+        "message (not a group's owner): FORBIDDEN."
+    )
+    async def delete_message(self, info: Info, conversation_id: ID, seq: Long) -> ChangeMessagePayload:
+        ctx = info.context
+        viewer = ctx.viewer_id
+        cid = check_id(conversation_id, "conversationId")
+        at = check_seq(seq)
+        await ctx.deps.send_limiter.check(viewer)
+        result = await change_service.do_delete_message(ctx.database, viewer, cid, at)
+        ctx.forget_conversation(cid)
+        return ChangeMessagePayload(
+            message=Message.from_row(result.message),
+            change_seq=None if result.change_seq is None else Long(result.change_seq),
+        )
+
+    @strawberry.mutation(
+        description="React to a message with an emoji (at most CHATGQL_MAX_EMOJI_CHARS characters). "
+        "Idempotent per (message, viewer, emoji): adding it again changes nothing (changeSeq null). A reaction "
+        "takes the next changeSeq, never a seq, and never counts as unread. A deleted message: CONFLICT; a new "
+        "emoji on a message with CHATGQL_MAX_REACTIONS_PER_MESSAGE different ones: LIMIT_EXCEEDED."
+    )
+    async def add_reaction(self, info: Info, conversation_id: ID, seq: Long, emoji: str) -> ChangeMessagePayload:
+        return await _react(info, conversation_id, seq, emoji, add=True)
+
+    @strawberry.mutation(
+        description="Take back the viewer's emoji reaction; removing one that is not there changes nothing "
+        "(changeSeq null)."
+    )
+    async def remove_reaction(self, info: Info, conversation_id: ID, seq: Long, emoji: str) -> ChangeMessagePayload:
+        return await _react(info, conversation_id, seq, emoji, add=False)
+
+
+async def _react(info: Info, conversation_id: ID, seq: Long, emoji: str, *, add: bool) -> ChangeMessagePayload:
+    ctx = info.context
+    viewer = ctx.viewer_id
+    cid = check_id(conversation_id, "conversationId")
+    at = check_seq(seq)
+    emoji = check_text(emoji, "emoji", max_chars=ctx.settings.max_emoji_chars)
+    await ctx.deps.send_limiter.check(viewer)
+    result = await change_service.do_react(
+        ctx.database, viewer, cid, at, emoji, add=add, max_emojis=ctx.settings.max_reactions_per_message
+    )
+    return ChangeMessagePayload(
+        message=Message.from_row(result.message),
+        change_seq=None if result.change_seq is None else Long(result.change_seq),
+    )
+
+
+def _reply_to_seq(reply_to: ID, conversation_id: int) -> int:
+    """The seq a sendMessage(replyTo:) quotes: a Message id of the same conversation."""
+    parsed = ids.parse(reply_to)
+    if parsed is None or parsed.type_name != "Message":
+        raise BadUserInput("replyTo must be a Message id")
+    quoted_cid, seq = parsed.keys
+    if quoted_cid != conversation_id:
+        raise BadUserInput("replyTo must be a message of the same conversation", reason="REPLY_ACROSS_CONVERSATIONS")
+    return seq

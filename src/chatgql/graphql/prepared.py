@@ -19,7 +19,7 @@ A profile of sendMessage put that at about a fifth of the server's CPU.
 
 Anything else (a new or invalid document, a batch, GET, a streaming Accept
 header, odd JSON) goes the ordinary way, so every refusal keeps its single
-source. tests/test_prepared.py checks that both ways answer alike.
+source. tests/graphql/test_prepared.py checks that both ways answer alike.
 """
 
 from __future__ import annotations

@@ -2,30 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import conversation_not_found
+from ..services.changes import read_changes
 from ..services.checks import check_id, check_page_size
-from ..services.history import read_sync
+from ..services.history import read_sync, sync_page
 from ..store import conversations
 from .nodes import load_node, load_nodes
 from .scalars import Long
+from .search import MessageSearchConnection, resolve_search_messages
 from .types import (
     Conversation,
     ConversationConnection,
     ConversationSync,
+    InboxFilter,
     Message,
+    MessageChange,
     MessageConnection,
     Node,
+    PageAfter,
+    PageBefore,
+    PageFirst,
     PageInfo,
+    PageLast,
     SyncCursor,
     Viewer,
     inbox_cursor,
     load_message_page,
     parse_inbox_cursor,
-    selects,
+    selections_at,
+    selects_only,
 )
 
 
@@ -48,48 +59,86 @@ class Query:
         _ = info.context.viewer_id  # authenticate before validating input
         return await load_conversation(info, check_id(id, "id"))
 
-    @strawberry.field
+    @strawberry.field(
+        description="The viewer's conversations (see ConversationConnection for the order); `filter` "
+        "(additive): by default every conversation that is not archived."
+    )
     async def inbox(
-        self, info: Info, first: int | None = 20, after: str | None = strawberry.UNSET
+        self,
+        info: Info,
+        first: int | None = 20,
+        after: str | None = strawberry.UNSET,
+        only: Annotated[InboxFilter | None, strawberry.argument(name="filter")] = strawberry.UNSET,
     ) -> ConversationConnection:
         limit = check_page_size(first, "first", default=20)
         after = None if after is strawberry.UNSET else after
         keyset = parse_inbox_cursor(after) if after is not None else None
         below = info.selected_fields[0].selections
-        previews = selects(below, "nodes", "lastMessage") or selects(below, "edges", "node", "lastMessage")
-        # With lastMessage asked for, every conversation's comes in the same statement as the page.
-        read_page = conversations.inbox_page_with_last_messages if previews else conversations.inbox_page
+        nodes = selections_at(below, "nodes") + selections_at(below, "edges", "node")
+        previews = [found for node in nodes for found in selections_at(node, "lastMessage")]
+        # Only the columns the selection needs (speed: fewer to decode per row): the membership's
+        # settings, the last message's lifecycle, when a field that reads them is selected.
+        settings = not all(selects_only(node, Conversation.PLAIN_FIELDS) for node in nodes)
+        lifecycle = not all(selects_only(preview, Message.PLAIN_FIELDS) for preview in previews)
+        wanted = conversations.DEFAULT_INBOX
+        if only is not strawberry.UNSET and only is not None:
+            wanted = conversations.InboxFilter(
+                archived=only.archived,
+                unread_only=bool(only.unread_only),
+                pinned=only.pinned,
+                muted=only.muted,
+            )
         async with info.context.database.connection() as conn:
-            rows = await read_page(conn, info.context.viewer_id, limit + 1, keyset)
+            if previews:  # every conversation's lastMessage comes in the same statement as the page
+                rows = await conversations.inbox_page_with_last_messages(
+                    conn, info.context.viewer_id, limit + 1, keyset, wanted, settings=settings, lifecycle=lifecycle
+                )
+            else:
+                rows = await conversations.inbox_page(
+                    conn, info.context.viewer_id, limit + 1, keyset, wanted, settings=settings
+                )
         page, more = rows[:limit], len(rows) > limit
-        nodes = [Conversation.from_row(row) for row in page]
+        found = [Conversation.from_row(row, settings) for row in page]
         if previews:
-            for node, row in zip(nodes, page, strict=True):
-                node.preloaded_last_message = Message.last_in_inbox_row(node.id, row)
+            for node, row in zip(found, page, strict=True):
+                node.preloaded_last_message = Message.last_in_inbox_row(node.id, row, lifecycle)
         return ConversationConnection(
-            nodes=nodes,
+            nodes=found,
             activity=[row["activity_at"] for row in page],
             page_info=PageInfo(
                 has_next_page=more,
                 has_previous_page=after is not None,
-                start_cursor=inbox_cursor(page[0].activity_at, page[0].id) if page else None,
-                end_cursor=inbox_cursor(page[-1].activity_at, page[-1].id) if page else None,
+                start_cursor=inbox_cursor(page[0]["activity_at"], page[0]["id"], page[0]["pinned_at"])
+                if page
+                else None,
+                end_cursor=inbox_cursor(page[-1]["activity_at"], page[-1]["id"], page[-1]["pinned_at"])
+                if page
+                else None,
             ),
         )
 
-    @strawberry.field
+    @strawberry.field(
+        description="A page of one conversation's history, adjacent to its cursor whatever the distance "
+        "(see the arguments and MessageConnection)."
+    )
     async def messages(
         self,
         info: Info,
         conversation_id: ID,
-        first: int | None = strawberry.UNSET,
-        after: str | None = strawberry.UNSET,
-        last: int | None = strawberry.UNSET,
-        before: str | None = strawberry.UNSET,
+        first: PageFirst = strawberry.UNSET,
+        after: PageAfter = strawberry.UNSET,
+        last: PageLast = strawberry.UNSET,
+        before: PageBefore = strawberry.UNSET,
     ) -> MessageConnection:
         _ = info.context.viewer_id
         conversation = await load_conversation(info, check_id(conversation_id, "conversationId"))
         return await load_message_page(info, int(conversation.id), conversation.last_seq, first, after, last, before)
+
+    search_messages: MessageSearchConnection = strawberry.field(
+        resolver=resolve_search_messages,
+        description="Full-text search of the messages of the viewer's conversations, or of one of them "
+        "(see MessageSearchConnection for the order).",
+    )
 
     @strawberry.field(
         description="The object with this global id (Node.id), or null when there is none the viewer may see."
@@ -115,9 +164,10 @@ class Query:
             parsed,
             limit,
             max_cursors=info.context.settings.max_sync_cursors,
+            max_messages=info.context.settings.max_sync_messages,
             max_catch_up=info.context.settings.max_catch_up,
         )
-        return [
+        answers = [
             ConversationSync(
                 conversation_id=ID(str(r.conversation_id)),
                 messages=[Message.from_row(row) for row in r.messages],
@@ -128,3 +178,24 @@ class Query:
             )
             for r in results
         ]
+        change_cursors = [(cid, c.after_change_seq) for (cid, _), c in zip(parsed, cursors, strict=True)]
+        asked = [(cid, after) for cid, after in change_cursors if after is not None]
+        if asked:
+            pages = await read_changes(
+                info.context.database,
+                info.context.viewer_id,
+                asked,
+                # the same page as the messages' (priced alike): the budget shared by every cursor
+                sync_page(check_page_size(limit, "limit"), len(parsed), info.context.settings.max_sync_messages),
+                max_cursors=info.context.settings.max_sync_cursors,
+                max_catch_up=info.context.settings.max_catch_up,
+            )
+            by_id = {p.conversation_id: p for p in pages}
+            for answer in answers:
+                page = by_id.get(int(answer.conversation_id))
+                if page is not None:
+                    answer.changes = [MessageChange.from_row(row) for row in page.changes]
+                    answer.last_change_seq = Long(page.last_change_seq)
+                    answer.changes_have_more = page.has_more
+                    answer.changes_too_long = page.too_long
+        return answers

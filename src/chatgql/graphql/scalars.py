@@ -67,7 +67,7 @@ _ISOFORMAT = dt.datetime.isoformat
 def datetime_text(value: dt.datetime) -> str:
     """datetime.isoformat(value), the DateTime scalar's serialization, three times faster for the
     datetimes PostgreSQL hands out (timezone.utc; naive ones too): orjson writes those exactly as
-    isoformat does (RFC 3339, microseconds only when not zero; tests/test_scalars.py), and an inbox
+    isoformat does (RFC 3339, microseconds only when not zero; tests/graphql/test_scalars.py), and an inbox
     page serializes a hundred of them. Anything else takes isoformat itself (and its TypeError)."""
     if type(value) is dt.datetime and (value.tzinfo is dt.UTC or value.tzinfo is None):
         return orjson.dumps(value)[1:-1].decode()

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import orjson
 import strawberry
 from cross_web import HTTPException
-from graphql import GraphQLError
+from graphql import GraphQLError, parse
 from graphql.validation import MaxIntrospectionDepthRule, NoSchemaIntrospectionCustomRule
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
@@ -25,13 +25,17 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
+from .. import compat
 from ..errors import Unauthenticated
+from . import meter
 from .context import ChatOperation, Context, Deps
+from .cost import CostCache, CostLimits, over_cost
 from .errors import redact, to_contract_errors
+from .gather import gather_with_cancel
 from .graphiql import GraphiQLFiles
 from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
-from .http import GraphQLOverHTTP, refusal_body, response_media_type
-from .limits import OperationLimits
+from .http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
+from .limits import OperationLimits, check_document
 from .mutations import Mutation
 from .plan import Planner
 from .prepared import AcceptedDocuments, is_executable, operation_type
@@ -89,14 +93,17 @@ def build_schema(
     max_tokens: int = 3000,
     max_batch_operations: int = 10,
     accepted: AcceptedDocuments | None = None,
+    costs: CostCache | None = None,
 ) -> ChatSchema:
-    """accepted: where documents that passed parsing and validation are kept (see prepared.py)."""
+    """accepted: where documents that passed parsing and validation are kept (see prepared.py);
+    costs: the operations' prices and their bounds (cost.py; default bounds when None)."""
+    costs = costs if costs is not None else CostCache(CostLimits())
     # The same rule classes for every request: the validation cache keys on them.
     rules = (MaxIntrospectionDepthRule,) if introspection else (NoSchemaIntrospectionCustomRule,)
     extensions: list[Any] = [
         # Accepted documents, token limit, operation limits, validation rules, fresh loaders,
         # relay wake-up (one extension, see its docstring).
-        lambda: ChatOperation(max_tokens, limits, rules, accepted),
+        lambda: ChatOperation(max_tokens, limits, rules, accepted, costs),
     ]
     return ChatSchema(
         query=Query,
@@ -121,17 +128,32 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
     graphql_ws_handler_class = LegacyWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
+        compat.use_gather_with_cancel(gather_with_cancel)
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
         self.planner = Planner(enabled=settings.planner, maxsize=1024)
+        self.limits = OperationLimits(
+            settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
+        )
+        self.costs = CostCache(
+            CostLimits(
+                max_cost=settings.max_operation_cost,
+                max_event_cost=settings.max_subscription_event_cost,
+                max_socket_event_cost=settings.max_socket_event_cost,
+                body_chars=settings.max_body_chars,
+                title_chars=settings.max_title_chars,
+                members_page_max=settings.members_page_max,
+                max_sync_cursors=settings.max_sync_cursors,
+                max_sync_messages=settings.max_sync_messages,
+            )
+        )
         schema = build_schema(
             introspection=settings.introspection_enabled,
-            limits=OperationLimits(
-                settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
-            ),
+            limits=self.limits,
             max_tokens=settings.max_tokens,
             max_batch_operations=settings.max_batch_operations,
             accepted=self.accepted,
+            costs=self.costs,
         )
         super().__init__(
             schema,
@@ -142,7 +164,8 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         )
         self.deps = deps
         schema.planner = self.planner
-        self.graphiql = GraphiQLFiles() if settings.graphiql_enabled else None
+        self.core_schema = compat.core_schema(schema)
+        self.graphiql = GraphiQLFiles(dev_sign_in=settings.dev_sign_in_enabled) if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
 
     async def render_graphql_ide(self, request: Request) -> Response:
@@ -151,10 +174,14 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         return self.graphiql.page(request)
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
-        return Context(deps=self.deps, request=request, response=response)
+        context = Context(deps=self.deps, request=request, response=response)
+        if not isinstance(request, WebSocket):  # a websocket's token comes with connection_init
+            await context.fetch_keys()
+        return context
 
     async def on_ws_connect(self, context: Context) -> Any:
         """Refuse the connection unless connection_init carries a valid token."""
+        await context.fetch_keys()
         try:
             _ = context.viewer_id
         except Unauthenticated as error:
@@ -170,6 +197,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         try:
             response = None
             if scope["method"] == "POST":
+                scope = _json_body_scope(scope)
                 body = await _read_body(receive)
                 response = await self._run_accepted(scope, body)
                 if response is None:
@@ -216,11 +244,41 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         kind = operation_type(document, operation_name)
         if not is_executable(kind):
             return None
+        cost = self._cost(document, operation_name, variables)
+        if cost > self.costs.limits.max_cost:
+            refusal = ExecutionResult(data=None, errors=[over_cost(cost, self.costs.limits.max_cost)])
+            return self.graphql_response(refusal, headers.get("accept"))
         context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
         result = await self._within_timeout(
             self.planner.execute(self.schema, document, query, variables, operation_name, context)
         )
         return self.graphql_response(result, headers.get("accept"))
+
+    def _cost(self, document: Any, operation_name: str | None, variables: Any) -> int:
+        """The price of the operation a request runs (cost.py); 0 when it names none."""
+        priced = self.costs.cost(self.core_schema, document, operation_name, variables)
+        return 0 if priced is None else priced[0]
+
+    def _batch_cost(self, batch: list[Any]) -> int:
+        """What a batch's operations cost together. An entry that does not parse or is over the
+        operation limits counts nothing here: it is refused on its own, and runs nothing."""
+        total = 0
+        parsed: dict[str, Any] = {}  # a text sent several times is parsed once
+        for entry in batch:
+            query = entry.query
+            if not isinstance(query, str):
+                continue
+            document = parsed.get(query) or self.accepted.get(query)
+            if document is None:
+                try:
+                    document = parse(query, max_tokens=self.deps.settings.max_tokens)
+                except GraphQLError:
+                    continue
+                if check_document(document, self.limits) is not None:
+                    continue
+                parsed[query] = document
+            total += self._cost(document, entry.operation_name, entry.variables)
+        return total
 
     def encode_json(self, data: object) -> str:
         """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key)."""
@@ -265,20 +323,49 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         return data
 
     async def execute_operation(self, *args: Any, **kwargs: Any) -> Any:
-        """Every HTTP operation (or batch) gets request_timeout_seconds."""
-        return await self._within_timeout(super().execute_operation(*args, **kwargs))
+        """Every HTTP operation (or batch) gets request_timeout_seconds and max_request_cpu_ms; a
+        batch's operations are priced together, before any of them runs."""
+        batch = kwargs.get("request_data")
+        if not isinstance(batch, list):
+            return await self._within_timeout(super().execute_operation(*args, **kwargs))
+        limit = self.costs.limits.max_cost
+        cost = self._batch_cost(batch)
+        if cost > limit:
+            return [ExecutionResult(data=None, errors=[over_cost(cost, limit, "batch")]) for _ in batch]
+        results = await self._within_timeout(super().execute_operation(*args, **kwargs))
+        return results if isinstance(results, list) else [results for _ in batch]
 
     async def _within_timeout(self, operation: Awaitable[T]) -> T | ExecutionResult:
-        timeout = self.deps.settings.request_timeout_seconds
+        settings = self.deps.settings
+        timeout, cpu_ms = settings.request_timeout_seconds, settings.max_request_cpu_ms
+        meter.install(asyncio.get_running_loop())
         try:
             async with asyncio.timeout(timeout):
-                return await operation
+                return await meter.within_cpu(operation, cpu_ms / 1000)
         except TimeoutError:
             error = GraphQLError(
                 f"the request took longer than {timeout} s",
                 extensions={"code": "LIMIT_EXCEEDED", "reason": "TIMEOUT"},
             )
-            return ExecutionResult(data=None, errors=[error])
+        except meter.CpuLimitExceeded:
+            error = GraphQLError(
+                f"the request took more than {cpu_ms:g} ms of CPU time",
+                extensions={"code": "LIMIT_EXCEEDED", "reason": "CPU"},
+            )
+        return ExecutionResult(data=None, errors=[error])
+
+
+def _json_body_scope(scope: Scope) -> Scope:
+    """A POST's scope with its Content-Type written as plain application/json (what Strawberry
+    compares with, case-sensitively); HTTPException 415 unless it is JSON in UTF-8."""
+    headers = scope["headers"]
+    content_type = next((value for name, value in headers if name == b"content-type"), b"").decode("latin-1")
+    if (refusal := request_media_type_refusal(content_type)) is not None:
+        raise HTTPException(415, refusal)
+    if content_type == JSON:
+        return scope
+    canonical = [(name, JSON.encode() if name == b"content-type" else value) for name, value in headers]
+    return {**scope, "headers": canonical}
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -42,7 +42,8 @@ def _carried(kind: type[Event]) -> frozenset[str]:
 SHARABLE: dict[str, frozenset[str]] = {
     "Subscription": frozenset({"messageNew", "readUpdated"}),
     "MessageNewEvent": frozenset({MessageNew.key("conversation_id"), MessageNew.key("seq"), "message"}),
-    "Message": _carried(MessageNew) | {"id", "seenByCount", "seen", "seenBy"},
+    # replyToSeq is carried but not a field (replyTo is read per subscriber)
+    "Message": (_carried(MessageNew) - {MessageNew.key("reply_to_seq")}) | {"id", "seenByCount", "seen", "seenBy"},
     "ReadUpdatedEvent": _carried(ReadUpdated) | {"member"},
     "Member": frozenset({"id", ReadUpdated.key("user_id"), ReadUpdated.key("last_read_seq")}),  # role, joinedAt: loaded
 }

@@ -46,12 +46,30 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import BadUserInput, conversation_not_found
-from ..events.types import MESSAGE_NEW, READ_UPDATED, MessageNew, ReadUpdated
+from ..events.types import (
+    CONVERSATION_UPDATED,
+    DELIVERY_UPDATED,
+    MEMBERSHIP_UPDATED,
+    MESSAGE_CHANGED,
+    MESSAGE_NEW,
+    READ_UPDATED,
+    TYPING,
+    ConversationUpdated,
+    DeliveryUpdated,
+    MembershipUpdated,
+    MessageNew,
+    ReadUpdated,
+    Typing,
+    parse,
+)
+from ..services.changes import read_change_replay
 from ..services.checks import check_id
 from ..services.history import read_replay
+from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
+from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
-from .types import Message, MessageNewEvent, ReadUpdatedEvent, SyncCursor
+from .types import ChangeCursor, MemberRole, Message, MessageChange, MessageNewEvent, ReadUpdatedEvent, SyncCursor
 
 
 async def _events(info: Info, conversation_id: ID | None, event_type: str) -> Any:
@@ -86,6 +104,7 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
             "client_msg_id": new.client_msg_id,
             "body": new.body,
             "created_at": new.created_at,
+            "reply_to_seq": new.reply_to_seq,
         }
         found = _recent[id(event)] = (event, fields, EventReads(database))
         if len(_recent) > _RECENT:
@@ -194,3 +213,123 @@ class Subscription:
                     source=event,
                     new_loaders=partial(info.context.fresh_loaders, reads),
                 )
+
+    @strawberry.subscription(
+        description="Changes to messages (edits and deletes) in one conversation, or in all of the viewer's: "
+        "each with its changeSeq and the message as it is after it. Never a new message (that is messageNew)."
+    )
+    async def message_changed(
+        self,
+        info: Info,
+        conversation_id: ID | None = strawberry.UNSET,
+        cursors: Annotated[
+            list[ChangeCursor] | None,
+            strawberry.argument(
+                description="Resume: first every change after these change cursors, from the database, then "
+                "live, with no gap and no duplicate (by conversationId and changeSeq). More than "
+                "CHATGQL_SUBSCRIBER_BUFFER changes behind in all, or more than CHATGQL_MAX_CATCH_UP in one "
+                "conversation: LIMIT_EXCEEDED with resync: true (sync with afterChangeSeq answers changesTooLong)."
+            ),
+        ] = strawberry.UNSET,
+    ) -> AsyncGenerator[MessageChange, None]:
+        ctx = info.context
+        _ = ctx.viewer_id
+        resume = cursors is not strawberry.UNSET and cursors is not None
+        parsed = [(check_id(c.conversation_id, "conversationId"), c.after_change_seq) for c in cursors or ()]
+        only = None if conversation_id is None or conversation_id is strawberry.UNSET else conversation_id
+        if only is not None and any(cid != check_id(only, "conversationId") for cid, _ in parsed):
+            raise BadUserInput("with conversationId, every cursor must be for that conversation")
+        async with await _events(info, conversation_id, MESSAGE_CHANGED) as subscription:
+            held: dict[int, int] = {}
+            if resume:  # after registering: the order messageNew's resume keeps (module docstring)
+                replay = await read_change_replay(
+                    ctx.database,
+                    ctx.viewer_id,
+                    parsed,
+                    bound=ctx.settings.subscriber_buffer,
+                    max_cursors=ctx.settings.max_sync_cursors,
+                    max_catch_up=ctx.settings.max_catch_up,
+                )
+                held = replay.held
+                replay_loaders = functools.cache(ctx.fresh_loaders)
+                for row in replay.changes:
+                    change = MessageChange.from_row(row)
+                    change.message.new_loaders = replay_loaders
+                    yield change
+            async for event in subscription:
+                typed = parse(event)
+                cid, change_seq = typed.conversation_id, event["changeSeq"]
+                if resume:
+                    if change_seq <= held.get(cid, 0):
+                        continue
+                    held[cid] = change_seq
+                change = MessageChange.from_event(typed)  # type: ignore[arg-type]
+                change.message.new_loaders = partial(ctx.fresh_loaders, EventReads(ctx.database))
+                yield change
+
+    @strawberry.subscription(
+        description="The viewer's own state of one conversation, or of all of theirs: settings (updateMembership) "
+        "and own unread start (markUnread), from any of their devices. Only the viewer gets these."
+    )
+    async def membership_updated(
+        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+    ) -> AsyncGenerator[MembershipUpdatedEvent, None]:
+        async with await _events(info, conversation_id, MEMBERSHIP_UPDATED) as subscription:
+            async for event in subscription:
+                own = MembershipUpdated.from_wire(event)
+                yield MembershipUpdatedEvent(
+                    conversation_id=ID(str(own.conversation_id)),
+                    muted=own.muted,
+                    archived=own.archived,
+                    pinned=own.pinned,
+                    last_read_seq=Long(own.last_read_seq),
+                    new_loaders=info.context.fresh_loaders,
+                )
+
+    @strawberry.subscription(
+        description="Changes to one group, or to all of the viewer's: renamed, a member's role changed, a member "
+        "left (the one who left is told too)."
+    )
+    async def conversation_updated(
+        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+    ) -> AsyncGenerator[ConversationUpdatedEvent, None]:
+        async with await _events(info, conversation_id, CONVERSATION_UPDATED) as subscription:
+            async for event in subscription:
+                change = ConversationUpdated.from_wire(event)
+                yield ConversationUpdatedEvent(
+                    conversation_id=ID(str(change.conversation_id)),
+                    change=ConversationChange(change.change),
+                    user_id=ID(str(change.user_id)),
+                    member_id=ID(str(change.member_id)),
+                    title=change.title or None,
+                    role=MemberRole(change.role) if change.role else None,
+                    new_loaders=info.context.fresh_loaders,
+                )
+
+    @strawberry.subscription(
+        description="Delivered watermark moves (markDelivered) in one conversation, or in all of the viewer's; "
+        "none in groups of more than CHATGQL_BIG_GROUP_THRESHOLD members."
+    )
+    async def delivery_updated(
+        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+    ) -> AsyncGenerator[DeliveryUpdatedEvent, None]:
+        async with await _events(info, conversation_id, DELIVERY_UPDATED) as subscription:
+            async for event in subscription:
+                moved = DeliveryUpdated.from_wire(event)
+                yield DeliveryUpdatedEvent(
+                    conversation_id=ID(str(moved.conversation_id)),
+                    user_id=ID(str(moved.user_id)),
+                    delivered_seq=Long(moved.delivered_seq or 0),  # never None: from_wire requires it
+                )
+
+    @strawberry.subscription(
+        description="Other members typing in one conversation, or in all of the viewer's (never the viewer's own); "
+        "none in groups of more than CHATGQL_BIG_GROUP_THRESHOLD members. Ephemeral and at most once: "
+        "hide an indicator at its `until`."
+    )
+    async def typing(
+        self, info: Info, conversation_id: ID | None = strawberry.UNSET
+    ) -> AsyncGenerator[TypingEvent, None]:
+        async with await _events(info, conversation_id, TYPING) as subscription:
+            async for event in subscription:
+                yield TypingEvent.of(Typing.from_wire(event))

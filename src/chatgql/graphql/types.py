@@ -6,7 +6,7 @@ import base64
 import enum
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, ClassVar, TypeVar, cast
 from uuid import UUID
 
 import strawberry
@@ -16,10 +16,19 @@ from strawberry.types.nodes import FragmentSpread, InlineFragment
 
 from ..db import Row
 from ..errors import BadUserInput, conversation_not_found
-from ..services.checks import MAX_ID, PageRequest, check_member_page, check_message_page
-from ..services.history import catch_up_page
+from ..events.types import MessageChange as MessageChange_
+from ..services.checks import (
+    MAX_ID,
+    PageRequest,
+    check_member_page,
+    check_message_page,
+    check_page_size,
+    check_seq_cursor,
+)
+from ..services.history import far_behind
+from ..services.membership import private_receipts_of
 from . import ids
-from .loaders import Loaders, MemberPageKey, PageKey, SeenByKey, SeenKey
+from .loaders import DeliveredKey, Loaders, MemberPageKey, PageKey, ReactedByKey, SeenByKey, SeenKey
 from .scalars import Long
 
 _NOT_LOADED: Any = object()
@@ -38,6 +47,29 @@ def selects(selections: list[Any], *path: str) -> bool:
     return False
 
 
+def selections_at(selections: list[Any], *path: str) -> list[list[Any]]:
+    """The selections of every field at path (GraphQL names) among info.selected_fields selections,
+    looking through fragments (@skip/@include are not evaluated)."""
+    head, *rest = path
+    found: list[list[Any]] = []
+    for selection in selections:
+        if isinstance(selection, FragmentSpread | InlineFragment):
+            found += selections_at(selection.selections, *path)
+        elif selection.name == head:
+            found += selections_at(selection.selections, *rest) if rest else [selection.selections]
+    return found
+
+
+def selects_only(selections: list[Any], names: frozenset[str]) -> bool:
+    """Whether every field these selections select (through fragments) is one of names."""
+    return all(
+        selects_only(selection.selections, names)
+        if isinstance(selection, FragmentSpread | InlineFragment)
+        else selection.name in names
+        for selection in selections
+    )
+
+
 @strawberry.enum
 class ConversationType(enum.Enum):
     DIRECT = "DIRECT"
@@ -51,6 +83,7 @@ _CONVERSATION_TYPES = {member.value: member for member in ConversationType}  # a
 class MemberRole(enum.Enum):
     OWNER = "OWNER"
     MEMBER = "MEMBER"
+    ADMIN = "ADMIN"  # renames the group, changes roles (not the OWNER's)
 
 
 @strawberry.interface(
@@ -116,14 +149,69 @@ class Member(Node):
         return getattr(row, column) if column != "role" else MemberRole(row.role)
 
 
+@strawberry.type(description="A MessageEdit: a body the message had before an edit.")
+class MessageEdit:
+    body: str
+    written_at: datetime = strawberry.field(description="When this body was sent, or written by an earlier edit.")
+    replaced_at: datetime = strawberry.field(description="When an edit replaced it.")
+    change_seq: Long = strawberry.field(description="The change seq of the edit that replaced it.")
+
+
+@strawberry.type(description="A file a message points to: its metadata (the bytes live in the client's storage).")
+class Attachment:
+    url: str
+    mime_type: str
+    name: str
+    size_bytes: Long
+    width: int | None
+    height: int | None
+
+
+@strawberry.input(description="A file to attach to a message: validated metadata only (CHATGQL_MAX_ATTACHMENTS).")
+class AttachmentInput:
+    url: str = strawberry.field(description="http(s), at most 2,048 characters.")
+    mime_type: str = strawberry.field(description="type/subtype, e.g. image/png.")
+    name: str = strawberry.field(description="1..255 characters.")
+    size_bytes: Long = strawberry.field(description="0..CHATGQL_MAX_ATTACHMENT_BYTES.")
+    width: int | None = strawberry.field(default=None, description="Pixels, 1..100,000, for images and video.")
+    height: int | None = strawberry.field(default=None, description="Pixels, 1..100,000.")
+
+
+@strawberry.type(description="One emoji on a message: how many reacted with it, and whether the viewer did.")
+class ReactionSummary:
+    emoji: str
+    count: int
+    reacted_by_viewer: bool
+
+
 @strawberry.type
 class Message(Node):
     conversation_id: ID
     seq: Long
     sender_id: ID
     client_msg_id: UUID
-    body: str
+    body: str = strawberry.field(description="The current body (after edits); empty for a deleted message.")
     created_at: datetime
+    edited_at: datetime | None = strawberry.field(
+        default=None, description="When the body was last edited; null when never."
+    )
+    deleted_at: datetime | None = strawberry.field(
+        default=None,
+        description="Set when the message was deleted: it stays at its seq as a tombstone, its body and edit "
+        "history erased.",
+    )
+    deleted_by: ID | None = strawberry.field(
+        default=None,
+        description="Who deleted it (the sender, or a group's owner or admin); null when not deleted, or when "
+        "deletedAt is set and the operator erased it (an erase of the sender's messages, or the retention policy).",
+    )
+    reply_count: int = strawberry.field(
+        default=0, description="How many messages reply to this one (deleted replies not counted)."
+    )
+    last_reply_at: datetime | None = strawberry.field(
+        default=None, description="When the newest reply that is not deleted was sent."
+    )
+    reply_to_seq: strawberry.Private[int | None] = None
     # Set on subscription events: makes that event's own loaders, on first use (see subscriptions.py).
     new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
     loaders: strawberry.Private[Loaders | None] = None
@@ -135,8 +223,11 @@ class Message(Node):
 
     @classmethod
     def from_row(cls, row: Any) -> Message:
+        """row: the columns of store.messages.MESSAGE_COLUMNS, or a service's StoredMessage, or a change
+        event (events.types.MessageChange: the same names)."""
         if isinstance(row, Row):
             # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each, measured)
+            deleted_by = row["deleted_by"]
             return cls(
                 conversation_id=ID(str(row["conversation_id"])),
                 seq=row["seq"],
@@ -144,6 +235,27 @@ class Message(Node):
                 client_msg_id=row["client_msg_id"],
                 body=row["body"],
                 created_at=row["created_at"],
+                edited_at=row["edited_at"],
+                deleted_at=row["deleted_at"],
+                deleted_by=None if deleted_by is None else ID(str(deleted_by)),
+                reply_to_seq=row["reply_to_seq"],
+                reply_count=row["reply_count"],
+                last_reply_at=row["last_reply_at"],
+            )
+        if isinstance(row, MessageChange_):
+            return cls(
+                conversation_id=ID(str(row.conversation_id)),
+                seq=Long(row.seq),
+                sender_id=ID(str(row.sender_id)),
+                client_msg_id=row.client_msg_id,
+                body=row.body,
+                created_at=row.created_at,
+                edited_at=row.edited_at,
+                deleted_at=row.deleted_at,
+                deleted_by=None if row.deleted_by is None else ID(str(row.deleted_by)),
+                reply_to_seq=row.reply_to_seq,
+                reply_count=row.reply_count,
+                last_reply_at=row.last_reply_at,
             )
         return cls(  # a service's result (StoredMessage)
             conversation_id=ID(str(row.conversation_id)),
@@ -152,14 +264,33 @@ class Message(Node):
             client_msg_id=row.client_msg_id,
             body=row.body,
             created_at=row.created_at,
+            reply_to_seq=row.reply_to_seq,
         )
 
+    # The fields that read nothing of its lifecycle (edits, deletes, replies): an inbox page whose
+    # lastMessage selects only these reads the message without those columns (Query.inbox).
+    PLAIN_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        ("__typename", "id", "conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt")
+        + ("seen", "seenByCount", "seenBy")  # by conversation, seq and sender (_seen_key)
+    )
+
     @classmethod
-    def last_in_inbox_row(cls, conversation_id: ID, row: Row) -> Message | None:
+    def last_in_inbox_row(cls, conversation_id: ID, row: Row, lifecycle: bool = True) -> Message | None:
         """The message at the conversation's last_seq in a row of
-        store.conversations.inbox_page_with_last_messages; None when it has none."""
+        store.conversations.inbox_page_with_last_messages; None when it has none. lifecycle=False:
+        a row without the lifecycle columns (the message is fit for PLAIN_FIELDS only)."""
         if row["lm_sender_id"] is None:
             return None
+        if not lifecycle:
+            return cls(
+                conversation_id=conversation_id,
+                seq=row["last_seq"],
+                sender_id=ID(str(row["lm_sender_id"])),
+                client_msg_id=row["lm_client_msg_id"],
+                body=row["lm_body"],
+                created_at=row["lm_created_at"],
+            )
+        deleted_by = row["lm_deleted_by"]
         return cls(
             conversation_id=conversation_id,
             seq=row["last_seq"],
@@ -167,6 +298,12 @@ class Message(Node):
             client_msg_id=row["lm_client_msg_id"],
             body=row["lm_body"],
             created_at=row["lm_created_at"],
+            edited_at=row["lm_edited_at"],
+            deleted_at=row["lm_deleted_at"],
+            deleted_by=None if deleted_by is None else ID(str(deleted_by)),
+            reply_to_seq=row["lm_reply_to_seq"],
+            reply_count=row["lm_reply_count"],
+            last_reply_at=row["lm_last_reply_at"],
         )
 
     @strawberry.field(description="Globally unique and stable; opaque.")
@@ -198,6 +335,121 @@ class Message(Node):
     async def seen(self, info: Info) -> bool:
         return (await self._loaders(info).seen.load(self._seen_key())).everyone
 
+    @strawberry.field(
+        description="The files it points to (sendMessage(attachments:)), in order; empty for a deleted message "
+        "(their metadata is erased with it)."
+    )
+    async def attachments(self, info: Info) -> list[Attachment]:
+        if self.deleted_at is not None:
+            return []
+        rows = await self._loaders(info).attachments.load((int(self.conversation_id), self.seq))
+        return [
+            Attachment(
+                url=r["url"],
+                mime_type=r["mime_type"],
+                name=r["name"],
+                size_bytes=Long(r["size_bytes"]),
+                width=r["width"],
+                height=r["height"],
+            )
+            for r in rows
+        ]
+
+    @strawberry.field(
+        description="The message this one replies to (sendMessage(replyTo:)), as it is now: its tombstone if "
+        "deleted; null when this is no reply."
+    )
+    async def reply_to(self, info: Info) -> Message | None:
+        if self.reply_to_seq is None:
+            return None
+        row = await self._loaders(info).message.load((int(self.conversation_id), self.reply_to_seq))
+        return Message.from_row(row) if row is not None else None
+
+    @strawberry.field(
+        description="The replies to this message, ascending by seq: at most `first` (1..200, default 50) with "
+        'seq > `after` (a message cursor, its seq in decimal; "0" or none: from the first). Page with after = '
+        "the last reply's seq until fewer than `first` come back. replyCount says how many in all."
+    )
+    async def replies(self, info: Info, first: int | None = 50, after: str | None = None) -> list[Message]:
+        limit = check_page_size(first, "first")
+        after_seq = check_seq_cursor(after, "after") or 0
+        if self.reply_count == 0:
+            return []
+        key = (int(self.conversation_id), self.seq, after_seq, limit)
+        return [Message.from_row(row) for row in await self._loaders(info).replies.load(key)]
+
+    @strawberry.field(
+        description="Its reactions, one per emoji in the order each first appeared (at most "
+        "CHATGQL_MAX_REACTIONS_PER_MESSAGE): the stored count, and whether the viewer is among them. "
+        "Empty for a deleted message (its reactions are erased with it)."
+    )
+    async def reactions(self, info: Info) -> list[ReactionSummary]:
+        if self.deleted_at is not None:
+            return []
+        rows = await self._loaders(info).reactions.load((int(self.conversation_id), self.seq))
+        return [ReactionSummary(emoji=r["emoji"], count=r["count"], reacted_by_viewer=r["mine"]) for r in rows]
+
+    @strawberry.field(
+        description="Who reacted with `emoji`: user ids ascending, at most `first` (default 100, capped by "
+        "CHATGQL_MEMBERS_PAGE_MAX), above `after`; page with after = the last id of the previous page."
+    )
+    async def reacted_by(
+        self, info: Info, emoji: str, first: int | None = 100, after: ID | None = strawberry.UNSET
+    ) -> list[ID]:
+        after_id, limit = check_member_page(
+            100 if first is None else first, _given(after), default=100, cap=info.context.settings.members_page_max
+        )
+        key = ReactedByKey(int(self.conversation_id), self.seq, emoji, after_id, limit)
+        return [ID(str(uid)) for uid in await self._loaders(info).reacted_by.load(key)]
+
+    @strawberry.field(
+        description="The bodies it had before its edits, oldest first (any member may read them); empty when "
+        "never edited, and for a deleted message (its history is erased with it)."
+    )
+    async def edit_history(self, info: Info) -> list[MessageEdit]:
+        if self.edited_at is None or self.deleted_at is not None:
+            return []
+        rows = await self._loaders(info).edit_history.load((int(self.conversation_id), self.seq))
+        return [
+            MessageEdit(
+                body=row["body"],
+                written_at=row["written_at"],
+                replaced_at=row["replaced_at"],
+                change_seq=Long(row["change_seq"]),
+            )
+            for row in rows
+        ]
+
+    @strawberry.field(description="The members this message mentions (sendMessage(mentions:)), ascending.")
+    async def mentions(self, info: Info) -> list[ID]:
+        found = await self._loaders(info).mentions.load((int(self.conversation_id), self.seq))
+        return [ID(str(uid)) for uid in found]
+
+    # Delivered receipts (markDelivered; read implies delivered). Big groups: services/delivery.py.
+    def _delivered_key(self, info: Info) -> DeliveredKey:
+        whole = info.context.settings.big_group_threshold
+        return DeliveredKey(int(self.conversation_id), self.seq, int(self.sender_id), whole)
+
+    @strawberry.field(
+        description="True when every member other than the sender has it delivered (markDelivered) or read "
+        "(in a DIRECT chat: the other person). In a group of more than CHATGQL_BIG_GROUP_THRESHOLD members, "
+        "where delivery is not tracked for others: the same as seen."
+    )
+    async def delivered(self, info: Info) -> bool:
+        loaders = self._loaders(info)
+        found = await loaders.delivered.load(self._delivered_key(info))
+        if found is None:
+            return (await loaders.seen.load(self._seen_key())).everyone
+        return found.everyone
+
+    @strawberry.field(
+        description="Members other than the sender who have it delivered or read. Null in a group of more than "
+        "CHATGQL_BIG_GROUP_THRESHOLD members (delivery counts are not kept there; seenByCount is)."
+    )
+    async def delivered_count(self, info: Info) -> int | None:
+        found = await self._loaders(info).delivered.load(self._delivered_key(info))
+        return None if found is None else found.count
+
 
 @strawberry.type
 class MessageEdge:
@@ -209,7 +461,12 @@ class MessageEdge:
     description="Messages ascending by seq. A message cursor is its seq in decimal, so a\n"
     'client may build one from a seq it holds: after: "40" gives seq 41, 42, ...\n'
     "No arguments, or only `last`, gives the newest messages. `first` and `last`\n"
-    "are 1..200 (default 50); `first` goes with `after`, `last` with `before`."
+    "are 1..200 (default 50); `first` goes with `after`, `last` with `before`.\n"
+    "Whatever the distance from the cursor, a page is the one adjacent to it (Relay's\n"
+    "Cursor Connections): `first`/`after` the oldest messages with seq > after, `last`/`before`\n"
+    'the newest with seq < before, and pageInfo is exact, so paging forward from after: "0"\n'
+    "until hasNextPage is false (or backward until hasPreviousPage is false) visits every\n"
+    "message once, in order."
 )
 class MessageConnection:
     edges: list[MessageEdge]
@@ -217,11 +474,11 @@ class MessageConnection:
     page_info: PageInfo
     gap_too_long: bool = strawberry.field(
         default=False,
-        description="True when `after` was more than CHATGQL_MAX_CATCH_UP (default 1,000) messages behind "
-        "the newest message the page could reach (lastSeq, or `before`): the gap is too long to fill, so "
-        "this is the newest page of that range (as `last` would give it), not the page after `after`, and "
-        "the messages in between were skipped. The client should drop what it holds of this conversation, "
-        "keep this page, and page backward with `before` only as far as it needs. False otherwise.",
+        description="Advice only, never a different page: true on a forward page (`after` given) when `after` "
+        "is more than CHATGQL_MAX_CATCH_UP (default 1,000) messages behind the newest message the page "
+        "could reach (lastSeq, or `before`). The page is still the one right after `after`; a client that "
+        "only wants to be current may drop what it holds and jump to the newest page (`last`) instead of "
+        "paging through the gap. False otherwise (and always on backward pages).",
     )
 
     @classmethod
@@ -250,6 +507,41 @@ class MessageConnection:
         )
 
 
+# The arguments of Query.messages and Conversation.messages, and what each guarantees.
+PageFirst = Annotated[
+    int | None,
+    strawberry.argument(
+        description="Forward: at most this many messages (1..200, default 50), the oldest ones with seq > `after` "
+        "(and < `before` when given): always the page right after `after`, however far behind it is. "
+        "pageInfo.hasNextPage: more follow within that range; hasPreviousPage: some message has seq <= `after`."
+    ),
+]
+PageAfter = Annotated[
+    str | None,
+    strawberry.argument(
+        description='A message cursor: a seq in decimal ("0": before the first message). With `first`, or alone: '
+        "the page starts right after it, whatever the distance (gapTooLong only advises, see MessageConnection). "
+        "With `last`: a lower bound. Paging forward with after = the previous page's endCursor until "
+        "hasNextPage is false visits every message once, in order."
+    ),
+]
+PageLast = Annotated[
+    int | None,
+    strawberry.argument(
+        description="Backward: at most this many messages (1..200, default 50), the newest ones with seq < `before` "
+        "(every message when no `before`; > `after` when given): always the page right before `before`, however "
+        "far. pageInfo.hasPreviousPage: more precede within that range; hasNextPage: some message has seq >= `before`."
+    ),
+]
+PageBefore = Annotated[
+    str | None,
+    strawberry.argument(
+        description="A message cursor: a seq in decimal. With `last`, or alone: the page ends right before it, "
+        "whatever the distance. With `first`: an upper bound. Paging backward with before = the previous page's "
+        "startCursor until hasPreviousPage is false visits every message once, in order."
+    ),
+]
+
 T = TypeVar("T")
 
 
@@ -268,11 +560,10 @@ async def load_message_page(
     before: str | None,
 ) -> MessageConnection:
     page = check_message_page(_given(first), _given(after), _given(last), _given(before))
-    too_long = False
-    if _given(after) is not None:  # catching up from a seq the client holds
-        page, too_long = catch_up_page(page, last_seq, info.context.settings.max_catch_up)
+    # Catching up from a seq the client holds: flagged when far behind, never moved.
+    behind = _given(after) is not None and far_behind(page, last_seq, info.context.settings.max_catch_up)
     rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
-    return MessageConnection.from_page(list(rows), page, last_seq, too_long)
+    return MessageConnection.from_page(list(rows), page, last_seq, behind)
 
 
 @strawberry.type
@@ -287,17 +578,64 @@ class Conversation(Node):
     created_at: datetime
     last_read_seq: Long = strawberry.field(description="The viewer's own watermark here.")
     # A value, not a resolver: an inbox page asks for it on every node.
-    unread_count: Long = strawberry.field(description="lastSeq - lastReadSeq for the viewer.")
+    unread_count: Long = strawberry.field(
+        description="lastSeq - lastReadSeq for the viewer, less the deleted messages above lastReadSeq."
+    )
+    # The viewer's own settings (updateMembership): values, read with the membership row.
+    muted: bool = strawberry.field(
+        default=False,
+        description="The viewer muted it (and the mute has not expired): its unread stays out of "
+        "Viewer.totalUnread and unreadConversations (its own unreadCount still counts).",
+    )
+    muted_until: datetime | None = strawberry.field(
+        default=None, description="When the viewer's mute ends; null when not muted or muted until unmuted."
+    )
+    archived: bool = strawberry.field(
+        default=False,
+        description="The viewer archived it: out of the default inbox until its next new message "
+        "(unless keptArchived).",
+    )
+    kept_archived: bool = strawberry.field(
+        default=False, description="Archived with keepArchived: new messages do not bring it back."
+    )
+    pinned_at: datetime | None = strawberry.field(
+        default=None,
+        description="When the viewer pinned it (null: not pinned); pinned conversations come first in the "
+        "inbox, in the order they were pinned.",
+    )
+    last_change_seq: Long = strawberry.field(
+        default=Long(0),
+        description="The newest change seq: edits and deletes (which never take a message seq) each take the "
+        "next value of this second gap-free counter. A client holds it beside its message cursor and passes it "
+        "to sync (afterChangeSeq) and messageChanged (cursors) to learn what changed while it was away.",
+    )
+    private_receipts: bool = strawberry.field(
+        default=False,
+        description="The viewer's read receipts are private here: others' seen, seenBy, seenByCount, delivered "
+        "and deliveredCount leave the viewer out (updateMembership(privateReceipts:), updateViewerSettings).",
+    )
     # Set by an inbox page that read every node's last message with the page (see Query.inbox).
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
 
+    # The fields that read none of the membership's settings: an inbox page whose nodes select only
+    # these reads the page without those columns (Query.inbox, store.conversations.inbox_page).
+    PLAIN_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        ("__typename", "id", "type", "title", "lastSeq", "lastMessageAt", "createdAt", "lastReadSeq")
+        + ("unreadCount", "pinnedAt", "pinned", "lastMessage", "unreadMentions", "memberCount", "members")
+        + ("messages",)
+    )
+
     @classmethod
-    def from_row(cls, row: Any) -> Conversation:
-        """row: a conversation joined with the viewer's membership (store.conversations.for_viewer)."""
+    def from_row(cls, row: Any, settings: bool = True) -> Conversation:
+        """row: a conversation joined with the viewer's membership (store.conversations.for_viewer).
+        settings=False: an inbox row without the settings columns (fit for PLAIN_FIELDS only)."""
         # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each; an inbox page
         # read ~900 of them, measured).
-        last_seq, last_read_seq = row["last_seq"], row["last_read_seq"]
-        return cls(
+        # lastReadSeq is the viewer's own read position (markUnread may hold it below the watermark
+        # others see: store.conversations.OWN_READ).
+        last_seq, last_read_seq = row["last_seq"], row["own_read"]
+        unread = last_seq - last_read_seq - row["unread_deleted"]
+        conversation = cls(
             id=ID(str(row["id"])),
             type=_CONVERSATION_TYPES[row["type"]],
             title=row["title"],
@@ -305,8 +643,26 @@ class Conversation(Node):
             last_message_at=row["last_message_at"],
             created_at=row["created_at"],
             last_read_seq=last_read_seq,
-            unread_count=Long(last_seq - last_read_seq),
+            unread_count=Long(unread if unread > 0 else 0),
+            pinned_at=row["pinned_at"],
         )
+        if settings:
+            muted, archived = row["muted"], row["archived"]
+            conversation.last_change_seq = row["last_change_seq"]
+            conversation.muted = muted
+            conversation.muted_until = row["muted_until"] if muted else None
+            conversation.archived = archived
+            conversation.kept_archived = archived and row["keep_archived"]
+            conversation.private_receipts = row["receipts_private"]
+        return conversation
+
+    @strawberry.field(description="The viewer pinned it (pinnedAt is not null).")
+    def pinned(self) -> bool:
+        return self.pinned_at is not None
+
+    @strawberry.field(description="Messages after the viewer's lastReadSeq that mention the viewer (muted or not).")
+    async def unread_mentions(self, info: Info) -> int:
+        return await info.context.loaders.unread_mentions.load(int(self.id))
 
     @strawberry.field
     async def member_count(self, info: Info) -> int:
@@ -344,10 +700,10 @@ class Conversation(Node):
     async def messages(
         self,
         info: Info,
-        first: int | None = strawberry.UNSET,
-        after: str | None = strawberry.UNSET,
-        last: int | None = strawberry.UNSET,
-        before: str | None = strawberry.UNSET,
+        first: PageFirst = strawberry.UNSET,
+        after: PageAfter = strawberry.UNSET,
+        last: PageLast = strawberry.UNSET,
+        before: PageBefore = strawberry.UNSET,
     ) -> MessageConnection:
         return await load_message_page(info, int(self.id), self.last_seq, first, after, last, before)
 
@@ -358,38 +714,61 @@ class ConversationEdge:
     node: Conversation
 
 
-@strawberry.type(description="The viewer's conversations, newest activity first (lastMessageAt, else createdAt).")
+@strawberry.type(
+    description="The viewer's conversations: pinned ones first, in the order the viewer pinned them, then "
+    "the others, newest activity first (lastMessageAt, else createdAt)."
+)
 class ConversationConnection:
     nodes: list[Conversation]
     page_info: PageInfo
-    activity: strawberry.Private[list[datetime]]  # each node's cursor key, with its id
+    activity: strawberry.Private[list[datetime]]  # each node's cursor key, with its id and pinnedAt
 
     @strawberry.field
     def edges(self) -> list[ConversationEdge]:
         # Built only when asked for: most clients read nodes and pageInfo.
         return [
-            ConversationEdge(cursor=inbox_cursor(at, int(node.id)), node=node)
+            ConversationEdge(cursor=inbox_cursor(at, int(node.id), node.pinned_at), node=node)
             for at, node in zip(self.activity, self.nodes, strict=True)
         ]
 
 
-def inbox_cursor(activity_at: datetime, conversation_id: int) -> str:
-    raw = f"{activity_at.isoformat()}|{conversation_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+@strawberry.input(description="Which conversations an inbox page lists; a filter left out or null: either.")
+class InboxFilter:
+    archived: bool | None = strawberry.field(
+        default=False,
+        description="false (the default inbox): the conversations not archived; true: only archived ones; null: both.",
+    )
+    unread_only: bool | None = strawberry.field(default=False, description="true: only those with unreadCount > 0.")
+    pinned: bool | None = strawberry.field(default=None, description="true: only pinned ones; false: only the others.")
+    muted: bool | None = strawberry.field(default=None, description="true: only muted ones; false: only the others.")
 
 
-def parse_inbox_cursor(cursor: str) -> tuple[datetime, int]:
+def _time(text: str) -> datetime:
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError
+    return parsed.astimezone(UTC)  # OverflowError when outside years 1..9999 in UTC
+
+
+def inbox_cursor(activity_at: datetime, conversation_id: int, pinned_at: datetime | None = None) -> str:
+    raw = f"{activity_at.isoformat()}|{conversation_id}"
+    if pinned_at is not None:
+        raw += f"|{pinned_at.isoformat()}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def parse_inbox_cursor(cursor: str) -> tuple[datetime, int, datetime | None]:
+    """(activity_at, conversation_id, pinned_at or None) of an inbox cursor."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, _, cid = raw.partition("|")
-        parsed = datetime.fromisoformat(at)
-        if parsed.tzinfo is None:
+        parts = raw.split("|")
+        if len(parts) not in (2, 3):
             raise ValueError
-        parsed = parsed.astimezone(UTC)  # OverflowError when outside years 1..9999 in UTC
-        conversation_id = int(cid)
+        parsed = _time(parts[0])
+        conversation_id = int(parts[1])
         if not 0 < conversation_id <= MAX_ID:
             raise ValueError
-        return parsed, conversation_id
+        return parsed, conversation_id, _time(parts[2]) if len(parts) == 3 else None
     except (ValueError, UnicodeDecodeError, OverflowError):
         raise BadUserInput("after is not an inbox cursor") from None
 
@@ -402,11 +781,23 @@ class Viewer(Node):
     def id(self) -> ID:
         return ID(ids.viewer_id(int(self.user_id)))
 
-    @strawberry.field(description="Sum of unreadCount over all of the viewer's conversations.")
+    @strawberry.field(description="The viewer's default for private read receipts (updateViewerSettings).")
+    async def private_receipts(self, info: Info) -> bool:
+        return await private_receipts_of(info.context.database, int(self.user_id))
+
+    @strawberry.field(description="Sum of unreadCount over the viewer's conversations that are not muted.")
     async def total_unread(self, info: Info) -> Long:
         return (await info.context.loaders.viewer_totals.load(int(self.user_id))).total_unread
 
-    @strawberry.field(description="How many of the viewer's conversations have unreadCount > 0.")
+    @strawberry.field(
+        description="Sum of unreadMentions over the viewer's conversations; muted ones count too unless "
+        "CHATGQL_MUTED_MENTIONS_COUNT is false."
+    )
+    async def total_unread_mentions(self, info: Info) -> int:
+        key = (int(self.user_id), info.context.settings.muted_mentions_count)
+        return await info.context.loaders.total_unread_mentions.load(key)
+
+    @strawberry.field(description="How many of the viewer's conversations that are not muted have unreadCount > 0.")
     async def unread_conversations(self, info: Info) -> int:
         return (await info.context.loaders.viewer_totals.load(int(self.user_id))).unread_conversations
 
@@ -426,6 +817,85 @@ class ConversationSync:
         "client should drop what it holds of this conversation, keep these, use lastSeq as its next afterSeq, "
         "and load older messages with messages(before:) only as far as it needs. False otherwise.",
     )
+    changes: list[MessageChange] = strawberry.field(
+        default_factory=list,
+        description="With afterChangeSeq: the changes after it (edits, deletes), ascending by changeSeq, at most "
+        "`limit`, each with the message as it is now. Empty without afterChangeSeq.",
+    )
+    last_change_seq: Long = strawberry.field(default=Long(0), description="The conversation's newest change seq.")
+    changes_have_more: bool = strawberry.field(
+        default=False, description="More changes remain after the last one returned: sync again from it."
+    )
+    changes_too_long: bool = strawberry.field(
+        default=False,
+        description="True when afterChangeSeq was more than CHATGQL_MAX_CATCH_UP changes behind lastChangeSeq: "
+        "no changes are returned; re-read the messages the client holds (messages(after:)) and go on from "
+        "lastChangeSeq.",
+    )
+
+
+@strawberry.enum(description="What a change did to its message.")
+class MessageChangeKind(enum.Enum):
+    EDITED = "EDITED"
+    DELETED = "DELETED"
+    REACTION = "REACTION"
+
+
+@strawberry.enum(description="Why the operator changed a message (MessageChange.changedBy is null).")
+class ChangeReason(enum.Enum):
+    ERASE = strawberry.enum_value("ERASE", description="An erase of all of the sender's messages (chatgql erase-user).")
+    RETENTION = strawberry.enum_value("RETENTION", description="The retention policy (CHATGQL_RETENTION_DAYS).")
+
+
+@strawberry.type(
+    description="A change to a message (an edit or a delete): it takes the conversation's next changeSeq, never "
+    "a seq. `message` is the message as it is now, with its id, so a caching client updates it with no code."
+)
+class MessageChange:
+    conversation_id: ID
+    change_seq: Long
+    kind: MessageChangeKind
+    seq: Long = strawberry.field(description="The changed message's seq.")
+    changed_by: ID | None = strawberry.field(description="Who made the change; null: the operator (see reason).")
+    reason: ChangeReason | None = strawberry.field(
+        default=None, description="Why the operator made the change; null for a user's change."
+    )
+    message: Message
+
+    @classmethod
+    def from_row(cls, row: Row) -> MessageChange:
+        """row: services.changes' (change_seq, kind, changed_by, message columns...)."""
+        message = Message.from_row(row)
+        return cls(
+            conversation_id=message.conversation_id,
+            change_seq=Long(row["change_seq"]),
+            kind=MessageChangeKind(row["kind"]),
+            seq=message.seq,
+            changed_by=None if row["changed_by"] is None else ID(str(row["changed_by"])),
+            reason=None if row["reason"] is None else ChangeReason(row["reason"]),
+            message=message,
+        )
+
+    @classmethod
+    def from_event(cls, event: MessageChange_) -> MessageChange:
+        message = Message.from_row(event)
+        return cls(
+            conversation_id=message.conversation_id,
+            change_seq=Long(event.change_seq),
+            kind=MessageChangeKind(event.KIND),
+            seq=message.seq,
+            changed_by=None if event.user_id is None else ID(str(event.user_id)),
+            reason=None if event.reason is None else ChangeReason(event.reason),
+            message=message,
+        )
+
+
+@strawberry.input
+class ChangeCursor:
+    conversation_id: ID
+    after_change_seq: Long = strawberry.field(
+        description="The change cursor the client holds for this conversation (its lastChangeSeq when last read)."
+    )
 
 
 @strawberry.input
@@ -433,6 +903,19 @@ class SyncCursor:
     conversation_id: ID
     after_seq: Long = strawberry.field(
         description="The highest seq the client holds for this conversation (0 for none)."
+    )
+    after_change_seq: Long | None = strawberry.field(
+        default=None,
+        description="The change cursor the client holds (the conversation's lastChangeSeq when it last read it; "
+        "0 for none). Given: sync also answers the changes after it (ConversationSync.changes); null: no changes.",
+    )
+
+
+@strawberry.type
+class ChangeMessagePayload:
+    message: Message = strawberry.field(description="The message as it is after the call.")
+    change_seq: Long | None = strawberry.field(
+        description="The change seq the call took; null when it changed nothing (the same body again)."
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import BadUserInput, LimitExceeded
@@ -99,3 +99,35 @@ def check_member_page(first: int | None, after: object | None, *, default: int, 
     if limit < 0:
         raise BadUserInput("first must not be negative")
     return (0 if after is None else check_id(after, "after")), min(limit, cap)
+
+
+# url, mime_type, name, size_bytes, width, height: one attachment's metadata (the bytes live elsewhere)
+Attachment = tuple[str, str, str, int, int | None, int | None]
+_MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+_URL = re.compile(r"https?://[^\s]+")
+MAX_URL_CHARS = 2048
+MAX_NAME_CHARS = 255
+MAX_DIMENSION = 100_000
+
+
+def check_attachments(items: Sequence[Attachment], *, max_count: int, max_bytes: int) -> list[Attachment]:
+    """At most max_count attachments, each with an http(s) url, a type/subtype mime type, a non-blank
+    name, a size in 0..max_bytes and, when given, dimensions in 1..100,000. BAD_USER_INPUT otherwise."""
+    if len(items) > max_count:
+        raise BadUserInput(f"at most {max_count} attachments on one message", reason="TOO_MANY_ATTACHMENTS")
+    checked = []
+    for i, (url, mime, name, size, width, height) in enumerate(items):
+        what = f"attachments[{i}]"
+        if len(url) > MAX_URL_CHARS or not _URL.fullmatch(url):
+            raise BadUserInput(f"{what}.url must be an http(s) URL of at most {MAX_URL_CHARS} characters")
+        mime = mime.lower()
+        if not _MIME.fullmatch(mime):
+            raise BadUserInput(f"{what}.mimeType must be a type/subtype media type")
+        name = check_text(name, f"{what}.name", max_chars=MAX_NAME_CHARS)
+        if not 0 <= size <= max_bytes:
+            raise BadUserInput(f"{what}.sizeBytes must be between 0 and {max_bytes}")
+        for dimension, value in (("width", width), ("height", height)):
+            if value is not None and not 1 <= value <= MAX_DIMENSION:
+                raise BadUserInput(f"{what}.{dimension} must be between 1 and {MAX_DIMENSION}")
+        checked.append((url, mime, name, size, width, height))
+    return checked

@@ -9,6 +9,7 @@ from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events.types import Event, MemberRemoved, MembersAdded
 from ..store import conversations, outbox
+from .groups import do_leave_group
 from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
 
 OWNER, MEMBER = "OWNER", "MEMBER"
@@ -160,10 +161,10 @@ async def do_add_members(
 
 
 async def do_remove_member(database: Database, viewer_id: int, conversation_id: int, user_id: int) -> None:
-    """Anyone may leave a group; only an OWNER may remove others.
-
-    When the last OWNER leaves, the longest-standing member becomes OWNER.
-    """
+    """Anyone may leave a group (services.groups.do_leave_group); only an OWNER may remove others."""
+    if user_id == viewer_id:
+        await do_leave_group(database, viewer_id, conversation_id)
+        return
     async with database.transaction() as conn:
         conv = await _lock_group_txn(conn, conversation_id, viewer_id)
         if user_id != viewer_id and conv.role != OWNER:

@@ -28,6 +28,7 @@ from typing import NamedTuple
 from uuid import UUID
 
 from ..db import Database, Row
+from ..errors import RETRY_AFTER_SECONDS, Unavailable
 from ..store import messages
 
 STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)
@@ -58,8 +59,8 @@ async def send_alone(database: Database, conversation_id: int, item: SendItem) -
     return row
 
 
-class ShuttingDown(Exception):
-    """The process stopped before the transaction holding this send ran."""
+class ShuttingDown(Unavailable):
+    """The process stopped before the transaction holding this send ran (retryable: nothing was stored)."""
 
 
 class _Lane:
@@ -132,7 +133,12 @@ class SendBatcher:
             # Cancelled (the process stops): nobody may wait forever.
             for _, future in [*batch, *lane.waiting]:
                 if not future.done():
-                    future.set_exception(ShuttingDown("the server stopped before this message was stored"))
+                    future.set_exception(
+                        ShuttingDown(
+                            f"the server stopped before this message was stored; retry after {RETRY_AFTER_SECONDS} s",
+                            retryAfter=RETRY_AFTER_SECONDS,
+                        )
+                    )
             lane.waiting.clear()
             del self._lanes[conversation_id]
 

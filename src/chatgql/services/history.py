@@ -28,6 +28,27 @@ def too_far_behind(after_seq: int, newest_seq: int, max_catch_up: int) -> bool:
     return newest_seq - after_seq > max_catch_up
 
 
+def replay_ranges(cursors: Sequence[tuple[int, int, int]], bound: int, max_catch_up: int) -> list[tuple[int, int, int]]:
+    """The (conversation, after, last) of cursors that have something to replay, once the replay is
+    known to be within bounds: more than `bound` in all, or more than max_catch_up in one
+    conversation, is ReplayTooLong (a resync) before anything is read. Counters are gap-free, so a
+    range holds exactly last - after items (messages by seq, changes by change seq)."""
+    ranges = [(cid, after, last) for cid, after, last in cursors if last > after]
+    backlog = sum(last - after for _, after, last in ranges)
+    if backlog > bound:
+        raise ReplayTooLong(backlog, bound)
+    for _, after, last in ranges:
+        if too_far_behind(after, last, max_catch_up):
+            raise ReplayTooLong(last - after, max_catch_up)
+    return ranges
+
+
+def sync_page(limit: int, cursors: int, max_messages: int) -> int:
+    """Each cursor's page in a sync of `cursors` cursors under a budget of max_messages in all
+    (at least one each): the service answers it, the operation's price counts it."""
+    return min(limit, max(1, max_messages // max(1, cursors)))
+
+
 async def read_sync(
     database: Database,
     viewer_id: int,
@@ -36,6 +57,7 @@ async def read_sync(
     *,
     max_cursors: int,
     max_catch_up: int,
+    max_messages: int | None = None,
 ) -> list[SyncResult]:
     """Per (conversation_id, after_seq): the messages after it, at most limit, in
     two SQL statements whatever the number of cursors. Unknown or foreign
@@ -43,10 +65,15 @@ async def read_sync(
 
     A cursor more than max_catch_up messages behind its conversation's lastSeq
     gets the newest `limit` messages instead, with too_long set: the client is
-    to drop what it holds of that conversation and start again from there."""
+    to drop what it holds of that conversation and start again from there.
+
+    With max_messages, the answer holds at most that many messages in all (at least one per
+    cursor): each page is min(limit, max_messages // len(cursors)), and hasMore says where more wait."""
     limit = check_page_size(limit, "limit")
     if len(cursors) > max_cursors:
         raise LimitExceeded(f"at most {max_cursors} cursors in one sync")
+    if max_messages is not None:
+        limit = sync_page(limit, len(cursors), max_messages)
     if len({cid for cid, _ in cursors}) != len(cursors):
         raise BadUserInput("each conversationId may appear once in cursors")
     for _, after_seq in cursors:
@@ -70,21 +97,20 @@ async def read_sync(
         found = by_conversation[cid]
         conv = visible[cid]
         results.append(
-            SyncResult(cid, found[:limit], len(found) > limit, conv.last_seq, conv.last_read_seq, cid in too_long)
+            SyncResult(cid, found[:limit], len(found) > limit, conv.last_seq, conv.own_read, cid in too_long)
         )
     return results
 
 
-def catch_up_page(page: PageRequest, last_seq: int, max_catch_up: int) -> tuple[PageRequest, bool]:
-    """messages(after:) for a client more than max_catch_up messages behind (counted up to
-    `before`, or to lastSeq): the newest page of that range instead, and True (the gap was
-    too long to fill). Any other page as asked, and False."""
+def far_behind(page: PageRequest, last_seq: int, max_catch_up: int) -> bool:
+    """MessageConnection.gapTooLong for a forward page (first/after): more than max_catch_up
+    messages between `after` and the newest message the page could reach (lastSeq, or
+    `before`). Advice only ("far behind: consider jumping to the newest page"): the page
+    answered is the one right after `after` all the same. A backward page: False."""
     if page.from_end:
-        return page, False
+        return False
     newest = last_seq if page.before is None else min(last_seq, page.before - 1)
-    if not too_far_behind(page.after, newest, max_catch_up):
-        return page, False
-    return PageRequest(page.after, page.before, page.limit, from_end=True), True
+    return too_far_behind(page.after, newest, max_catch_up)
 
 
 class ReplayTooLong(LimitExceeded):
@@ -137,13 +163,7 @@ async def read_replay(
         for cid, _ in cursors:
             if cid not in visible:
                 raise conversation_not_found(cid)
-        ranges = [(cid, after, visible[cid].last_seq) for cid, after in cursors if visible[cid].last_seq > after]
-        backlog = sum(last - after for _, after, last in ranges)
-        if backlog > bound:
-            raise ReplayTooLong(backlog, bound)
-        for _, after, last in ranges:
-            if too_far_behind(after, last, max_catch_up):
-                raise ReplayTooLong(last - after, max_catch_up)
+        ranges = replay_ranges([(c, a, visible[c].last_seq) for c, a in cursors], bound, max_catch_up)
         pages = await messages.pages(conn, [(cid, after, last + 1, last - after, False) for cid, after, last in ranges])
     held = {cid: max(after, visible[cid].last_seq) for cid, after in cursors}
     return Replay([row for page in pages for row in page], held)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from ..db import Database
-from ..errors import Conflict, conversation_not_found
+from ..db import Database, Row
+from ..errors import BadUserInput, Conflict, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
+from ..store import messages
+from .checks import Attachment
 from .groupcommit import SendBatcher, SendItem, send_alone
+from .mentions import mentions_txn, send_with_mentions
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +24,12 @@ class StoredMessage:
     client_msg_id: UUID
     body: str
     created_at: datetime
+    reply_to_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    message: StoredMessage
+    message: StoredMessage | Row  # a duplicate: the stored row (store.messages.MESSAGE_COLUMNS)
     duplicate: bool
 
 
@@ -36,24 +41,44 @@ async def do_send_message(
     body: str,
     *,
     batcher: SendBatcher | None = None,
+    reply_to: int | None = None,
+    attachments: Sequence[Attachment] = (),
+    mentions: list[int] | None = None,
+    mention_everyone: bool = False,
 ) -> SendResult:
     """Store a message and its message.new event in one transaction (DESIGN.md, "Sending").
 
     The transaction is one statement (store.messages.send), committed before
     this returns: an answer means durably stored. A retry with the same
-    clientMsgId, body and sender returns the stored message (duplicate=True);
-    anything else reusing the clientMsgId is CONFLICT and writes nothing.
+    clientMsgId, body and sender returns the stored message as it is now
+    (duplicate=True), also when it was edited since (the retry carries the
+    original body) or deleted (a tombstone: its body is erased, the same sender
+    is enough); anything else reusing the clientMsgId is CONFLICT and writes nothing.
     The body must already be validated. With a batcher, the send may share
     its transaction with other sends to the conversation (group commit,
     services/groupcommit.py); the answer is the same. Once a stored message has
     committed, the relay is woken (database.events_written), however this was called.
+
+    reply_to: the seq of an earlier message of the conversation this one quotes; the send and the
+    quoted message's reply count are one transaction (never group-committed), and a seq with no
+    earlier message is BAD_USER_INPUT with nothing written. attachments (checked already:
+    check_attachments) are written in the same transaction, never group-committed either.
     """
     message_event = MessageNew(
-        conversation_id=conversation_id, sender_id=sender_id, client_msg_id=client_msg_id, body=body
+        conversation_id=conversation_id,
+        sender_id=sender_id,
+        client_msg_id=client_msg_id,
+        body=body,
+        reply_to_seq=reply_to,
     ).payload()
     read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
-    if batcher is None:
+    everyone = mention_everyone
+    if reply_to is not None or attachments:
+        row = await _send_with_extras(database, conversation_id, item, reply_to, attachments, mentions or [], everyone)
+    elif mentions or everyone:  # members only, stored in the send's transaction (services/mentions.py)
+        row = await send_with_mentions(database, conversation_id, item, mentions or [], everyone)
+    elif batcher is None:
         row = await send_alone(database, conversation_id, item)
     else:
         row = await batcher.send(conversation_id, item)
@@ -65,5 +90,44 @@ async def do_send_message(
             conversationId=str(conversation_id),
             clientMsgId=str(client_msg_id),
         )
-    stored = StoredMessage(conversation_id, row.seq, row.sender_id, client_msg_id, row.body, row.created_at)
-    return SendResult(stored, duplicate=row.outcome == "duplicate")
+    if row.outcome == "duplicate":  # the acknowledged message, as it is now (edited or deleted since, maybe)
+        async with database.connection() as conn:
+            (now,) = await messages.by_keys(conn, [(conversation_id, row.seq)])
+        return SendResult(now, duplicate=True)
+    stored = StoredMessage(conversation_id, row.seq, row.sender_id, client_msg_id, row.body, row.created_at, reply_to)
+    return SendResult(stored, duplicate=False)
+
+
+async def _send_with_extras(
+    database: Database,
+    conversation_id: int,
+    item: SendItem,
+    reply_to: int | None,
+    attachments: Sequence[Attachment],
+    mentioned: list[int],
+    everyone: bool,
+) -> Row:
+    """chat_send, the quoted message's count and the attachments in one transaction (a retry writes
+    nothing again)."""
+    async with database.transaction() as conn:
+        row = await messages.send(
+            conn,
+            conversation_id=conversation_id,
+            sender_id=item.sender_id,
+            client_msg_id=item.client_msg_id,
+            body=item.body,
+            message_event=item.message_event,
+            read_event=item.read_event,
+        )
+        if row.outcome == "stored":
+            if attachments:
+                await messages.insert_attachments_txn(conn, conversation_id, row.seq, attachments)
+            if mentioned or everyone:
+                await mentions_txn(conn, conversation_id, row.seq, mentioned, everyone, item.sender_id)
+            if reply_to is not None and not await messages.set_reply_txn(conn, conversation_id, row.seq, reply_to):
+                raise BadUserInput(
+                    f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
+                    reason="REPLY_TO_NOT_FOUND",
+                )
+            database.events_written(conn)
+    return row

@@ -1,4 +1,8 @@
-"""Read-storm coalescing: the markRead calls of one process, merged per (conversation, user)
+"""How a markRead reaches the database: alone (mark_read_alone), or coalesced with the other
+markRead calls of the process (ReadCoalescer). services/reads.py builds the read.updated
+payload and picks one, as services/messages.py does with groupcommit.py.
+
+Read-storm coalescing: the markRead calls of one process, merged per (conversation, user)
 and written together, one statement and one commit per flush.
 
 A call is queued under its key; a background loop (owned by the app's lifespan) flushes what
@@ -30,20 +34,58 @@ from dataclasses import dataclass
 from itertools import islice
 
 from ..db import Database, Row
-from ..errors import conversation_not_found
-from ..events.types import ReadUpdated
+from ..errors import conversation_not_found, unavailable
 from ..store import reads
 from .checks import check_seq
-from .reads import MarkReadResult
 
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int]  # (conversation_id, user_id)
 
 
+@dataclass(frozen=True, slots=True)
+class MarkReadResult:
+    conversation_id: int
+    last_read_seq: int
+    last_seq: int
+    advanced: bool
+    unread_deleted: int = 0  # deleted messages above last_read_seq: unread = last_seq - last_read_seq - this
+    # The member's own read position: below last_read_seq while a markUnread rewind lasts
+    # (services/reads.py raises it); None: equal to last_read_seq.
+    own_read: int | None = None
+
+
+async def mark_read_alone(
+    database: Database, viewer_id: int, conversation_id: int, seq: int, event: dict
+) -> MarkReadResult:
+    """One markRead, one statement: the watermark update and its read.updated event (`event`,
+    ReadUpdated's payload) are one transaction; the event is written only when the watermark moved."""
+    async with database.connection() as conn:
+        moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)
+        if moved is not None:
+            database.events_written(conn)  # the statement committed its read.updated: wake the relay
+            return MarkReadResult(
+                conversation_id, moved.last_read_seq, moved.last_seq, advanced=True, unread_deleted=moved.unread_deleted
+            )
+        # Nothing moved: read the watermark as it is now (it may be higher than
+        # the update's snapshot showed, if another device just raised it).
+        current = await reads.watermark(conn, conversation_id, viewer_id)
+    if current is None:
+        raise conversation_not_found(conversation_id)
+    return MarkReadResult(
+        conversation_id,
+        current.last_read_seq,
+        current.last_seq,
+        advanced=False,
+        own_read=current.own_read,
+        unread_deleted=current.unread_deleted,
+    )
+
+
 @dataclass(slots=True)
 class _Call:
     seq: int
+    event: dict  # ReadUpdated's payload for the call's key (the same for every call of the key)
     future: asyncio.Future[MarkReadResult]
 
 
@@ -83,13 +125,14 @@ class ReadCoalescer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def mark_read(self, viewer_id: int, conversation_id: int, seq: int) -> MarkReadResult:
-        """do_mark_read's answer, from the flush this call joins (see the module docstring)."""
+    async def mark_read(self, viewer_id: int, conversation_id: int, seq: int, event: dict) -> MarkReadResult:
+        """do_mark_read's answer, from the flush this call joins (see the module docstring).
+        event: ReadUpdated's payload for (conversation_id, viewer_id)."""
         check_seq(seq)
         if self._closing:
-            raise RuntimeError("the server is shutting down")
+            raise unavailable("the server is shutting down")
         future: asyncio.Future[MarkReadResult] = asyncio.get_running_loop().create_future()
-        self._pending.setdefault((conversation_id, viewer_id), []).append(_Call(seq, future))
+        self._pending.setdefault((conversation_id, viewer_id), []).append(_Call(seq, event, future))
         self._wake.set()
         return await future
 
@@ -123,7 +166,7 @@ class ReadCoalescer:
     async def _flush(self, batch: dict[Key, list[_Call]]) -> None:
         keys = list(batch)
         seqs = [max(call.seq for call in calls) for calls in batch.values()]
-        payloads = [ReadUpdated(conversation_id=cid, user_id=uid).payload() for cid, uid in keys]
+        payloads = [calls[0].event for calls in batch.values()]
         try:
             async with self._database.connection() as conn:
                 rows = await reads.advance_watermarks(
@@ -167,4 +210,6 @@ def answer(row: Row, seq: int) -> MarkReadResult:
         # lastSeq as the flush saw it; a watermark read after the snapshot (locked) may be newer
         last_seq=max(row.last_seq, row.last_read_seq),
         advanced=row.moved and min(seq, row.last_seq) > row.before,
+        unread_deleted=row.unread_deleted,
+        own_read=row.own_read,
     )

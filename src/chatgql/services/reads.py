@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from ..db import Database
-from ..errors import conversation_not_found
 from ..events.types import ReadUpdated
-from ..store import reads
 from .checks import check_seq
-
-if TYPE_CHECKING:
-    from .read_coalescing import ReadCoalescer
-
-
-@dataclass(frozen=True, slots=True)
-class MarkReadResult:
-    conversation_id: int
-    last_read_seq: int
-    last_seq: int
-    advanced: bool
+from .membership import raise_own_read
+from .read_coalescing import MarkReadResult, ReadCoalescer, mark_read_alone
 
 
 async def do_mark_read(
@@ -35,17 +23,15 @@ async def do_mark_read(
     answered after that flush committed.
     """
     check_seq(seq)
-    if coalescer is not None:
-        return await coalescer.mark_read(viewer_id, conversation_id, seq)
     event = ReadUpdated(conversation_id=conversation_id, user_id=viewer_id).payload()
-    async with database.connection() as conn:
-        moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)
-        if moved is not None:
-            database.events_written(conn)  # the statement committed its read.updated: wake the relay
-            return MarkReadResult(conversation_id, moved.last_read_seq, moved.last_seq, advanced=True)
-        # Nothing moved: read the watermark as it is now (it may be higher than
-        # the update's snapshot showed, if another device just raised it).
-        current = await reads.watermark(conn, conversation_id, viewer_id)
-    if current is None:
-        raise conversation_not_found(conversation_id)
-    return MarkReadResult(conversation_id, current.last_read_seq, current.last_seq, advanced=False)
+    if coalescer is not None:
+        result = await coalescer.mark_read(viewer_id, conversation_id, seq, event)
+    else:
+        result = await mark_read_alone(database, viewer_id, conversation_id, seq, event)
+    if result.own_read is not None and result.own_read < min(seq, result.last_seq):
+        # A markUnread rewind and a seq below the watermark: only the viewer's own read position
+        # rises (a second statement, only while a rewind lasts).
+        own = await raise_own_read(database, viewer_id, conversation_id, seq)
+        if own is not None:
+            return replace(result, own_read=own)
+    return result

@@ -3,23 +3,74 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..db import Connection, Row
 
-_CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at"
+_CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq"
+
+# The member's own state (0011), as SQL over conversation_member m joined with conversation c:
+# OWN_READ: the member's own read position: markUnread's own_read_seq while the public watermark
+#   has not moved since it was set, else the watermark (a later markRead or send ends the rewind);
+# MUTED: muted, and the mute has not expired; ARCHIVED: archived, and no message came after it
+#   (unless kept archived).
+OWN_READ = (
+    "(CASE WHEN m.own_read_seq IS NOT NULL AND m.own_read_below = m.last_read_seq"
+    " THEN m.own_read_seq ELSE m.last_read_seq END)"
+)
+MUTED = "(m.muted AND (m.muted_until IS NULL OR m.muted_until > now()))"
+ARCHIVED = "(m.archived_seq IS NOT NULL AND (m.keep_archived OR c.last_seq <= m.archived_seq))"
+# The viewer's membership as a Conversation shows it (graphql/types.py Conversation.from_row).
+# UNREAD_DELETED: deleted messages above the member's own read position: the counter kept on write
+#   (0010, above last_read_seq), plus, while markUnread's rewind holds, the deleted ones it rewound over
+#   (counted on message_change_deleted_idx within the rewound range only, never over the history).
+UNREAD_DELETED = (
+    "(m.unread_deleted + CASE WHEN m.own_read_seq IS NOT NULL AND m.own_read_below = m.last_read_seq"
+    " THEN (SELECT count(*) FROM message_change d WHERE d.conversation_id = m.conversation_id"
+    " AND d.kind = 'DELETED' AND d.seq > m.own_read_seq AND d.seq <= m.last_read_seq) ELSE 0 END)"
+)
+# UNREAD: what unreadCount says
+UNREAD = f"(c.last_seq - {OWN_READ} - {UNREAD_DELETED})"
+VIEWER_COLUMNS = (
+    f"m.last_read_seq, m.role, {OWN_READ} AS own_read, {MUTED} AS muted, m.muted_until,"
+    f" {ARCHIVED} AS archived, m.keep_archived, m.pinned_at, m.receipts_private, {UNREAD_DELETED} AS unread_deleted"
+)
+# What an inbox page reads when its nodes select none of the membership's settings (muted, archived,
+# lastChangeSeq, privateReceipts...: graphql/types.py Conversation.PLAIN_FIELDS): the unread count and
+# the pin only. Fewer columns to decode per row (speed: the inbox page, bench/results/perf.md).
+_INBOX_PLAIN_COLUMNS = (
+    "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at,"
+    f" {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted, m.pinned_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxFilter:
+    """Which of the viewer's conversations an inbox page lists; None: either.
+    The default inbox: every conversation that is not archived."""
+
+    archived: bool | None = False
+    unread_only: bool = False
+    pinned: bool | None = None
+    muted: bool | None = None
+
+
+DEFAULT_INBOX = InboxFilter()
+# An inbox keyset: (activity_at, conversation_id, pinned_at) of the last row of the previous page.
+InboxKey = tuple[datetime, int, datetime | None]
 
 
 async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: int) -> Row | None:
     """Lock the conversation row (sends and membership changes queue up on it).
 
-    Returns (type, last_seq, member_count, now, role) where role is the caller's
+    Returns (type, title, last_seq, member_count, now, role) where role is the caller's
     role or None when the caller is not a member; None when the conversation does
     not exist.
     """
     return await conn.fetchrow(
         """
-        SELECT c.type, c.last_seq, c.member_count, m.role,
+        SELECT c.type, c.title, c.last_seq, c.member_count, m.role,
                -- taken under the lock, never before the previous message's time
                greatest(clock_timestamp(), c.last_message_at) AS now
           FROM conversation c
@@ -78,9 +129,10 @@ async def insert_members(
         return []
     rows = await conn.fetch(
         """
-        INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq)
-        SELECT $1, u.user_id, u.role, $4
+        INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq, receipts_private)
+        SELECT $1, u.user_id, u.role, $4, coalesce(s.private_receipts, false)
           FROM unnest($2::bigint[], $3::text[]) AS u(user_id, role)
+          LEFT JOIN user_setting s ON s.user_id = u.user_id  -- private read receipts by default (0011b)
         ON CONFLICT (conversation_id, user_id) DO NOTHING
         RETURNING user_id
         """,
@@ -111,7 +163,8 @@ async def delete_member(conn: Connection, conversation_id: int, user_id: int) ->
 
 
 async def promote_if_ownerless(conn: Connection, conversation_id: int) -> int | None:
-    """When no OWNER remains, make the longest-standing member the OWNER; returns their id."""
+    """When no OWNER remains, make the longest-standing ADMIN the OWNER, or with no ADMIN the
+    longest-standing member; returns their id."""
     return await conn.fetchval(
         """
         UPDATE conversation_member SET role = 'OWNER'
@@ -120,7 +173,7 @@ async def promote_if_ownerless(conn: Connection, conversation_id: int) -> int | 
                             WHERE conversation_id = $1 AND role = 'OWNER')
            AND user_id = (SELECT user_id FROM conversation_member
                            WHERE conversation_id = $1
-                           ORDER BY joined_at, user_id LIMIT 1)
+                           ORDER BY role = 'ADMIN' DESC, joined_at, user_id LIMIT 1)
         RETURNING user_id
         """,
         conversation_id,
@@ -153,7 +206,7 @@ async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id:
     """The conversations among ids that user_id is a member of, with the viewer's watermark."""
     return await conn.fetch(
         f"""
-        SELECT {_CONVERSATION_COLUMNS}, m.last_read_seq, m.role
+        SELECT {_CONVERSATION_COLUMNS}, {VIEWER_COLUMNS}
           FROM conversation c
           JOIN conversation_member m ON m.conversation_id = c.id AND m.user_id = $2
          WHERE c.id = ANY($1::bigint[])
@@ -163,64 +216,123 @@ async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id:
     )
 
 
-async def inbox_page(conn: Connection, user_id: int, limit: int, after: tuple[datetime, int] | None) -> list[Row]:
-    """The viewer's conversations, newest activity first, keyset-paginated on
-    (coalesce(last_message_at, created_at), id). Fetch limit + 1 to learn hasNextPage."""
-    page, args = _inbox_page_query(user_id, limit, after)
+async def inbox_page(
+    conn: Connection,
+    user_id: int,
+    limit: int,
+    after: InboxKey | None,
+    only: InboxFilter = DEFAULT_INBOX,
+    *,
+    settings: bool = True,
+) -> list[Row]:
+    """The viewer's conversations that pass `only`: pinned ones first, in the order they were
+    pinned, then the others, newest activity first; keyset-paginated on
+    (pinned_at, coalesce(last_message_at, created_at), id). Fetch limit + 1 to learn hasNextPage.
+    settings=False: without the membership's settings columns (_INBOX_PLAIN_COLUMNS)."""
+    page, args = _inbox_page_query(user_id, limit, after, only, settings)
     return await conn.fetch(page, *args)
 
 
-def _inbox_page_query(user_id: int, limit: int, after: tuple[datetime, int] | None) -> tuple[str, list[object]]:
-    """The inbox page's SELECT and its arguments ($1 user, $2 limit, $3-$4 the keyset)."""
+def _inbox_page_query(
+    user_id: int, limit: int, after: InboxKey | None, only: InboxFilter, settings: bool = True
+) -> tuple[str, list[object]]:
+    """The inbox page's SELECT and its arguments ($1 user, $2 limit, then the keyset and filters).
+    One statement whatever the filters: they are conditions on the rows the page reads anyway
+    (every membership of the viewer, by conversation_member_user_id_idx)."""
     args: list[object] = [user_id, limit]
-    keyset = ""
+
+    def arg(value: object) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    where = []
     if after is not None:
-        keyset = "AND (coalesce(c.last_message_at, c.created_at), c.id) < ($3::timestamptz, $4::bigint)"
-        args += after
+        at, cid, pinned_at = after
+        older = f"(coalesce(c.last_message_at, c.created_at), c.id) < ({arg(at)}::timestamptz, {arg(cid)}::bigint)"
+        if pinned_at is None:  # past the pinned ones
+            where.append(f"m.pinned_at IS NULL AND {older}")
+        else:
+            pin = arg(pinned_at)
+            where.append(
+                f"(m.pinned_at IS NULL OR m.pinned_at > {pin}::timestamptz"
+                f" OR (m.pinned_at = {pin}::timestamptz AND {older}))"
+            )
+    if only.archived is not None:
+        where.append(f"{ARCHIVED} = {arg(only.archived)}::boolean")
+    if only.unread_only:
+        where.append(f"{UNREAD} > 0")
+    if only.pinned is not None:
+        where.append(f"(m.pinned_at IS NOT NULL) = {arg(only.pinned)}::boolean")
+    if only.muted is not None:
+        where.append(f"{MUTED} = {arg(only.muted)}::boolean")
+    conditions = "".join(f" AND {condition}" for condition in where)
     page = f"""
-        SELECT {_CONVERSATION_COLUMNS}, m.last_read_seq, m.role,
+        SELECT {f"{_CONVERSATION_COLUMNS}, {VIEWER_COLUMNS}" if settings else _INBOX_PLAIN_COLUMNS},
                coalesce(c.last_message_at, c.created_at) AS activity_at
           FROM conversation_member m
           JOIN conversation c ON c.id = m.conversation_id
-         WHERE m.user_id = $1 {keyset}
-         ORDER BY activity_at DESC, c.id DESC
+         WHERE m.user_id = $1{conditions}
+         ORDER BY m.pinned_at, activity_at DESC, c.id DESC
          LIMIT $2
         """
     return page, args
 
 
 async def inbox_page_with_last_messages(
-    conn: Connection, user_id: int, limit: int, after: tuple[datetime, int] | None
+    conn: Connection,
+    user_id: int,
+    limit: int,
+    after: InboxKey | None,
+    only: InboxFilter = DEFAULT_INBOX,
+    *,
+    settings: bool = True,
+    lifecycle: bool = True,
 ) -> list[Row]:
     """inbox_page, each row with its conversation's last message (the one at last_seq) in the
-    columns lm_sender_id, lm_client_msg_id, lm_body, lm_created_at (null when it has none): one
-    statement for a page of conversations and their previews (the page, then the messages by
-    key, was two round trips)."""
-    page, args = _inbox_page_query(user_id, limit, after)
+    columns lm_sender_id, lm_client_msg_id, lm_body, lm_created_at, and with lifecycle (edits,
+    deletes, replies) lm_edited_at, lm_deleted_at, lm_deleted_by, lm_reply_to_seq, lm_reply_count,
+    lm_last_reply_at (null when it has none): one statement for a page of conversations and their
+    previews (the page, then the messages by key, was two round trips)."""
+    page, args = _inbox_page_query(user_id, limit, after, only, settings)
+    columns = _LAST_MESSAGE_COLUMNS if lifecycle else _LAST_MESSAGE_COLUMNS[:4]
     return await conn.fetch(
         f"""
-        SELECT p.*, lm.sender_id AS lm_sender_id, lm.client_msg_id AS lm_client_msg_id,
-               lm.body AS lm_body, lm.created_at AS lm_created_at
+        SELECT p.*, {", ".join(f"lm.{column} AS lm_{column}" for column in columns)}
           FROM ({page}) p
           -- LATERAL ... LIMIT 1: one index probe of one partition per conversation, whatever
           -- the planner thinks of the table's size (a plain join may become a hash join that
-          -- scans every partition; tests/test_partitioning.py)
+          -- scans every partition; tests/store/test_partitioning.py)
           LEFT JOIN LATERAL (
-            SELECT sender_id, client_msg_id, body, created_at FROM message
+            SELECT {", ".join(columns)} FROM message
              WHERE conversation_id = p.id AND seq = p.last_seq
              LIMIT 1
           ) lm ON true
-         ORDER BY p.activity_at DESC, p.id DESC
+         ORDER BY p.pinned_at, p.activity_at DESC, p.id DESC
         """,
         *args,
     )
 
 
+_LAST_MESSAGE_COLUMNS = (
+    "sender_id",
+    "client_msg_id",
+    "body",
+    "created_at",  # the four above: without lifecycle
+    "edited_at",
+    "deleted_at",
+    "deleted_by",
+    "reply_to_seq",
+    "reply_count",
+    "last_reply_at",
+)
+
+
 async def viewer_totals(conn: Connection, user_id: int) -> Row:
+    """(total_unread, unread_conversations) over the viewer's conversations that are not muted."""
     return await conn.fetchrow(
-        """
-        SELECT coalesce(sum(c.last_seq - m.last_read_seq), 0) AS total_unread,
-               count(*) FILTER (WHERE c.last_seq > m.last_read_seq) AS unread_conversations
+        f"""
+        SELECT coalesce(sum({UNREAD}) FILTER (WHERE NOT {MUTED}), 0) AS total_unread,
+               count(*) FILTER (WHERE {UNREAD} > 0 AND NOT {MUTED}) AS unread_conversations
           FROM conversation_member m
           JOIN conversation c ON c.id = m.conversation_id
          WHERE m.user_id = $1

@@ -7,7 +7,12 @@ from uuid import UUID
 
 from ..db import Connection, Row
 
-_MESSAGE_COLUMNS = "conversation_id, seq, sender_id, client_msg_id, body, created_at"
+# What every read of a message selects: graphql's Message.from_row and the change events
+# (events/types.py MessageChange) take these names.
+MESSAGE_COLUMNS = (
+    "conversation_id, seq, sender_id, client_msg_id, body, created_at, edited_at, deleted_at, deleted_by,"
+    " reply_to_seq, reply_count, last_reply_at"
+)
 _NO_BOUND = 2**63 - 1
 
 
@@ -83,7 +88,7 @@ async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None,
             SELECT k.i, m.* FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[])
                                  AS k(i, cid, after_seq, before_seq, lim)
             CROSS JOIN LATERAL (
-                SELECT {_MESSAGE_COLUMNS} FROM message
+                SELECT {MESSAGE_COLUMNS} FROM message
                  WHERE conversation_id = k.cid AND seq > k.after_seq AND seq < k.before_seq
                  ORDER BY seq {order}
                  LIMIT k.lim
@@ -110,7 +115,7 @@ async def _page(
     order = "DESC" if from_end else "ASC"
     return await conn.fetch(
         f"""
-        SELECT {_MESSAGE_COLUMNS} FROM message
+        SELECT {MESSAGE_COLUMNS} FROM message
          WHERE conversation_id = $1 AND seq > $2 AND seq < $3
          ORDER BY seq {order}
          LIMIT $4
@@ -133,7 +138,7 @@ async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row
         f"""
         SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, seq)
         CROSS JOIN LATERAL (
-            SELECT {_MESSAGE_COLUMNS} FROM message
+            SELECT {MESSAGE_COLUMNS} FROM message
              WHERE conversation_id = k.cid AND seq = k.seq
              LIMIT 1
         ) m
@@ -149,7 +154,7 @@ async def after_many(conn: Connection, cursors: Sequence[tuple[int, int]], limit
         f"""
         SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, after_seq)
         CROSS JOIN LATERAL (
-            SELECT {_MESSAGE_COLUMNS} FROM message
+            SELECT {MESSAGE_COLUMNS} FROM message
              WHERE conversation_id = k.cid AND seq > k.after_seq
              ORDER BY seq
              LIMIT $3
@@ -159,4 +164,86 @@ async def after_many(conn: Connection, cursors: Sequence[tuple[int, int]], limit
         [c[0] for c in cursors],
         [c[1] for c in cursors],
         limit,
+    )
+
+
+async def set_reply_txn(conn: Connection, conversation_id: int, seq: int, reply_to_seq: int) -> bool:
+    """Make message seq a reply to reply_to_seq (an earlier message of the conversation), counting it on the
+    quoted one (inside the send's transaction). False when there is no such earlier message: nothing written."""
+    counted = await conn.fetchval(
+        """
+        UPDATE message SET reply_count = reply_count + 1, last_reply_at = clock_timestamp()
+         WHERE conversation_id = $1 AND seq = $3 AND seq < $2
+        RETURNING seq
+        """,
+        conversation_id,
+        seq,
+        reply_to_seq,
+    )
+    if counted is None:
+        return False
+    await conn.execute(
+        "UPDATE message SET reply_to_seq = $3 WHERE conversation_id = $1 AND seq = $2",
+        conversation_id,
+        seq,
+        reply_to_seq,
+    )
+    return True
+
+
+async def reply_pages(conn: Connection, keys: Sequence[tuple[int, int, int, int]]) -> list[Row]:
+    """(conversation_id, reply_to_seq, after_seq, limit) -> rows (i, message columns...): the replies to a message
+    with seq > after, ascending, at most limit; one statement (message_reply_idx, one partition per key)."""
+    return await conn.fetch(
+        f"""
+        SELECT k.i, m.* FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[])
+                             WITH ORDINALITY AS k(cid, root, after_seq, lim, i)
+        CROSS JOIN LATERAL (
+            SELECT {MESSAGE_COLUMNS} FROM message
+             WHERE conversation_id = k.cid AND reply_to_seq = k.root AND seq > k.after_seq
+             ORDER BY seq
+             LIMIT k.lim
+        ) m
+        ORDER BY k.i, m.seq
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [k[2] for k in keys],
+        [k[3] for k in keys],
+    )
+
+
+async def insert_attachments_txn(conn: Connection, conversation_id: int, seq: int, items: Sequence[tuple]) -> None:
+    """A new message's attachments, (url, mime_type, name, size_bytes, width, height) in order (the send's
+    transaction)."""
+    await conn.execute(
+        """
+        INSERT INTO message_attachment (conversation_id, seq, position, url, mime_type, name, size_bytes, width, height)
+        SELECT $1, $2, a.position, a.url, a.mime_type, a.name, a.size_bytes, a.width, a.height
+          FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[])
+               WITH ORDINALITY AS a(url, mime_type, name, size_bytes, width, height, position)
+        """,
+        conversation_id,
+        seq,
+        [a[0] for a in items],
+        [a[1] for a in items],
+        [a[2] for a in items],
+        [a[3] for a in items],
+        [a[4] for a in items],
+        [a[5] for a in items],
+    )
+
+
+async def attachments(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
+    """The attachments of messages (conversation_id, seq), in position order."""
+    return await conn.fetch(
+        """
+        SELECT a.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, seq)
+        CROSS JOIN LATERAL (
+            SELECT conversation_id, seq, position, url, mime_type, name, size_bytes, width, height
+              FROM message_attachment WHERE conversation_id = k.cid AND seq = k.seq ORDER BY position
+        ) a
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..db import Connection, Row
+from . import webhooks
 
 
 async def append(conn: Connection, events: Sequence[tuple[str, dict]]) -> None:
@@ -32,13 +33,20 @@ def shard_slots(shard: int, shards: int) -> list[int]:
 
 
 async def oldest(
-    conn: Connection, slots: Sequence[int], limit: int, *, text: bool = False, delete: Sequence[int] = ()
+    conn: Connection,
+    slots: Sequence[int],
+    limit: int,
+    *,
+    text: bool = False,
+    delete: Sequence[int] = (),
+    queue_kinds: Sequence[str] = (),
 ) -> list[Row]:
     """The next events of these slots to relay, at most `limit`, in id order, each with
     `created`: its transaction's time (epoch seconds), the commit time the live path's
     delay bound counts from. text: `payload` as its JSON text (what Kafka and the bus
     carry: the relay then never decodes it), else decoded. delete: ids of rows already
-    relayed, deleted by the same statement (one round trip per relay cycle, not two).
+    relayed, deleted by the same statement (one round trip per relay cycle, not two); those of
+    the kinds in queue_kinds are copied into the webhook queue by it (see `delete`).
 
     Each slot's rows come from its own (slot, id) index range, so a shard reads only its
     own rows however long the others' backlog is. Whatever is returned is, for every
@@ -46,7 +54,8 @@ async def oldest(
     """
     payload = "payload::text AS payload" if text else "payload"
     # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it
-    # deletes, so it leaves them out itself. The ids to delete are always the last parameter.
+    # deletes, so it leaves them out itself. The ids to delete are the last parameter but one
+    # (the last: the kinds to queue for webhooks).
     if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
         args: list = [limit]
         where = ""
@@ -54,7 +63,7 @@ async def oldest(
             args.append(list(delete))
             where = " WHERE o.id <> ALL($2::bigint[])"
         return await conn.fetch(
-            _deleting(delete, len(args))
+            _deleting(delete, args, queue_kinds)
             + f"SELECT o.id, o.slot, o.msg_key, o.{payload}, extract(epoch FROM o.created_at)::float8 AS created"
             + f" FROM outbox o{where} ORDER BY o.id LIMIT $1",
             *args,
@@ -65,7 +74,7 @@ async def oldest(
         args.append(list(delete))
         not_gone = "AND o.id <> ALL($3::bigint[])"
     return await conn.fetch(
-        _deleting(delete, len(args))
+        _deleting(delete, args, queue_kinds)
         + f"""
         SELECT e.id, e.slot, e.msg_key, e.{payload}, extract(epoch FROM e.created_at)::float8 AS created
           FROM unnest($1::smallint[]) AS s(slot)
@@ -80,12 +89,29 @@ async def oldest(
     )
 
 
-def _deleting(ids: Sequence[int], param: int) -> str:
-    return f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${param}::bigint[])) " if ids else ""
+def _deleting(ids: Sequence[int], args: list, queue_kinds: Sequence[str]) -> str:
+    """The WITH clause deleting `ids` (the last of `args`), copying the rows of `queue_kinds`
+    into the webhook queue (appended to `args`)."""
+    if not ids:
+        return ""
+    if not queue_kinds:
+        return f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${len(args)}::bigint[])) "
+    args.append(list(queue_kinds))
+    return (
+        f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${len(args) - 1}::bigint[]) RETURNING *), "
+        f"queued AS ({webhooks.queue_from('gone', len(args))}) "
+    )
 
 
-async def delete(conn: Connection, ids: Sequence[int]) -> None:
-    await conn.execute("DELETE FROM outbox WHERE id = ANY($1::bigint[])", list(ids))
+async def delete(conn: Connection, ids: Sequence[int], queue_kinds: Sequence[str] = ()) -> None:
+    """Delete relayed rows; those of the kinds in queue_kinds are copied into the webhook queue
+    by the same statement: an event is queued once, as it leaves the outbox (the relay deletes
+    a row only after publishing it), whether it goes through Kafka or not."""
+    args: list = [list(ids)]
+    if queue_kinds:
+        await conn.execute(_deleting(ids, args, queue_kinds) + "SELECT 1", *args)
+        return
+    await conn.execute("DELETE FROM outbox WHERE id = ANY($1::bigint[])", *args)
 
 
 async def backlog(conn: Connection, shards: int) -> list[Row]:

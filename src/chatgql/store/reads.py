@@ -3,38 +3,38 @@
 from __future__ import annotations
 
 from ..db import Connection, Row
-from ..events.types import ReadUpdated
+from .conversations import OWN_READ, UNREAD_DELETED
 
-# The key of the read.updated payload these statements fill in with the new watermark (its
-# definition names it; tests/events/test_event_types.py checks it is all they fill in).
-_WATERMARK_KEY = ReadUpdated.key("last_read_seq")
-assert _WATERMARK_KEY.isidentifier()  # spliced into the SQL below as a string literal
+# The statements below complete the read.updated payload the service passes in with the one key
+# its definition leaves to the store, 'lastReadSeq' (events/types.py: ReadUpdated.last_read_seq),
+# as chat_send does for its events; tests/events/test_event_types.py checks both.
 
 
 async def advance_watermark(conn: Connection, conversation_id: int, user_id: int, seq: int, event: dict) -> Row | None:
     """The monotonic, clamped update of DESIGN.md, and its read.updated outbox
     row, in one statement (so one transaction even in autocommit).
 
-    Returns (last_read_seq, last_seq) when the watermark moved forward; None
+    Returns (last_read_seq, last_seq, unread_deleted) when the watermark moved forward; None
     when it did not (a seq at or below it, nothing newer, or not a member),
     and then no event is written. Concurrent calls serialise on the member
     row and re-check the condition, so the watermark only takes the maximum.
     event: the read.updated payload (ReadUpdated.payload()); lastReadSeq is filled in here.
     """
     return await conn.fetchrow(
-        f"""
+        """
         WITH moved AS (
             UPDATE conversation_member m SET last_read_seq = LEAST($3::bigint, c.last_seq)
               FROM conversation c
              WHERE c.id = m.conversation_id AND m.conversation_id = $1::bigint AND m.user_id = $2::bigint
                AND m.last_read_seq < LEAST($3::bigint, c.last_seq)
-            RETURNING m.last_read_seq, c.last_seq
+               AND NOT m.receipts_private  -- private receipts: the own read position only (services/reads.py)
+            RETURNING m.last_read_seq, c.last_seq, m.unread_deleted
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object('{_WATERMARK_KEY}', moved.last_read_seq)
+            SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object('lastReadSeq', moved.last_read_seq)
               FROM moved
         )
-        SELECT last_read_seq, last_seq FROM moved
+        SELECT last_read_seq, last_seq, unread_deleted FROM moved
         """,
         conversation_id,
         user_id,
@@ -44,10 +44,12 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
 
 
 async def watermark(conn: Connection, conversation_id: int, user_id: int) -> Row | None:
-    """(last_read_seq, last_seq) for a member; None when user_id is not a member."""
+    """(last_read_seq, last_seq, own_read, unread_deleted) for a member; None when user_id is not a member.
+    own_read: the member's own read position (below last_read_seq after a markUnread); unread_deleted:
+    the deleted messages above it."""
     return await conn.fetchrow(
-        """
-        SELECT m.last_read_seq, c.last_seq
+        f"""
+        SELECT m.last_read_seq, c.last_seq, {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
           FROM conversation_member m
           JOIN conversation c ON c.id = m.conversation_id
          WHERE m.conversation_id = $1 AND m.user_id = $2
@@ -66,11 +68,13 @@ async def advance_watermarks(
 
     One row per key that is a member (a key that is not, or whose row is deleted while this
     statement waits for it, has none):
-    (conversation_id, user_id, last_seq, last_read_seq, moved, before)
+    (conversation_id, user_id, last_seq, last_read_seq, moved, before, own_read, unread_deleted)
     - last_seq: the conversation's lastSeq the clamp used;
     - moved: this statement raised the watermark, from `before` to last_read_seq;
     - before: the watermark just before this statement raised it (the latest committed one: the
-      row is locked first), or, when it did not move, equal to last_read_seq.
+      row is locked first), or, when it did not move, equal to last_read_seq;
+    - own_read: the member's own read position, below the watermark while a markUnread rewind
+      lasts (as of the snapshot); a key that moved has ended its rewind: last_read_seq.
 
     Rows that will move are locked in key order (two flushes never deadlock; the locks are taken
     before any update), then updated: the lock makes `before` exact even when another process
@@ -83,7 +87,8 @@ async def advance_watermarks(
         WITH req AS (
             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
         ), snap AS (
-            SELECT r.cid, r.uid, r.event, m.last_read_seq, c.last_seq, LEAST(r.seq, c.last_seq) AS target
+            SELECT r.cid, r.uid, r.event, m.last_read_seq, c.last_seq, LEAST(r.seq, c.last_seq) AS target,
+                   {OWN_READ} AS own_read, m.receipts_private AS private, {UNREAD_DELETED} AS unread_deleted
               FROM req r
               JOIN conversation_member m ON m.conversation_id = r.cid AND m.user_id = r.uid
               JOIN conversation c ON c.id = r.cid
@@ -91,29 +96,31 @@ async def advance_watermarks(
             SELECT m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq AS before, s.target, s.event
               FROM snap s
               JOIN conversation_member m ON m.conversation_id = s.cid AND m.user_id = s.uid
-             WHERE s.last_read_seq < s.target
+             WHERE s.last_read_seq < s.target AND NOT s.private
              ORDER BY m.conversation_id, m.user_id
                FOR UPDATE OF m
         ), moved AS (
             UPDATE conversation_member m SET last_read_seq = l.target
               FROM locked l
              WHERE m.conversation_id = l.cid AND m.user_id = l.uid AND m.last_read_seq < l.target
-            RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq
+            RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq, m.unread_deleted
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT mv.cid::text, l.event || jsonb_build_object('{_WATERMARK_KEY}', mv.last_read_seq)
+            SELECT mv.cid::text, l.event || jsonb_build_object('lastReadSeq', mv.last_read_seq)
               FROM moved mv JOIN locked l ON l.cid = mv.cid AND l.uid = mv.uid
              ORDER BY mv.cid, mv.uid
         )
         SELECT s.cid AS conversation_id, s.uid AS user_id, s.last_seq,
                COALESCE(mv.last_read_seq, l.before, s.last_read_seq) AS last_read_seq,
                mv.cid IS NOT NULL AS moved,
-               COALESCE(l.before, s.last_read_seq) AS before
+               COALESCE(l.before, s.last_read_seq) AS before,
+               CASE WHEN mv.cid IS NOT NULL THEN mv.last_read_seq ELSE s.own_read END AS own_read,
+               CASE WHEN mv.cid IS NOT NULL THEN mv.unread_deleted ELSE s.unread_deleted END AS unread_deleted
           FROM snap s
           LEFT JOIN locked l ON l.cid = s.cid AND l.uid = s.uid
           LEFT JOIN moved mv ON mv.cid = s.cid AND mv.uid = s.uid
          -- a row that was to move but could not be locked was deleted meanwhile (the member left)
-         WHERE NOT (s.last_read_seq < s.target AND l.cid IS NULL)
+         WHERE NOT (s.last_read_seq < s.target AND NOT s.private AND l.cid IS NULL)
         """,
         conversation_ids,
         user_ids,

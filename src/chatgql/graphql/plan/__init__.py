@@ -17,7 +17,7 @@ operationName) and runs closures afterwards:
 The non-public API of graphql-core and Strawberry it relies on is in chatgql/compat.py.
 
 The API's meaning stays in types.py, queries.py and mutations.py: the plan
-calls the same resolver functions. tests/test_planner_differential.py runs
+calls the same resolver functions. tests/graphql/plan/test_planner_differential.py runs
 every document the test suite sends, and thousands of generated ones, through
 both executors and requires identical JSON.
 """

@@ -301,12 +301,18 @@ class _Compiler:
         if not field_def.args and not node.arguments:
             return None
         registry, config = self.scalar_registry, self.config
-        plain = compat.plain_arguments(sf, registry, config)
+        plain, others = compat.split_arguments(sf, registry, config)
+        other_arguments = [argument for _, argument in others]
 
         def convert(coerced: dict) -> dict:
-            if plain is not None:  # scalars only: what convert_arguments answers, without its walk
-                return {python: coerced[name] for name, python in plain if name in coerced}
-            return compat.convert_arguments(coerced, sf.arguments, scalar_registry=registry, config=config)
+            # scalars: what convert_arguments answers for them, without its walk; the others (input
+            # objects, lists) through it, when given
+            kwargs = {python: coerced[name] for name, python in plain if name in coerced}
+            if any(name in coerced for name, _ in others):
+                kwargs.update(
+                    compat.convert_arguments(coerced, other_arguments, scalar_registry=registry, config=config)
+                )
+            return kwargs
 
         if not any(_reads_variables(argument.value) for argument in node.arguments or ()):
             coerced = get_argument_values(field_def, node, self.variables)

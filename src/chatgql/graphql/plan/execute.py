@@ -4,7 +4,8 @@ The functions here mirror graphql-core 3.3's Executor (execute_fields,
 execute_fields_serially, complete_value and its list/leaf/object cases,
 handle_field_error, CollectedErrors) step for step, in the same order, with
 the same coroutines gathered at the same points (gather_with_cancel for
-siblings, a single awaitable awaited directly). That is what keeps the answer
+siblings, graphql/gather.py's, which graphql-core's executor uses too; a single
+awaitable awaited directly). That is what keeps the answer
 identical, including the order of errors and which errors survive non-null
 propagation, and what keeps DataLoader batching as it was: every field of every
 item of a list is started before anything is awaited, so loaders see the whole
@@ -20,10 +21,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from graphql import GraphQLError, located_error
-from graphql.pyutils import Path, Undefined, gather_with_cancel, inspect, is_iterable
+from graphql.pyutils import Path, Undefined, inspect, is_iterable
 
 from ... import compat
 from ...compat import is_awaitable
+from ..gather import gather_with_cancel
 from .info import resolve_info
 
 _background: set[asyncio.Future] = set()  # settling awaitables abandoned by an error (see settle)

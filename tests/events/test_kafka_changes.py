@@ -1,0 +1,46 @@
+"""Edits and deletes reach subscribers through the outbox, the relay, a real Kafka and the consumer,
+carrying the message with its id, and keep their place in the conversation's order (keyed by it)."""
+
+from __future__ import annotations
+
+from chatgql import cli
+from chatgql.services.erase import erase_user
+
+from ..support.live import ChatApi, wait_active_subscriptions, ws_connect
+
+CHANGED = """
+subscription($c: ID) {
+  messageChanged(conversationId: $c) { changeSeq kind seq reason message { id body editedAt deletedAt deletedBy } }
+}
+"""
+
+
+async def test_edits_and_deletes_arrive_on_messagechanged_through_kafka_in_change_seq_order(kafka_server, http):
+    api = ChatApi.of(kafka_server, http)
+    cid = await api.create_group(1, [2])
+    await api.send(1, cid, "one")
+    await api.send(1, cid, "two")
+    async with await ws_connect(kafka_server, 2) as ws:
+        op = await ws.subscribe(CHANGED, {"c": cid})
+        await wait_active_subscriptions(kafka_server, 1)
+        await api.data(
+            'mutation($c: ID!) { editMessage(conversationId: $c, seq: 1, body: "uno") { changeSeq } }',
+            {"c": cid},
+            user=1,
+        )
+        await api.data(
+            "mutation($c: ID!) { deleteMessage(conversationId: $c, seq: 2) { changeSeq } }", {"c": cid}, user=1
+        )
+        # the operator's erase of user 1 (another process, as `chatgql erase-user 1`): seq 2 is a tombstone already
+        operator = kafka_server.settings.model_copy(update={"migrate_on_start": False})
+        assert await cli._with_database(operator, lambda database: erase_user(database, 1)) == 1
+        got = [e["messageChanged"] for e in await op.collect(3, timeout=60)]
+    assert [(g["changeSeq"], g["kind"], g["seq"]) for g in got] == [
+        (1, "EDITED", 1),
+        (2, "DELETED", 2),
+        (3, "DELETED", 1),
+    ]
+    assert got[0]["message"]["body"] == "uno" and got[0]["message"]["editedAt"] is not None
+    assert got[1]["message"]["body"] == "" and got[1]["message"]["deletedBy"] == "1"
+    assert got[2]["message"]["body"] == "" and got[2]["message"]["deletedAt"] and got[2]["message"]["deletedBy"] is None
+    assert [g["reason"] for g in got] == [None, None, "ERASE"]

@@ -1,0 +1,131 @@
+"""The CPU meter of an HTTP request (graphql/meter.py): its own tasks' CPU time, not the clock's."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import pytest
+
+from chatgql.graphql import meter
+
+
+def burn(seconds: float) -> None:
+    """Spend this thread's CPU time."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+async def steps(count: int, each: float) -> str:
+    for _ in range(count):
+        burn(each)
+        await asyncio.sleep(0)
+    return "done"
+
+
+@pytest.fixture(autouse=True)
+async def _factory() -> None:
+    meter.install(asyncio.get_running_loop())
+
+
+async def test_a_request_past_its_cpu_time_ends_and_its_task_goes_on():
+    with pytest.raises(meter.CpuLimitExceeded):
+        await meter.within_cpu(steps(100, 0.005), 0.02)
+    await asyncio.sleep(0.01)  # the request's task is not left cancelled
+    assert await meter.within_cpu(steps(2, 0.001), 1.0) == "done"
+
+
+async def test_the_tasks_it_starts_are_counted():
+    async def gathered() -> list[str]:
+        return await asyncio.gather(*(steps(10, 0.002) for _ in range(10)))
+
+    with pytest.raises(meter.CpuLimitExceeded):
+        await meter.within_cpu(gathered(), 0.05)
+
+
+async def test_a_last_step_past_the_bound_counts_too():
+    async def one_step() -> str:
+        burn(0.05)
+        return "done"
+
+    with pytest.raises(meter.CpuLimitExceeded):
+        await meter.within_cpu(one_step(), 0.01)
+    await asyncio.sleep(0.01)
+
+
+async def test_waiting_and_other_clients_work_do_not_count():
+    async def others() -> None:
+        for _ in range(20):
+            burn(0.01)
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(others())  # not started by the request: not its CPU time
+    assert await meter.within_cpu(asyncio.sleep(0.3, "slept"), 0.05) == "slept"
+    await busy
+
+
+async def test_cancellation_from_outside_is_not_taken_for_the_bound():
+    task = asyncio.create_task(meter.within_cpu(asyncio.sleep(10), 1.0))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_the_collectors_passes_inside_a_step_do_not_count():
+    """A full collection walks everything the process holds: it is the process's work, not the
+    request's (a test process's big heap had a plain send refused as over its bound)."""
+    heap = [[i] for i in range(1_000_000)]  # tracked containers: a full pass walks each of them
+    started = time.thread_time()
+    gc.collect()
+    full_pass = time.thread_time() - started
+    assert full_pass > 0.03, f"a full pass took {full_pass * 1000:.1f} ms: too small a heap to tell"
+
+    async def collecting() -> str:
+        for _ in range(3):
+            gc.collect()
+            await asyncio.sleep(0)
+        return "done"
+
+    assert await meter.within_cpu(collecting(), full_pass / 2) == "done"
+    # The same CPU spent by the request's own code is counted.
+    with pytest.raises(meter.CpuLimitExceeded):
+        await meter.within_cpu(steps(3, full_pass), full_pass / 2)
+    del heap
+
+
+async def test_a_cancelled_request_leaves_no_cycle_through_its_meter():
+    """A cancellation thrown into a metered request carries the meter's frame in its traceback: the
+    frame must not hold it too (a cycle of frame, error and meter, freed only by the collector)."""
+
+    budget = 1.234567  # marks this test's meters: other tasks of the loop may meter requests meanwhile
+    started = asyncio.Event()
+
+    async def metered() -> None:
+        started.set()
+        await asyncio.sleep(10)
+
+    async def request() -> None:
+        await meter.within_cpu(metered(), budget)
+
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(5):
+            started.clear()
+            task = asyncio.create_task(request())
+            await started.wait()  # cancelled inside the metered step, however busy the machine
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            del task
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        meters = [o for o in gc.garbage if isinstance(o, meter.Meter) and o.budget == budget]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not meters, f"{len(meters)} meters in cyclic garbage"

@@ -1,0 +1,43 @@
+"""The layers of STYLE.md, checked by import-linter: graphql -> services -> store -> models -> db,
+events beside services, nothing imports app.py, no cycles between siblings. The contracts are
+pyproject.toml's [tool.importlinter]; `lint-imports` runs them as CI does, and shows what broke."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` on the chatgql package found under `src`, with the repository's contracts."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml"), "--no-cache", "--no-logo"],
+        cwd=src,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_layer_contract_is_kept() -> None:
+    result = lint_imports(REPO / "src")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout, result.stdout
+
+
+def test_a_store_module_importing_events_breaks_the_layers(tmp_path: Path) -> None:
+    """The check is live: a copy of the package whose store/ imports events/ fails it, by name."""
+    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "chatgql" / "store" / "health.py", "a") as module:
+        module.write("\nfrom ..events import types  # noqa: E402, F401\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "chatgql.store is not allowed to import chatgql.events" in result.stdout, result.stdout
+    assert "chatgql.store.health -> chatgql.events.types" in result.stdout, result.stdout

@@ -1,0 +1,341 @@
+"""The reference web chat (/demo) in a real browser: Debian's chromium, headless, driven
+by Playwright, two users in two browser contexts (two people, two browsers).
+
+User 1 starts a conversation with user 2 and sends; user 2 sees the badge and the total
+unread, opens the conversation, and user 1 sees "seen". User 2's network drops (HTTP
+offline, its websocket closed and refused), user 1 sends more, user 2 comes back and
+shows each of them once, in order (messageNew resumed with its cursor). User 1 sends
+while offline: the message fails, and the retry stores it once. The answer to a send is
+lost after the server stored it: pending until then, "not sent" after, and the retry with
+the same clientMsgId gets the original back (duplicate: true), shown once. User 1 edits a
+message, reacts 👍 to one and deletes one: user 2 sees "edited", the count and the
+tombstone live (messageChanged). User 1 sees "user 2 is typing…" while user 2 types. A reload pages the history backward. In a group, "seen by N"
+counts the members who read the message.
+
+Screenshots of each step go to tests/out/webchat/ (printed; docs/images/web-chat.png is
+a copy of 05-both.png)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+from playwright.async_api import BrowserContext, Page, Route, WebSocketRoute, async_playwright, expect
+
+from .conftest import REPO, GraphQLClient, RunningServer
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = REPO / "tests" / "out" / "webchat"
+WAIT_MS = 20_000
+EXPECTED_NETWORK_ERROR = re.compile(r"Failed to load resource: net::ERR_(INTERNET_DISCONNECTED|FAILED)")
+
+
+class Network:
+    """One browser context's network, that the test can drop: HTTP goes offline and the
+    page's websockets are closed, and refused while it is down."""
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.context = context
+        self.up = True
+        self.sockets: list[WebSocketRoute] = []
+
+    async def start(self) -> None:
+        await self.context.route_web_socket(re.compile(r"/graphql$"), self._socket)
+
+    async def _socket(self, socket: WebSocketRoute) -> None:
+        if not self.up:
+            await socket.close(code=4000, reason="offline")
+            return
+        socket.connect_to_server()
+        self.sockets.append(socket)
+
+    async def drop(self, *, http: bool = True) -> None:
+        self.up = False
+        if http:
+            await self.context.set_offline(True)
+        for socket in self.sockets:
+            await socket.close(code=4000, reason="offline")
+        self.sockets.clear()
+
+    async def restore(self) -> None:
+        self.up = True
+        await self.context.set_offline(False)
+
+
+async def _shot(page: Page, name: str, shots: list[Path]) -> None:
+    path = SHOTS / f"{name}.png"
+    await page.screenshot(path=str(path))
+    shots.append(path)
+
+
+async def _side_by_side(browser, pages: list[Page], name: str, shots: list[Path]) -> None:
+    """Both people's windows in one picture (drawn by the browser: no image library)."""
+    images = [base64.b64encode(await page.screenshot()).decode() for page in pages]
+    composer = await browser.new_page(viewport={"width": 960 * len(pages) + 8 * (len(pages) - 1), "height": 600})
+    await composer.set_content(
+        '<body style="margin:0;display:flex;gap:8px;background:#94a3b8">'
+        + "".join(f'<img src="data:image/png;base64,{image}">' for image in images)
+        + "</body>"
+    )
+    path = SHOTS / f"{name}.png"
+    await composer.screenshot(path=str(path))
+    await composer.close()
+    shots.append(path)
+
+
+async def _sign_in(page: Page, url: str, user_id: str) -> None:
+    await page.goto(url)
+    await page.fill("input[name=userId]", user_id)
+    await page.click("button[type=submit]")
+    await expect(page.get_by_text(f"user {user_id}", exact=True).first).to_be_visible(timeout=WAIT_MS)
+    await expect(page.get_by_test_id("connection")).to_have_text("live", timeout=WAIT_MS)
+
+
+async def _send(page: Page, body: str) -> None:
+    await page.fill("input[name=body]", body)
+    await page.click(".composer button[type=submit]")
+
+
+async def _bodies(page: Page) -> list[str]:
+    return await page.locator("[data-testid=message] .body").all_inner_texts()
+
+
+async def _seqs(page: Page) -> list[int]:
+    return [
+        int(seq) for seq in await page.locator("[data-testid=message]").evaluate_all("ms => ms.map(m => m.dataset.seq)")
+    ]
+
+
+@pytest.mark.timeout(180)
+async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_network(
+    server: RunningServer, client: GraphQLClient
+):
+    assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
+    expect.set_options(timeout=WAIT_MS)  # a shared, slow machine: wait for conditions, long enough
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    demo = urljoin(server.url, "/demo")
+    own_origin = urlsplit(server.url).netloc
+    outside: list[str] = []
+    page_errors: list[str] = []
+
+    def console_error(kind: str, text: str) -> None:
+        # What the browser logs for requests made while the test has the network down, and for
+        # the answer it aborts (requests to other origins are counted in `outside`).
+        if kind == "error" and not EXPECTED_NETWORK_ERROR.fullmatch(text):
+            page_errors.append(text)
+
+    async def only_this_server(route: Route) -> None:
+        if urlsplit(route.request.url).netloc == own_origin:
+            await route.continue_()
+        else:
+            outside.append(route.request.url)
+            await route.abort()
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        pages: list[Page] = []
+        networks: list[Network] = []
+        try:
+            for _ in range(2):
+                context = await browser.new_context(viewport={"width": 960, "height": 600})
+                await context.route("**/*", only_this_server)
+                network = Network(context)
+                await network.start()
+                page = await context.new_page()
+                page.on("pageerror", lambda error: page_errors.append(str(error.stack)))
+                page.on("console", lambda message: console_error(message.type, message.text))
+                pages.append(page)
+                networks.append(network)
+            one, two = pages
+            network_one, network_two = networks
+
+            # Both sign in (the development sign-in); user 1 starts a direct conversation with 2.
+            await _sign_in(one, demo, "1")
+            await _sign_in(two, demo, "2")
+            await one.fill("input[name=members]", "2")
+            await one.click(".new button[type=submit]")
+            await expect(one.get_by_test_id("conversation")).to_be_visible(timeout=WAIT_MS)
+            await _send(one, "hello from 1")
+            await expect(one.get_by_test_id("message")).to_have_count(1, timeout=WAIT_MS)
+            await expect(one.get_by_test_id("tick")).to_contain_text("sent")
+            await _shot(one, "01-sent", shots)
+
+            # User 2: the conversation in the inbox with its badge, and the total unread.
+            item = two.get_by_test_id("inbox-item")
+            await expect(item.get_by_test_id("badge")).to_have_text("1", timeout=WAIT_MS)
+            await expect(two.get_by_test_id("total-unread")).to_have_text("1")
+            await _shot(two, "02-badge", shots)
+
+            # User 2 opens it (and so reads it): the badge goes, user 1 sees "seen".
+            await item.click()
+            await expect(two.get_by_test_id("message")).to_have_text(re.compile("hello from 1"), timeout=WAIT_MS)
+            await expect(one.get_by_test_id("tick")).to_contain_text("seen", timeout=WAIT_MS)
+            await expect(two.get_by_test_id("total-unread")).to_have_text("0", timeout=WAIT_MS)
+            await expect(item.get_by_test_id("badge")).to_have_count(0)
+            await _send(two, "hi 1, this is 2")
+            await expect(one.get_by_test_id("message")).to_have_count(2, timeout=WAIT_MS)
+            await _shot(one, "03-seen", shots)
+
+            # User 2's network drops; user 1 sends three more.
+            await network_two.drop()
+            await expect(two.get_by_test_id("connection")).to_have_text("offline", timeout=WAIT_MS)
+            away = [f"while you were away {n}" for n in (1, 2, 3)]
+            for body in away:
+                await _send(one, body)
+            await expect(one.get_by_test_id("message")).to_have_count(5, timeout=WAIT_MS)
+            assert await _bodies(two) == ["hello from 1", "hi 1, this is 2"]
+            await _shot(two, "04-offline", shots)
+
+            # It comes back: each message once, in order, and user 1 sees it read.
+            await network_two.restore()
+            await expect(two.get_by_test_id("message")).to_have_count(5, timeout=WAIT_MS)
+            await expect(two.get_by_test_id("connection")).to_have_text("live", timeout=WAIT_MS)
+            expected = ["hello from 1", "hi 1, this is 2", *away]
+            assert await _bodies(two) == expected
+            assert await _seqs(two) == [1, 2, 3, 4, 5]
+            await expect(one.get_by_test_id("tick").last).to_contain_text("seen", timeout=WAIT_MS)
+            await _shot(two, "05-resumed", shots)
+            await _side_by_side(browser, [one, two], "05-both", shots)
+
+            # User 1 sends while offline: pending, then "not sent"; the retry stores it once.
+            await network_one.drop()
+            await _send(one, "sent while offline")
+            await expect(one.get_by_test_id("pending")).to_contain_text("not sent", timeout=WAIT_MS)
+            await _shot(one, "06-not-sent", shots)
+            await network_one.restore()
+            await one.get_by_test_id("pending").get_by_role("button", name="retry").click()
+            await expect(one.get_by_test_id("pending")).to_have_count(0, timeout=WAIT_MS)
+            await expect(two.get_by_test_id("message")).to_have_count(6, timeout=WAIT_MS)
+            assert await _bodies(two) == [*expected, "sent while offline"]
+            await _shot(two, "07-retried", shots)
+
+            # The answer to a send is lost after the server stored it (and user 1 is not live,
+            # so no event tells it either): "sending…" until then, "not sent" after; the retry,
+            # with the same clientMsgId, gets the original back with duplicate: true.
+            stored, release = asyncio.Event(), asyncio.Event()
+
+            async def lose_the_answer(route: Route) -> None:
+                if "sendMessage" not in (route.request.post_data or ""):
+                    await route.fallback()
+                    return
+                await route.fetch()  # the server stores the message and answers...
+                stored.set()
+                await release.wait()
+                await route.abort()  # ...and the answer never reaches the page
+
+            await network_one.drop(http=False)
+            await expect(one.get_by_test_id("connection")).to_have_text("offline")
+            await one.route("**/graphql", lose_the_answer)
+            await _send(one, "its answer was lost")
+            await asyncio.wait_for(stored.wait(), WAIT_MS / 1000)
+            await expect(two.get_by_test_id("message")).to_have_count(7)
+            await expect(one.get_by_test_id("pending")).to_contain_text("sending")
+            await _shot(one, "08-pending", shots)
+            release.set()
+            await expect(one.get_by_test_id("pending")).to_contain_text("not sent")
+            await one.unroute("**/graphql", lose_the_answer)
+            async with one.expect_response(lambda r: "sendMessage" in (r.request.post_data or "")) as answer:
+                await one.get_by_test_id("pending").get_by_role("button", name="retry").click()
+            sent = (await (await answer.value).json())["data"]["sendMessage"]
+            assert sent["duplicate"] is True and sent["message"]["seq"] == 7, sent
+            await expect(one.get_by_test_id("pending")).to_have_count(0)
+            # Live again, the resumed subscription replays seq 7 too: still shown once.
+            await network_one.restore()
+            await expect(one.get_by_test_id("connection")).to_have_text("live")
+            await _send(one, "and one more")
+            await expect(two.get_by_test_id("message")).to_have_count(8)
+            await expect(one.get_by_test_id("message")).to_have_count(8)
+            assert await _seqs(one) == await _seqs(two) == list(range(1, 9))
+            assert (await _bodies(one)).count("its answer was lost") == 1
+
+            # Edits, deletions and reactions reach the other person live (messageChanged):
+            # user 1 edits seq 8, reacts to user 2's seq 2 and deletes seq 7.
+            def at(page: Page, seq: int):
+                return page.locator(f"[data-testid=message][data-seq='{seq}']")
+
+            await expect(at(two, 8).get_by_role("button", name="edit", exact=True)).to_have_count(0)  # not theirs
+            await at(one, 8).get_by_role("button", name="edit", exact=True).click()
+            await at(one, 8).locator("input[name=edit]").fill("and one more, edited")
+            await at(one, 8).get_by_role("button", name="Save").click()
+            await expect(at(two, 8).locator(".body")).to_have_text("and one more, edited")
+            await expect(at(two, 8).get_by_test_id("edited")).to_have_text("edited")
+            await expect(at(one, 8).get_by_test_id("edited")).to_have_text("edited")
+            await at(one, 2).get_by_test_id("react").click()
+            await expect(at(two, 2).get_by_test_id("react")).to_have_text("👍 1")
+            await expect(at(one, 2).get_by_test_id("react")).to_have_attribute("aria-pressed", "true")
+            await expect(at(two, 2).get_by_test_id("react")).to_have_attribute("aria-pressed", "false")
+            await at(two, 2).get_by_test_id("react").click()  # user 2 too: 2, then user 1 takes theirs back
+            await expect(at(one, 2).get_by_test_id("react")).to_have_text("👍 2")
+            await at(one, 2).get_by_test_id("react").click()
+            await expect(at(two, 2).get_by_test_id("react")).to_have_text("👍 1")
+            await expect(at(one, 2).get_by_test_id("react")).to_have_attribute("aria-pressed", "false")
+            await at(one, 7).get_by_role("button", name="delete", exact=True).click()
+            await expect(at(two, 7).get_by_test_id("tombstone")).to_have_text("message deleted")
+            await expect(at(one, 7).get_by_test_id("tombstone")).to_have_text("message deleted")
+            assert "its answer was lost" not in await _bodies(two)
+            assert await _seqs(one) == await _seqs(two) == list(range(1, 9))  # the tombstone keeps its seq
+            await _side_by_side(browser, [one, two], "08b-edited-reacted-deleted", shots)
+
+            # Typing: user 1 sees "user 2 is typing…" while user 2 types, until it expires.
+            await two.fill("input[name=body]", "I am typing")
+            await expect(one.get_by_test_id("typing")).to_have_text("user 2 is typing…")
+            await expect(two.get_by_test_id("typing")).to_have_count(0)  # never one's own
+            await _shot(one, "08c-typing", shots)
+            await expect(one.get_by_test_id("typing")).to_have_count(0)  # after CHATGQL_TYPING_SECONDS
+            await two.fill("input[name=body]", "")
+
+            # History paged backward: 30 more messages, then a reload shows the newest 20.
+            conversation_id = await two.get_by_test_id("conversation").get_attribute("data-conversation-id")
+            for n in range(30):
+                await client.data(
+                    "mutation($c: ID!, $m: UUID!, $b: String!) { sendMessage(conversationId: $c, clientMsgId: $m, "
+                    "body: $b) { duplicate } }",
+                    {"c": conversation_id, "m": f"00000000-0000-4000-8000-{n:012d}", "b": f"older {n}"},
+                    user=1,
+                )
+            await expect(two.get_by_test_id("message")).to_have_count(38, timeout=WAIT_MS)
+            await two.reload()
+            await two.get_by_test_id("inbox-item").click()
+            await expect(two.get_by_test_id("message")).to_have_count(20, timeout=WAIT_MS)
+            assert await _seqs(two) == list(range(19, 39))
+            await two.get_by_role("button", name="Load older messages").click()
+            await expect(two.get_by_test_id("message")).to_have_count(38, timeout=WAIT_MS)
+            assert await _seqs(two) == list(range(1, 39))
+            await expect(two.get_by_role("button", name="Load older messages")).to_have_count(0)
+            await _shot(two, "09-history", shots)
+
+            # A group: "seen by N" counts the members whose watermark reached the message.
+            await one.fill("input[name=members]", "2, 3")
+            await one.fill("input[name=title]", "team")
+            await one.click(".new button[type=submit]")
+            await expect(one.get_by_test_id("conversation")).to_contain_text("team")
+            group_id = await one.get_by_test_id("conversation").get_attribute("data-conversation-id")
+            await _send(one, "hello team")
+            await expect(one.get_by_test_id("tick")).to_contain_text("sent")
+            await client.data(
+                "mutation($c: ID!) { markRead(conversationId: $c, seq: 1) { advanced } }", {"c": group_id}, user=3
+            )
+            await expect(one.get_by_test_id("tick")).to_contain_text("seen by 1")
+            await two.get_by_test_id("inbox-item").filter(has_text="team").click()
+            await expect(two.get_by_test_id("message")).to_have_text(re.compile("hello team"))
+            await expect(one.get_by_test_id("tick")).to_contain_text("seen by 2")
+            await _shot(one, "10-group-seen-by", shots)
+        except BaseException:
+            for n, page in enumerate(pages):
+                await page.screenshot(path=str(SHOTS / f"failed-{n + 1}.png"))
+            print("\npage errors:", page_errors)
+            print(
+                "\nthe pages when it failed:", *(SHOTS / f"failed-{n + 1}.png" for n in range(len(pages))), sep="\n  "
+            )
+            raise
+        finally:
+            await browser.close()
+    print("\nweb chat screenshots:", *shots, sep="\n  ")
+    assert outside == [], f"the page asked for something outside chatgql: {outside}"
+    assert page_errors == []

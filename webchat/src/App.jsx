@@ -1,0 +1,88 @@
+import { useEffect, useMemo, useState } from "react";
+import { chatClient, run } from "./client.js";
+import { Conversation } from "./Conversation.jsx";
+import { Inbox } from "./Inbox.jsx";
+import { VIEWER } from "./operations.js";
+import { SignIn } from "./SignIn.jsx";
+import { saveToken, savedToken } from "./devToken.js";
+import { useInbox } from "./useInbox.js";
+
+function urls(graphqlPath) {
+  const http = new URL(graphqlPath, location.href);
+  const ws = new URL(http);
+  ws.protocol = http.protocol === "https:" ? "wss:" : "ws:";
+  return [http.toString(), ws.toString()];
+}
+
+export function App({ config }) {
+  const [token, setToken] = useState(savedToken);
+  const signIn = (next) => {
+    saveToken(next);
+    setToken(next);
+  };
+  if (!token) return <SignIn config={config} onToken={signIn} />;
+  return <Chat key={token} config={config} token={token} onSignOut={() => signIn(null)} />;
+}
+
+function Chat({ config, token, onSignOut }) {
+  const [connection, setConnection] = useState("connecting");
+  const { client, ws } = useMemo(() => chatClient(...urls(config.graphqlPath), token, setConnection), [config, token]);
+  useEffect(() => () => ws.dispose(), [ws]);
+  const [viewer, setViewer] = useState(null);
+  const [error, setError] = useState(null);
+  const [openId, setOpenId] = useState(null);
+
+  useEffect(() => {
+    run(client, "query", VIEWER, {}).then((data) => setViewer(data.viewer), (error) => setError(error));
+  }, [client]);
+
+  if (error) {
+    return (
+      <main className="signin">
+        <p className="error">{error.code === "UNAUTHENTICATED" ? "This token is not accepted: " : ""}{error.message}</p>
+        <button onClick={onSignOut}>Sign in again</button>
+      </main>
+    );
+  }
+  if (!viewer) return <main className="signin">Signing in…</main>;
+  return (
+    <ChatLayout
+      client={client}
+      viewer={viewer}
+      connection={connection}
+      openId={openId}
+      onOpen={setOpenId}
+      onSignOut={onSignOut}
+    />
+  );
+}
+
+function ChatLayout({ client, viewer, connection, openId, onOpen, onSignOut }) {
+  const inbox = useInbox(client);
+  const total = inbox.viewer?.totalUnread ?? 0;
+  useEffect(() => {
+    document.title = `${total ? `(${total}) ` : ""}chatgql web chat · user ${viewer.userId}`;
+  }, [total, viewer.userId]);
+  const open = inbox.conversations.find((conversation) => conversation.id === openId);
+  return (
+    <div className="chat">
+      <aside>
+        <header>
+          <strong>user {viewer.userId}</strong>
+          <span className={`connection ${connection}`} data-testid="connection">
+            {connection}
+          </span>
+          <button className="link" onClick={onSignOut}>
+            sign out
+          </button>
+        </header>
+        <Inbox client={client} viewer={viewer} inbox={inbox} openId={openId} onOpen={onOpen} />
+      </aside>
+      {openId ? (
+        <Conversation key={openId} client={client} viewer={viewer} conversationId={openId} summary={open} />
+      ) : (
+        <section className="empty">Pick a conversation, or start one.</section>
+      )}
+    </div>
+  );
+}

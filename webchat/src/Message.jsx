@@ -1,0 +1,119 @@
+import { useState } from "react";
+
+const THUMBS_UP = "👍";
+
+// One message: its body ("edited" once edited; a tombstone once deleted), its 👍 toggle
+// with the count, and for the viewer's own messages edit and delete. A reply's quote
+// would go here too, fed by the reducer in conversation.js.
+export function Message({ message, mine, group, seenBy, onEdit, onDelete, onReact }) {
+  const [editing, setEditing] = useState(false);
+  const [error, setError] = useState(null);
+  // Run an edit, delete or reaction; true when it worked, its error shown when not.
+  const attempt = (action) =>
+    action().then(
+      () => (setError(null), true),
+      (failure) => (setError(failure.message), false),
+    );
+
+  if (message.deletedAt) {
+    return (
+      <li className={`message deleted ${mine ? "mine" : ""}`} data-testid="message" data-seq={message.seq}>
+        <span className="body" data-testid="tombstone">message deleted</span>
+      </li>
+    );
+  }
+  const thumbs = message.reactions.find((reaction) => reaction.emoji === THUMBS_UP);
+  return (
+    <li className={`message ${mine ? "mine" : ""}`} data-testid="message" data-seq={message.seq}>
+      {!mine && <span className="sender">user {message.senderId}</span>}
+      {editing ? (
+        <EditForm
+          body={message.body}
+          onCancel={() => setEditing(false)}
+          onSave={(body) => attempt(() => onEdit(body)).then((saved) => saved && setEditing(false))}
+        />
+      ) : (
+        <span className="body">{message.body}</span>
+      )}
+      <span className="meta">
+        <button
+          className={`reaction ${thumbs?.reactedByViewer ? "mine" : ""}`}
+          data-testid="react"
+          aria-pressed={Boolean(thumbs?.reactedByViewer)}
+          title={thumbs?.reactedByViewer ? "take back your 👍" : "👍"}
+          onClick={() => attempt(() => onReact(THUMBS_UP, !thumbs?.reactedByViewer))}
+        >
+          {THUMBS_UP}
+          {thumbs ? ` ${thumbs.count}` : ""}
+        </button>
+        {mine && !editing && (
+          <>
+            <button className="link" onClick={() => setEditing(true)}>
+              edit
+            </button>
+            <button className="link" onClick={() => attempt(onDelete)}>
+              delete
+            </button>
+          </>
+        )}
+        {message.editedAt && (
+          <span className="edited" data-testid="edited" title={new Date(message.editedAt).toLocaleString()}>
+            edited
+          </span>
+        )}
+        <time dateTime={message.createdAt}>{new Date(message.createdAt).toLocaleTimeString()}</time>
+        {mine && <Ticks group={group} seenBy={seenBy} />}
+      </span>
+      {error && <span className="error">{error}</span>}
+    </li>
+  );
+}
+
+function EditForm({ body, onSave, onCancel }) {
+  const [draft, setDraft] = useState(body);
+  function submit(event) {
+    event.preventDefault();
+    if (draft.trim()) onSave(draft);
+  }
+  return (
+    <form className="edit" onSubmit={submit}>
+      <input name="edit" value={draft} onChange={(e) => setDraft(e.target.value)} autoFocus autoComplete="off" />
+      <button type="submit">Save</button>
+      <button type="button" className="link" onClick={onCancel}>
+        cancel
+      </button>
+    </form>
+  );
+}
+
+// Direct: "seen" once the other person's watermark reaches the message. Group: "seen by N".
+function Ticks({ group, seenBy }) {
+  const text = !seenBy.length ? "sent" : group ? `seen by ${seenBy.length}` : "seen";
+  return (
+    <span className={`tick ${seenBy.length ? "seen" : ""}`} data-testid="tick" title={seenBy.length ? `users ${seenBy.join(", ")}` : ""}>
+      {seenBy.length ? "✓✓" : "✓"} {text}
+    </span>
+  );
+}
+
+// Not acknowledged yet: "sending…" until the server answers; "not sent" with a retry
+// that sends the same clientMsgId again (stored at most once).
+export function PendingMessage({ pending, onRetry }) {
+  return (
+    <li className="message mine pending" data-testid="pending">
+      <span className="body">{pending.body}</span>
+      <span className="meta">
+        {pending.failed ? (
+          <>
+            <span className="error">not sent</span>{" "}
+            <button className="link" onClick={onRetry}>
+              retry
+            </button>
+          </>
+        ) : (
+          "sending…"
+        )}
+      </span>
+    </li>
+  );
+}

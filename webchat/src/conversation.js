@@ -1,0 +1,129 @@
+// What one open conversation shows, as a pure reducer. Messages are kept by seq (the
+// conversation's gap-free order), so a message that arrives twice (the send's ack and
+// its live event, or a replay after a reconnect) is held once. Members' watermarks
+// (lastReadSeq) only move forward; "seen" ticks follow from them. An edit, a deletion
+// or a reaction replaces the message at its seq, unless a newer change of it is held.
+//
+// Typing is a member's state beside the watermarks: until when the indicator shows.
+//
+// A new event kind (a reply) is one more action here and one more
+// subscription in useConversation.js; its view goes in Message.jsx.
+
+export const initialConversation = {
+  loaded: false,
+  conversation: null, // { id, type, title }
+  messages: [], // ascending by seq
+  hasOlder: false,
+  olderCursor: null,
+  watermarks: {}, // userId -> lastReadSeq
+  changeSeqs: {}, // seq -> the changeSeq of the newest change held for that message
+  typing: {}, // userId -> until when "typing…" shows (ms since the epoch, this browser's clock)
+  pending: [], // sends not acknowledged yet: { clientMsgId, body, failed }
+};
+
+function bySeq(messages, incoming) {
+  const held = new Map(messages.map((message) => [message.seq, message]));
+  for (const message of incoming) held.set(message.seq, message);
+  return [...held.values()].sort((a, b) => a.seq - b.seq);
+}
+
+function raise(watermarks, members) {
+  const next = { ...watermarks };
+  for (const { userId, lastReadSeq } of members) next[userId] = Math.max(next[userId] ?? 0, lastReadSeq);
+  return next;
+}
+
+function without(typing, userId) {
+  if (!(userId in typing)) return typing;
+  const { [userId]: _, ...others } = typing;
+  return others;
+}
+
+function withoutPending(pending, messages) {
+  const stored = new Set(messages.map((message) => message.clientMsgId));
+  return pending.filter((send) => !stored.has(send.clientMsgId));
+}
+
+export function conversationReducer(state, action) {
+  switch (action.type) {
+    case "history": {
+      // The newest page (on open, or after a resync that skipped too much).
+      const { conversation } = action;
+      const messages = conversation.messages.nodes;
+      return {
+        ...state,
+        loaded: true,
+        conversation: { id: conversation.id, type: conversation.type, title: conversation.title },
+        messages,
+        hasOlder: conversation.messages.pageInfo.hasPreviousPage,
+        olderCursor: conversation.messages.pageInfo.startCursor,
+        watermarks: raise({}, conversation.members),
+        changeSeqs: {},
+        pending: withoutPending(state.pending, messages),
+      };
+    }
+    case "older":
+      return {
+        ...state,
+        messages: bySeq(state.messages, action.page.nodes),
+        hasOlder: action.page.pageInfo.hasPreviousPage,
+        olderCursor: action.page.pageInfo.startCursor,
+      };
+    case "message": // live, replayed after a reconnect, or the ack of our own send
+      return {
+        ...state,
+        messages: bySeq(state.messages, [action.message]),
+        pending: withoutPending(state.pending, [action.message]),
+        typing: without(state.typing, action.message.senderId), // they sent it: done typing
+      };
+    case "changed": {
+      // An edit, a deletion or a reaction (live, replayed, or the answer to our own call):
+      // the message as it is after it. An older change arriving late changes nothing.
+      const { message, changeSeq } = action;
+      if ((state.changeSeqs[message.seq] ?? 0) >= changeSeq) return state;
+      return {
+        ...state,
+        messages: state.messages.map((held) => (held.seq === message.seq ? message : held)),
+        changeSeqs: { ...state.changeSeqs, [message.seq]: changeSeq },
+      };
+    }
+    case "typing":
+      return { ...state, typing: { ...state.typing, [action.userId]: action.until } };
+    case "typingExpired":
+      return {
+        ...state,
+        typing: Object.fromEntries(Object.entries(state.typing).filter(([, until]) => until > action.now)),
+      };
+    case "watermarks":
+      return { ...state, watermarks: raise(state.watermarks, action.members) };
+    case "sending":
+      return {
+        ...state,
+        pending: [
+          ...state.pending.filter((send) => send.clientMsgId !== action.clientMsgId),
+          { clientMsgId: action.clientMsgId, body: action.body, failed: false },
+        ],
+      };
+    case "sendFailed":
+      return {
+        ...state,
+        pending: state.pending.map((send) =>
+          send.clientMsgId === action.clientMsgId ? { ...send, failed: true, error: action.error } : send,
+        ),
+      };
+    default:
+      throw new Error(`unknown action ${action.type}`);
+  }
+}
+
+// The highest seq held: where a resumed subscription starts.
+export function highestSeq(state) {
+  return state.messages.length ? state.messages[state.messages.length - 1].seq : 0;
+}
+
+// Who, other than its sender, has read a message: from the members' watermarks.
+export function seenBy(state, message) {
+  return Object.entries(state.watermarks)
+    .filter(([userId, lastReadSeq]) => userId !== message.senderId && lastReadSeq >= message.seq)
+    .map(([userId]) => userId);
+}

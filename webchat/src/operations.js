@@ -1,0 +1,173 @@
+// Every GraphQL document the web chat sends, in one place. A new feature adds its
+// documents here (and a case to conversation.js's reducer for what its events change).
+import { gql } from "@urql/core";
+
+export const VIEWER = gql`
+  query Viewer {
+    viewer { userId totalUnread unreadConversations }
+  }
+`;
+
+export const INBOX = gql`
+  query Inbox {
+    viewer { userId totalUnread unreadConversations }
+    inbox(first: 50) {
+      nodes {
+        id type title lastSeq unreadCount
+        members { userId }
+        lastMessage { seq senderId body deletedAt }
+      }
+    }
+  }
+`;
+
+// A message as the views show it: its body, whether it was edited or deleted (a
+// tombstone), and its reactions (the count per emoji, and whether the viewer is among them).
+const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt deletedAt reactions { emoji count reactedByViewer }`;
+
+// The newest page of a conversation, its members' watermarks (for the "seen" ticks)
+// and its lastSeq and lastChangeSeq (where the live subscriptions resume).
+export const HISTORY = gql`
+  query History($c: ID!, $last: Int!) {
+    conversation(id: $c) {
+      id type title lastSeq lastChangeSeq lastReadSeq
+      members { userId lastReadSeq }
+      messages(last: $last) {
+        nodes { ${MESSAGE_FIELDS} }
+        pageInfo { hasPreviousPage startCursor }
+      }
+    }
+  }
+`;
+
+// An older page: the messages before the oldest one held.
+export const OLDER = gql`
+  query Older($c: ID!, $last: Int!, $before: String!) {
+    messages(conversationId: $c, last: $last, before: $before) {
+      nodes { ${MESSAGE_FIELDS} }
+      pageInfo { hasPreviousPage startCursor }
+    }
+  }
+`;
+
+// The watermarks again, after a dropped connection (readUpdated has no replay).
+export const WATERMARKS = gql`
+  query Watermarks($c: ID!) {
+    conversation(id: $c) { id lastSeq members { userId lastReadSeq } }
+  }
+`;
+
+export const SEND = gql`
+  mutation Send($c: ID!, $m: UUID!, $b: String!) {
+    sendMessage(conversationId: $c, clientMsgId: $m, body: $b) {
+      duplicate
+      message { ${MESSAGE_FIELDS} }
+    }
+  }
+`;
+
+export const MARK_READ = gql`
+  mutation MarkRead($c: ID!, $s: Long!) {
+    markRead(conversationId: $c, seq: $s) { lastReadSeq unreadCount advanced }
+  }
+`;
+
+// Edits, deletions and reactions answer the message as it is after the call, and the
+// changeSeq the call took (null when it changed nothing).
+export const EDIT = gql`
+  mutation Edit($c: ID!, $s: Long!, $b: String!) {
+    editMessage(conversationId: $c, seq: $s, body: $b) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+export const DELETE = gql`
+  mutation Delete($c: ID!, $s: Long!) {
+    deleteMessage(conversationId: $c, seq: $s) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+export const ADD_REACTION = gql`
+  mutation AddReaction($c: ID!, $s: Long!, $e: String!) {
+    addReaction(conversationId: $c, seq: $s, emoji: $e) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+export const REMOVE_REACTION = gql`
+  mutation RemoveReaction($c: ID!, $s: Long!, $e: String!) {
+    removeReaction(conversationId: $c, seq: $s, emoji: $e) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+// "I am typing": the others see it until `until` (a few seconds) unless it comes again.
+export const TYPING = gql`
+  mutation Typing($c: ID!) {
+    typing(conversationId: $c) { until }
+  }
+`;
+
+export const CREATE_DIRECT = gql`
+  mutation CreateDirect($u: ID!) {
+    createDirectConversation(userId: $u) { id }
+  }
+`;
+
+export const CREATE_GROUP = gql`
+  mutation CreateGroup($title: String!, $members: [ID!]!) {
+    createGroup(title: $title, memberIds: $members) { id }
+  }
+`;
+
+// Live messages of one conversation, resuming after the seq the client holds: first
+// what came after the cursor (from the database), then live, no gap, no duplicate.
+export const MESSAGE_NEW = gql`
+  subscription MessageNew($c: ID!, $cursors: [SyncCursor!]) {
+    messageNew(conversationId: $c, cursors: $cursors) {
+      conversationId seq
+      message { ${MESSAGE_FIELDS} }
+    }
+  }
+`;
+
+// Edits, deletions and reactions of one conversation, resuming after the changeSeq the
+// client holds, like messageNew after its seq: each with the message as it is now.
+export const MESSAGE_CHANGED = gql`
+  subscription MessageChanged($c: ID!, $cursors: [ChangeCursor!]) {
+    messageChanged(conversationId: $c, cursors: $cursors) {
+      conversationId changeSeq kind seq
+      message { ${MESSAGE_FIELDS} }
+    }
+  }
+`;
+
+// Other members typing (never the viewer): ephemeral, no replay.
+export const TYPING_EVENTS = gql`
+  subscription TypingEvents($c: ID!) {
+    typing(conversationId: $c) { conversationId userId until }
+  }
+`;
+
+export const READ_UPDATED = gql`
+  subscription ReadUpdated($c: ID!) {
+    readUpdated(conversationId: $c) { conversationId userId lastReadSeq }
+  }
+`;
+
+// Anything in any of the viewer's conversations: the inbox reloads on these.
+export const INBOX_MESSAGES = gql`
+  subscription InboxMessages {
+    messageNew { conversationId seq }
+  }
+`;
+
+// Edits and deletions change the last message shown, deletions the unread counts.
+export const INBOX_CHANGES = gql`
+  subscription InboxChanges {
+    messageChanged { conversationId changeSeq }
+  }
+`;
+
+export const INBOX_READS = gql`
+  subscription InboxReads {
+    readUpdated { conversationId userId lastReadSeq }
+  }
+`;
