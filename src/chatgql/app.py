@@ -46,6 +46,7 @@ from .jwks import KeySet
 from .metrics import Metrics
 from .services.erase import retention_loop
 from .services.groupcommit import SendBatcher
+from .services.delivery_coalescing import DeliveryCoalescer
 from .services.read_coalescing import ReadCoalescer
 from .settings import Settings
 from .store import conversations, health, outbox, webhooks
@@ -127,6 +128,16 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
             coalescer.start()
             stack.push_async_callback(coalescer.close)  # drained before the pool closes
             runtime.deps.read_coalescer = coalescer
+        if settings.mark_delivered_coalescing:
+            delivered = DeliveryCoalescer(
+                database,
+                whole_up_to=settings.big_group_threshold,
+                window_seconds=settings.mark_read_window_ms / 1000,
+                max_keys=settings.mark_read_max_batch,
+            )
+            delivered.start()
+            stack.push_async_callback(delivered.close)
+            runtime.deps.delivery_coalescer = delivered
         if settings.send_group_commit:
             batcher = runtime.deps.send_batcher = SendBatcher(
                 database, max_batch=settings.send_batch_max, on_batch=metrics.send_batch_size.observe

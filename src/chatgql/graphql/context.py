@@ -40,6 +40,7 @@ class Deps:
     dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
     wakeup: Any = None  # events.wakeup.RelayWakeup (hooked into the database: the services wake it)
     read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
+    delivery_coalescer: Any = None  # services.delivery_coalescing.DeliveryCoalescer; None: uncoalesced
     send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
     keys: KeySet | None = None  # the OpenID provider's keys (jwks.py); None without CHATGQL_OIDC_ISSUER
     send_limiter: RateLimiter = field(init=False)

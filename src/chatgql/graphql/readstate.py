@@ -213,6 +213,7 @@ async def _mark_delivered(info: Info, items: list[tuple[int, int]]) -> list[Mark
         items,
         whole_up_to=ctx.settings.big_group_threshold,
         max_items=ctx.settings.max_sync_cursors,
+        coalescer=ctx.deps.delivery_coalescer,
     )
     return [
         MarkDeliveredPayload(

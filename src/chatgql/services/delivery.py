@@ -15,6 +15,7 @@ from ..errors import BadUserInput, LimitExceeded, conversation_not_found
 from ..events.types import DeliveryUpdated
 from ..store import delivery
 from .checks import check_seq
+from .delivery_coalescing import DeliveryCoalescer
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +27,19 @@ class DeliveredResult:
 
 
 async def do_mark_delivered(
-    database: Database, viewer_id: int, items: list[tuple[int, int]], *, whole_up_to: int, max_items: int
+    database: Database,
+    viewer_id: int,
+    items: list[tuple[int, int]],
+    *,
+    whole_up_to: int,
+    max_items: int,
+    coalescer: DeliveryCoalescer | None = None,
 ) -> list[DeliveredResult]:
     """Raise the viewer's delivered watermark to min(seq, lastSeq) in each (conversation, seq), never
     lower; one statement for all of them, all or nothing: NOT_FOUND for a conversation the viewer is
     not in, and then nothing is written. A delivery.updated event per conversation that moved (not
-    in big groups)."""
+    in big groups). With a coalescer, the call joins the process's next flush (delivery_coalescing.py:
+    merged per (conversation, user) with the other calls, one write per flush), answered after it committed."""
     if len(items) > max_items:
         raise LimitExceeded(f"at most {max_items} conversations in one markDelivered")
     if len({cid for cid, _ in items}) != len(items):
@@ -42,6 +50,8 @@ async def do_mark_delivered(
         return []
     cids = [cid for cid, _ in items]
     events = [DeliveryUpdated(conversation_id=cid, user_id=viewer_id).payload() for cid in cids]
+    if coalescer is not None:
+        return await coalescer.mark_delivered(viewer_id, list(items), events)
     async with database.transaction() as conn:
         rows = await delivery.advance_delivered(conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to)
         found = {row["conversation_id"]: row for row in rows}
