@@ -14,10 +14,10 @@ from pathlib import Path
 
 from . import layout
 from .infra import run_with_rusage, use_uvloop
-from .queries import INBOX, READ, SEND, Scenario
+from .queries import DELIVERED, INBOX, READ, SEND, Scenario
 
 LUA = Path(__file__).resolve().parent / "wrk" / "gql.lua"
-QUERIES = {"send_spread": SEND, "send_hot": SEND, "read": READ, "inbox": INBOX}
+QUERIES = {"send_spread": SEND, "send_hot": SEND, "read": READ, "delivered": DELIVERED, "inbox": INBOX}
 
 
 def wrk_path() -> str | None:
@@ -152,7 +152,7 @@ def _worker(
                 stats["first_error"] = stats["first_error"] or payload[:300].decode(errors="replace")
             else:
                 stats["ok"] += 1
-                if name == "read" and not re.search(rb'"advanced":\s*true', payload):
+                if name in ("read", "delivered") and not re.search(rb'"advanced":\s*true', payload):
                     stats["not_advanced"] += 1
                 if name.startswith("send") and re.search(rb'"duplicate":\s*true', payload):
                     stats["duplicates"] += 1

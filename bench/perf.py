@@ -42,8 +42,8 @@ from . import httpload, layout, profiles
 from .infra import REPO, Postgres, Server, log, raise_fd_limit
 from .queries import Scenario
 
-FIGURES = ("inbox", "send_spread", "read")
-TARGETS_MS = {"inbox": 0.8, "send_spread": 0.4, "read": 0.35}
+FIGURES = ("inbox", "send_spread", "read", "delivered")
+TARGETS_MS = {"inbox": 0.8, "send_spread": 0.4, "read": 0.35, "delivered": 0.35}
 SIZES = dataclasses.replace(
     layout.FULL,
     mode="perf",

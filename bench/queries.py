@@ -21,6 +21,9 @@ SEND = (
 READ = (
     "mutation Read($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }"
 )
+DELIVERED = (
+    "mutation Delivered($c: ID!, $s: Long!) { markDelivered(conversationId: $c, seq: $s) { deliveredSeq advanced } }"
+)
 INBOX = (
     "query Inbox($n: Int) { inbox(first: $n) { nodes { id title unreadCount lastMessage { seq senderId body createdAt } }"
     " pageInfo { hasNextPage endCursor } } }"
@@ -77,7 +80,7 @@ class Scenario:
             self.users = [layout.SPREAD_SENDER + i for i in range(1, sizes.spread + 1)]
         elif name == "send_hot":
             self.users = [layout.HOT_MEMBER + j for j in range(1, sizes.hot_members + 1)]
-        elif name == "read":
+        elif name in ("read", "delivered"):  # delivered: markDelivered on the read conversations
             self.users = [layout.READER + i for i in range(1, sizes.read_conversations + 1)]
         elif name == "inbox":
             self.users = [layout.INBOX_USER]
@@ -96,8 +99,11 @@ class Scenario:
         if self.name == "send_hot":
             j = rng.randint(1, s.hot_members)
             return j - 1, send_body(layout.HOT_CID)
-        if self.name == "read":
+        if self.name in ("read", "delivered"):
             per = s.read_conversations // parts
             i = part + 1 + parts * rng.randint(0, per - 1)
-            return i - 1, read_body(layout.READ_CID0 + i, base + counter)
+            body = read_body(layout.READ_CID0 + i, base + counter)
+            if self.name == "delivered":
+                body = orjson.dumps({"query": DELIVERED, "variables": orjson.loads(body)["variables"]})
+            return i - 1, body
         return 0, inbox_body(s.inbox_page)

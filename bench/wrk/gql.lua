@@ -3,7 +3,7 @@
 --   wrk -t2 -c16 -d20s -s bench/wrk/gql.lua http://127.0.0.1:PORT/graphql -- CONFIG.lua
 --
 -- CONFIG.lua (written by bench/httpload.py) returns a table:
---   mode      send_spread | send_hot | read | inbox
+--   mode      send_spread | send_hot | read | delivered | inbox
 --   tokens    path of a file with one bearer token per line (token i = user i of the scenario)
 --   query     the GraphQL document, already JSON-escaped
 --   threads   wrk's -t (read: thread t owns the conversations i = t (mod threads))
@@ -62,7 +62,7 @@ function request()
    elseif mode == "send_hot" then
       i = math.random(1, ntok)
       vars = '{"c":"' .. cfg.hot_cid .. '","m":"' .. uuid4() .. '","b":"hello"}'
-   else -- read
+   else -- read, delivered
       i = tid + cfg.threads * math.random(0, per_thread - 1)
       seqno = seqno + 1
       vars = '{"c":"' .. (cfg.read_cid0 + i) .. '","s":' .. string.format("%d", cfg.read_base + seqno) .. '}'
@@ -83,7 +83,7 @@ function response(status, headers, body)
       return
    end
    ok = ok + 1
-   if mode == "read" then
+   if mode == "read" or mode == "delivered" then
       if not string.find(body, '"advanced":%s*true') then not_advanced = not_advanced + 1 end
    elseif mode ~= "inbox" then
       if string.find(body, '"duplicate":%s*true') then duplicates = duplicates + 1 end
