@@ -44,9 +44,9 @@ from .graphql.schema import ChatGraphQL
 from .heap import HeapTrimmer
 from .jwks import KeySet
 from .metrics import Metrics
+from .services.delivery_coalescing import DeliveryCoalescer
 from .services.erase import retention_loop
 from .services.groupcommit import SendBatcher
-from .services.delivery_coalescing import DeliveryCoalescer
 from .services.read_coalescing import ReadCoalescer
 from .settings import Settings
 from .store import conversations, health, outbox, webhooks

@@ -157,3 +157,61 @@ async def test_delivered_racing_read_ends_at_the_higher_of_both(server, http):
         assert answer["deliveredSeq"] == top_delivered
         state = await marks(api, 1, cid)
         assert all(state[seq] == (seq <= top_delivered, int(seq <= top_delivered)) for seq in state)
+
+
+async def test_a_subscriber_gets_each_coalesced_move_once_and_the_final_state(server, http):
+    """Two devices per user racing markDeliveredMany and markRead (coalesced): the watcher's
+    deliveryUpdated per member strictly increase (no duplicate, never back) and end at the final
+    delivered_seq (none missing for the final state)."""
+    assert server.runtime.deps.delivery_coalescer is not None
+    api = ChatApi.of(server, http)
+    users = [2, 3, 4, 5]
+    cids = [await api.create_group(1, users) for _ in range(3)]
+    for cid in cids:
+        for _ in range(12):
+            await api.send(1, cid)
+    client = await ws_connect(server, 1)
+    try:
+        op = await client.subscribe(EVENTS, {})
+        await wait_active_subscriptions(server, 1)
+        rng = random.Random(5)
+
+        async def device(user: int) -> None:
+            for _ in range(8):
+                if rng.random() < 0.75:
+                    items = [{"conversationId": cid, "seq": rng.randint(1, 14)} for cid in rng.sample(cids, 2)]
+                    await api.data(MANY, {"items": items}, user=user)
+                else:
+                    await api.mark_read(user, rng.choice(cids), rng.randint(1, 12))
+
+        await asyncio.gather(*(device(u) for u in users for _device in range(2)))
+        state = {}
+        for cid in cids:
+            for user in users:
+                answer = await delivered(api, user, cid, 0)  # moves nothing: the current value
+                state[(cid, user)] = answer["deliveredSeq"]
+        async with engine_of(server) as conn:
+            raw = {
+                (str(r["conversation_id"]), r["user_id"]): r["delivered_seq"]
+                for r in await conn.fetch("SELECT conversation_id, user_id, delivered_seq FROM conversation_member")
+            }
+        received: dict[tuple[str, int], list[int]] = {}
+
+        def done(events: list[dict]) -> bool:
+            received.clear()
+            for e in events:
+                d = e["deliveryUpdated"]
+                received.setdefault((d["conversationId"], int(d["userId"])), []).append(d["deliveredSeq"])
+            return all(received.get(key, [0])[-1] == raw[key] for key in state if raw[key] > 0)
+
+        await op.collect_until(done, timeout=30)
+        for key, values in received.items():
+            assert all(a < b for a, b in zip(values, values[1:], strict=False)), (key, values)
+            assert values[-1] == raw[key]
+            assert raw[key] <= state[key]  # delivered_seq never above GREATEST(delivered, read)
+    finally:
+        await client.close()
+
+
+def engine_of(server):
+    return server.runtime.deps.database.connection()

@@ -137,9 +137,7 @@ async def test_one_flush_merges_every_call_per_conversation_and_user(database) -
 
 async def test_delivered_and_read_racing_from_two_devices_per_user(database) -> None:
     delivered_flushes: list[tuple[int, int]] = []
-    deliver = DeliveryCoalescer(
-        database, whole_up_to=WHOLE, on_flush=lambda k, c: delivered_flushes.append((k, c))
-    )
+    deliver = DeliveryCoalescer(database, whole_up_to=WHOLE, on_flush=lambda k, c: delivered_flushes.append((k, c)))
     read = ReadCoalescer(database)
     users = list(range(1, 7))
     cids = [await group(database, users, last_seq=5) for _ in range(4)]

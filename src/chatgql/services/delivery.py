@@ -8,22 +8,12 @@ answered (null); `delivered` there is `seen`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..db import Database
 from ..errors import BadUserInput, LimitExceeded, conversation_not_found
 from ..events.types import DeliveryUpdated
 from ..store import delivery
 from .checks import check_seq
-from .delivery_coalescing import DeliveryCoalescer
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveredResult:
-    conversation_id: int
-    delivered_seq: int  # GREATEST(delivered, read) after the call
-    last_seq: int
-    advanced: bool
+from .delivery_coalescing import DeliveredResult, DeliveryCoalescer
 
 
 async def do_mark_delivered(

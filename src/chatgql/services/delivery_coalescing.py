@@ -34,12 +34,20 @@ log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (conversation_id, user_id)
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveredResult:
+    conversation_id: int
+    delivered_seq: int  # GREATEST(delivered, read) after the call
+    last_seq: int
+    advanced: bool
+
+
 @dataclass(slots=True)
 class _Call:
     viewer_id: int
     items: list[tuple[int, int]]  # (conversation_id, seq), conversation ids distinct
     events: list[dict]  # DeliveryUpdated payloads, one per item
-    future: asyncio.Future[list]
+    future: asyncio.Future[list[DeliveredResult]]
 
 
 class DeliveryCoalescer:
@@ -79,11 +87,13 @@ class DeliveryCoalescer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def mark_delivered(self, viewer_id: int, items: list[tuple[int, int]], events: list[dict]) -> list:
-        """Rows per item (services.delivery.DeliveredResult), after the flush this call joins committed."""
+    async def mark_delivered(
+        self, viewer_id: int, items: list[tuple[int, int]], events: list[dict]
+    ) -> list[DeliveredResult]:
+        """One result per item, after the flush this call joins committed."""
         if self._closing:
             raise unavailable("the server is shutting down")
-        future: asyncio.Future[list] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[list[DeliveredResult]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Call(viewer_id, items, events, future))
         self._wake.set()
         return await future
@@ -122,8 +132,6 @@ class DeliveryCoalescer:
         return batch
 
     async def _flush(self, batch: list[_Call]) -> None:
-        from .delivery import DeliveredResult  # services.delivery imports this module
-
         try:
             async with self._database.connection() as conn:
                 asked = {(cid, call.viewer_id) for call in batch for cid, _ in call.items}
