@@ -56,6 +56,8 @@ async def limited_server(migrated_url: str):
         rate_direct_burst=2,
         rate_add_members_per_second=2,
         rate_add_members_burst=2,
+        rate_search_per_second=2,
+        rate_search_burst=2,
         max_groups_per_day=0,
     )
     async with RunningServer(settings) as server:
@@ -97,6 +99,19 @@ async def test_add_members_beyond_its_burst_is_rate_limited_and_adds_nobody(limi
     before = await _counts(engine)
     _rate_limited(await limited.error(ADD_MEMBERS, {"c": cid, "u": ["5", "6"]}, user=301), at_most=0.5)
     assert await _counts(engine) == before
+
+
+SEARCH = "query($q: String!) { searchMessages(query: $q) { nodes { seq } } }"
+
+
+async def test_search_beyond_its_burst_is_rate_limited_per_user(limited):
+    await limited.data(SEARCH, {"q": "hello"}, user=501)
+    await limited.data(SEARCH, {"q": "hello"}, user=501)
+    _rate_limited(await limited.error(SEARCH, {"q": "hello"}, user=501), at_most=0.5)
+    await limited.data(SEARCH, {"q": "hello"}, user=502)  # another user has a bucket of their own
+    for _ in range(3):  # refused for its input before it takes a token
+        assert error_code(await limited.error(SEARCH, {"q": "x" * 10_000}, user=503)) == "BAD_USER_INPUT"
+    await limited.data(SEARCH, {"q": "hello"}, user=503)
 
 
 async def test_a_refused_input_costs_no_rate_token(limited):
