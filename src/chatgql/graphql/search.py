@@ -11,8 +11,7 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import BadUserInput
-from ..services.checks import MAX_ID, check_id
-from ..services.checks import check_page_size, check_text
+from ..services.checks import MAX_ID, check_id, check_page_size, check_text
 from ..services.search import DEFAULT_SEARCH_PAGE, MAX_QUERY_CHARS, HitKey, search_messages
 from .scalars import Long
 from .types import Message, PageInfo

@@ -96,16 +96,7 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
     """A message.new event's fields as Message takes them, and its shared reads (once per event)."""
     found = _recent.get(id(event))
     if found is None or found[0] is not event:
-        new = MessageNew.from_wire(event)
-        fields = {
-            "conversation_id": ID(str(new.conversation_id)),
-            "seq": new.seq,
-            "sender_id": ID(str(new.sender_id)),
-            "client_msg_id": new.client_msg_id,
-            "body": new.body,
-            "created_at": new.created_at,
-            "reply_to_seq": new.reply_to_seq,
-        }
+        fields = Message.fields_of(MessageNew.from_wire(event))
         found = _recent[id(event)] = (event, fields, EventReads(database))
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)

@@ -6,13 +6,10 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from ..db import Connection, Row
+from ..models import MESSAGE_FIELDS
 
-# What every read of a message selects: graphql's Message.from_row and the change events
-# (events/types.py MessageChange) take these names.
-MESSAGE_COLUMNS = (
-    "conversation_id, seq, sender_id, client_msg_id, body, created_at, edited_at, deleted_at, deleted_by,"
-    " reply_to_seq, reply_count, last_reply_at"
-)
+# What every read of a message selects: the fields of models.MessageRecord, by their names.
+MESSAGE_COLUMNS = ", ".join(MESSAGE_FIELDS)
 _NO_BOUND = 2**63 - 1
 
 
