@@ -8,8 +8,9 @@ is written nowhere else. Keys a reader does not know are ignored (a newer produc
 
 Some fields are not known when the event is built; the definition says who fills them in:
 - STORE: the statement that writes the outbox row (seq and createdAt: chat_send() and
-  chat_send_batch(), migrations 0002 and 0006; lastReadSeq: the watermark statements of
-  store/reads.py). tests/events/test_event_types.py checks that the SQL fills exactly these keys.
+  chat_send_batch(), migration 0013_event_keys; lastReadSeq: the watermark statements of
+  store/reads.py; deliveredSeq: store/delivery.py). Each takes the keys from `store_keys()` as a
+  parameter and fills them in by position: the keys are written here only.
 - DISPATCH: the dispatcher, on the way to subscribers (a coalesced read.updated in a big group);
   absent, they take their default.
 
@@ -100,6 +101,13 @@ class Event:
     def keys(cls, filled_by: FilledBy) -> frozenset[str]:
         """The wire keys of the fields `filled_by` fills in."""
         return frozenset(wire.key for wire in cls.FIELDS if wire.filled_by == filled_by)
+
+    @classmethod
+    def store_keys(cls) -> list[str]:
+        """The wire keys of the fields the store fills in, in their definition's order: the statements that
+        write the outbox row take them as a parameter and fill them in by position (MessageNew: the seq,
+        then the time; ReadUpdated and DeliveryUpdated: the watermark), so no SQL names an event key."""
+        return [wire.key for wire in cls.FIELDS if wire.filled_by == STORE]
 
     def payload(self) -> dict[str, Any]:
         """The outbox payload the producer writes: its own fields (the store adds its own)."""

@@ -12,7 +12,7 @@ from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
 from ..store import messages
 from .checks import Attachment
-from .groupcommit import SendBatcher, SendItem, send_alone
+from .groupcommit import MESSAGE_KEYS, READ_KEYS, SendBatcher, SendItem, send_alone
 from .mentions import mentions_txn, send_with_mentions
 
 
@@ -115,6 +115,8 @@ async def _send_with_extras(
             body=item.body,
             message_event=item.message_event,
             read_event=item.read_event,
+            message_keys=MESSAGE_KEYS,
+            read_keys=READ_KEYS,
         )
         if row.outcome == "stored":
             if attachments:
