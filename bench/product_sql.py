@@ -76,7 +76,9 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
         # a list of keys (the event keys a statement fills in) is written into the statement: pgbench
         # variables are text
         inline = {n: text_array(v) for n, v in enumerate(values, 1) if isinstance(v, list)}
-        named = re.sub(r"\$(\d+)", lambda m: inline.get(int(m.group(1))) or ":" + names[int(m.group(1)) - 1], sql)
+        named = re.sub(
+            r"\$(\d+)", lambda m, inline=inline: inline.get(int(m.group(1))) or ":" + names[int(m.group(1)) - 1], sql
+        )
         params = {
             name: orjson.dumps(v).decode() if isinstance(v, dict) else v
             for name, v in zip(names, values, strict=True)
