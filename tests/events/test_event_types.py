@@ -15,11 +15,13 @@ import pytest
 from graphql import GraphQLObjectType, build_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strawberry.utils.str_converters import to_camel_case
 
 from chatgql.db import Database
 from chatgql.events import types as events
 from chatgql.events.types import DISPATCH, PRODUCER, STORE, MembersAdded, MessageNew, ReadUpdated
 from chatgql.graphql.shared import SHARABLE
+from chatgql.models import MESSAGE_FIELDS
 from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS
 from chatgql.store import conversations, delivery, messages, outbox, reads
 
@@ -285,3 +287,13 @@ def test_every_field_shared_results_take_from_an_event_is_a_field_of_the_schema(
         assert isinstance(graphql_type, GraphQLObjectType), type_name
         missing = set(names) - set(graphql_type.fields)
         assert not missing, (type_name, missing)
+
+
+def test_what_shared_results_share_follows_the_types() -> None:
+    """SHARABLE is derived (graphql/shared.py): every field of the message record that Message shows is
+    sharable by being a plain field, a resolver only when marked PER_EVENT (seen is, conversation is not)."""
+    assert {to_camel_case(name) for name in MESSAGE_FIELDS} - {"replyToSeq"} <= SHARABLE["Message"]
+    assert {"id", "seen", "seenByCount", "seenBy"} <= SHARABLE["Message"]
+    assert not {"replyTo", "reactions", "attachments", "delivered"} & SHARABLE["Message"]  # per viewer, or loaded
+    assert "conversation" not in SHARABLE["MessageNewEvent"]
+    assert SHARABLE["Member"] == {"id", "userId", "lastReadSeq"}  # role and joinedAt: loaded

@@ -217,11 +217,7 @@ SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg_constraint
 
 async def _send(conn: asyncpg.Connection, conversation_id: int, client_msg_id: uuid.UUID, outcome: str) -> None:
     row = await conn.fetchrow(
-        "SELECT * FROM chat_send($1, 1, $2, 'hello', '{}'::jsonb, '{}'::jsonb, $3, $4)",
-        conversation_id,
-        client_msg_id,
-        ["seq", "createdAt"],
-        ["lastReadSeq"],
+        "SELECT * FROM chat_send($1, 1, $2, 'hello', '{}'::jsonb, '{}'::jsonb)", conversation_id, client_msg_id
     )
     assert row["outcome"] == outcome
 

@@ -69,7 +69,16 @@ from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
-from .types import ChangeCursor, MemberRole, Message, MessageChange, MessageNewEvent, ReadUpdatedEvent, SyncCursor
+from .types import (
+    PER_EVENT,
+    ChangeCursor,
+    MemberRole,
+    Message,
+    MessageChange,
+    MessageNewEvent,
+    ReadUpdatedEvent,
+    SyncCursor,
+)
 
 
 async def _events(info: Info, conversation_id: ID | None, event_type: str) -> Any:
@@ -120,8 +129,9 @@ def _read_event(event: dict, database: Any) -> tuple[ReadUpdated, EventReads]:
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
+        metadata=PER_EVENT,
         description="New messages in one conversation, or in every conversation the viewer is a member of "
-        "when conversationId is omitted."
+        "when conversationId is omitted.",
     )
     async def message_new(
         self,
@@ -185,9 +195,10 @@ class Subscription:
                 )
 
     @strawberry.subscription(
+        metadata=PER_EVENT,
         description="Watermark moves in one conversation, or in all of the viewer's. In a group of more than "
         "CHATGQL_BIG_GROUP_THRESHOLD members a member's moves reach only that member's own subscriptions at "
-        "once; the others get at most one event a second per conversation, with coalesced: true."
+        "once; the others get at most one event a second per conversation, with coalesced: true.",
     )
     async def read_updated(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET

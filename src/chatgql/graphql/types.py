@@ -37,6 +37,11 @@ from .loaders import DeliveredKey, Loaders, MemberPageKey, PageKey, ReactedByKey
 from .scalars import Long
 
 _NOT_LOADED: Any = object()
+# A resolver whose value is the same for every subscriber of one event (read from the event, or read once
+# per event for all of them: loaders.EventReads). graphql/shared.py shares such fields' results, and every
+# field without a resolver (read from the object the event built); a resolver not marked is per subscriber.
+PER_EVENT_KEY = "per_event"
+PER_EVENT: dict[str, Any] = {PER_EVENT_KEY: True}
 
 
 def selects(selections: list[Any], *path: str) -> bool:
@@ -127,7 +132,7 @@ class Member(Node):
             user_id=ID(str(row.user_id)), last_read_seq=row.last_read_seq, conversation_id=row.conversation_id, row=row
         )
 
-    @strawberry.field(description="Globally unique and stable; opaque.")
+    @strawberry.field(metadata=PER_EVENT, description="Globally unique and stable; opaque.")
     def id(self) -> ID:
         return ID(ids.member_id(self.conversation_id, int(self.user_id)))
 
@@ -265,21 +270,22 @@ class Message(Node):
             values[name] = ID(str(value)) if is_id and value is not None else value
         return cls(**values)
 
-    @strawberry.field(description="Globally unique and stable; opaque.")
+    @strawberry.field(metadata=PER_EVENT, description="Globally unique and stable; opaque.")
     def id(self) -> ID:
         return ID(ids.message_id(int(self.conversation_id), self.seq))
 
     def _seen_key(self) -> SeenKey:
         return SeenKey(int(self.conversation_id), self.seq, int(self.sender_id))
 
-    @strawberry.field(description="Members other than the sender whose lastReadSeq >= seq.")
+    @strawberry.field(metadata=PER_EVENT, description="Members other than the sender whose lastReadSeq >= seq.")
     async def seen_by_count(self, info: Info) -> int:
         return (await self._loaders(info).seen.load(self._seen_key())).count
 
     @strawberry.field(
+        metadata=PER_EVENT,
         description="User ids of those members, at most `first` of them, ascending. "
         "after (additive): only user ids above it; page with after = the last id of the previous "
-        "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000)."
+        "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000).",
     )
     async def seen_by(self, info: Info, first: int | None = 100, after: ID | None = strawberry.UNSET) -> list[ID]:
         after_id, limit = check_member_page(
@@ -289,7 +295,8 @@ class Message(Node):
         return [ID(str(uid)) for uid in await self._loaders(info).seen_by.load(key)]
 
     @strawberry.field(
-        description="True when every member other than the sender has read it (in a DIRECT chat: the other person)."
+        metadata=PER_EVENT,
+        description="True when every member other than the sender has read it (in a DIRECT chat: the other person).",
     )
     async def seen(self, info: Info) -> bool:
         return (await self._loaders(info).seen.load(self._seen_key())).everyone
@@ -980,8 +987,9 @@ class ReadUpdatedEvent:
         return self.loaders
 
     @strawberry.field(
+        metadata=PER_EVENT,
         description="The member whose watermark moved, with its global id: a caching client updates "
-        "that member's lastReadSeq with no code of its own. id, userId and lastReadSeq come with the event."
+        "that member's lastReadSeq with no code of its own. id, userId and lastReadSeq come with the event.",
     )
     def member(self) -> Member:
         return Member(
