@@ -306,11 +306,7 @@ def test_the_process_starts_its_killed_postgresql_again_and_healthz_fails_while_
         again = send(serve, conversation, client_msg_id)["data"]["sendMessage"]
         assert again == {"duplicate": True, "message": {"seq": first + 1}}
         assert [seq for seq, _ in serve.seqs(conversation)] == [1, 2]
-        _wait(
-            lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(),
-            30,
-            "the watch logging it serves again",
-        )
+        _wait(lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(), 30, "the watch logging it serves again")
         log = serve.log_since_start()
         assert "INTERNAL_SERVER_ERROR" not in log and "internal error" not in log, serve.tail()
     finally:
@@ -348,11 +344,7 @@ def test_serve_with_workers_starts_its_killed_postgresql_again(tmp_path: Path) -
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 2, seqs
         # The watch thread logs once restart() returns; the workers may serve on the new
         # postmaster before that thread is scheduled again.
-        _wait(
-            lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(),
-            30,
-            "the watch logging it serves again",
-        )
+        _wait(lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(), 30, "the watch logging it serves again")
     finally:
         returncode = serve.stop()
         redis.close()
