@@ -9,8 +9,12 @@ with keys written in their bodies ('seq', 'createdAt', 'lastReadSeq'), and a tes
 keep those in step with events/types.py. Now each takes two more arguments: the keys of message.new's
 store fields (its seq, then its time) and of read.updated's (the watermark), which the caller takes
 from the event definitions (Event.store_keys()); the bodies name no event key. Same statements
-otherwise, same one round trip: the keys are two more parameters of the call. A new argument list is
-a new function, so the old ones are dropped in the same transaction.
+otherwise, same one round trip: the keys are two more parameters of the call.
+
+A new argument list is a new function beside the old one. The old six-argument functions stay, so
+that the processes of before this migration keep sending during a rolling upgrade (the first new
+process migrates on start); chatgql itself calls only the new ones. A later migration drops the
+old ones once no process from before this one can run (docs/operating/upgrading.md).
 """
 
 import importlib.util
@@ -79,9 +83,11 @@ _NEW_SEND = "chat_send(bigint, bigint, uuid, text, jsonb, jsonb, text[], text[])
 _NEW_BATCH = "chat_send_batch(bigint, bigint[], uuid[], text[], jsonb[], jsonb[], text[], text[])"
 
 
+# the functions of before (0012_erase), kept for the processes of before during an upgrade
+OLD_FUNCTIONS = (_OLD_SEND, _OLD_BATCH)
+
+
 def upgrade() -> None:
-    op.execute(f"DROP FUNCTION {_OLD_SEND}")
-    op.execute(f"DROP FUNCTION {_OLD_BATCH}")
     op.execute(CHAT_SEND)
     op.execute(CHAT_SEND_BATCH)
 
@@ -89,5 +95,3 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(f"DROP FUNCTION {_NEW_BATCH}")
     op.execute(f"DROP FUNCTION {_NEW_SEND}")
-    op.execute(_0012.CHAT_SEND)
-    op.execute(_0012.CHAT_SEND_BATCH)
