@@ -43,7 +43,9 @@ async def do_mark_delivered(
     cids = [cid for cid, _ in items]
     events = [DeliveryUpdated(conversation_id=cid, user_id=viewer_id).payload() for cid in cids]
     async with database.transaction() as conn:
-        rows = await delivery.advance_delivered(conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to)
+        rows = await delivery.advance_delivered(
+            conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to, DeliveryUpdated.store_keys()
+        )
         found = {row["conversation_id"]: row for row in rows}
         for cid in cids:
             if cid not in found:
