@@ -29,8 +29,9 @@ from pathlib import Path
 import asyncpg
 
 from chatgql import db
+from chatgql.events import types as events
 
-from . import httpload, layout, pgbench
+from . import httpload, layout, pgbench, product_sql
 from .infra import Postgres, Server, dump_json, log, machine_info
 from .queries import Scenario
 
@@ -59,7 +60,9 @@ def batch_script(sizes: layout.Sizes, n: int) -> pgbench.Script:
         f"  ARRAY(SELECT gen_random_uuid() FROM generate_series(1, {n})),\n"
         f"  array_fill(:body::text, ARRAY[{n}]),\n"
         f"  array_fill(:message_event::jsonb, ARRAY[{n}]),\n"
-        f"  array_fill(:read_event::jsonb, ARRAY[{n}]));\n"
+        f"  array_fill(:read_event::jsonb, ARRAY[{n}]),\n"
+        f"  {product_sql.text_array(events.MessageNew.store_keys())},\n"
+        f"  {product_sql.text_array(events.ReadUpdated.store_keys())});\n"
     )
     single = pgbench.send_script(sizes, hot=True)
     return pgbench.Script(f"send_hot_batch{n}", text, single.defines)

@@ -73,12 +73,24 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
     for sql, values in conn.statements:
         if len(values) != len(names):
             raise RuntimeError(f"{coro_fn.__name__} binds {len(values)} parameters; names for {len(names)} given")
-        named = re.sub(r"\$(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], sql)
+        # a list of keys (the event keys a statement fills in) is written into the statement: pgbench
+        # variables are text
+        inline = {n: text_array(v) for n, v in enumerate(values, 1) if isinstance(v, list)}
+        named = re.sub(
+            r"\$(\d+)", lambda m, inline=inline: inline.get(int(m.group(1))) or ":" + names[int(m.group(1)) - 1], sql
+        )
         params = {
-            name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values, strict=True)
+            name: orjson.dumps(v).decode() if isinstance(v, dict) else v
+            for name, v in zip(names, values, strict=True)
+            if not isinstance(v, list)
         }
         statements.append(Statement(named, params))
     return statements
+
+
+def text_array(values: list[str]) -> str:
+    """A text[] literal of SQL (the values are event keys: no quote inside)."""
+    return "ARRAY[" + ", ".join(f"'{value}'" for value in values) + "]::text[]"
 
 
 def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
@@ -89,7 +101,7 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
     ).payload()
     read_event = events.ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     (stmt,) = _record(
-        ("cid", "uid", "cmid", "body", "message_event", "read_event"),
+        ("cid", "uid", "cmid", "body", "message_event", "read_event", "message_keys", "read_keys"),
         messages.send,
         conversation_id=conversation_id,
         sender_id=sender_id,
@@ -97,6 +109,8 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
         body="hello",
         message_event=message_event,
         read_event=read_event,
+        message_keys=events.MessageNew.store_keys(),
+        read_keys=events.ReadUpdated.store_keys(),
     )
     return stmt
 
@@ -104,7 +118,10 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
 def mark_read_statement(conversation_id: int = 1, user_id: int = 1, seq: int = 1) -> Statement:
     """markRead's statement when the watermark advances (the update and its outbox row)."""
     event = events.ReadUpdated(conversation_id=conversation_id, user_id=user_id).payload()
-    (stmt,) = _record(("cid", "uid", "seq", "event"), reads.advance_watermark, conversation_id, user_id, seq, event)
+    keys = events.ReadUpdated.store_keys()
+    (stmt,) = _record(
+        ("cid", "uid", "seq", "event", "keys"), reads.advance_watermark, conversation_id, user_id, seq, event, keys
+    )
     return stmt
 
 

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,14 +43,14 @@ def clean_database() -> None:
     """Every chatgql here runs its own embedded PostgreSQL: the shared test database is not needed."""
 
 
-def _wait(condition, timeout: float, what: str, interval: float = 0.05):
+def _wait(condition, timeout: float, what: str | Callable[[], str], interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
+            raise AssertionError(f"not within {timeout} s: {what() if callable(what) else what}")
         time.sleep(interval)
 
 
@@ -104,7 +105,7 @@ class Serve:
             assert self.process.poll() is None, f"chatgql serve exited ({self.process.returncode}):\n{self.tail(300)}"
             return self.status("/readyz") == 200
 
-        _wait(ready, timeout, f"chatgql serve ready:\n{self.tail()}", interval=0.1)
+        _wait(ready, timeout, lambda: f"chatgql serve ready:\n{self.tail()}", interval=0.1)
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -306,7 +307,11 @@ def test_the_process_starts_its_killed_postgresql_again_and_healthz_fails_while_
         again = send(serve, conversation, client_msg_id)["data"]["sendMessage"]
         assert again == {"duplicate": True, "message": {"seq": first + 1}}
         assert [seq for seq, _ in serve.seqs(conversation)] == [1, 2]
-        _wait(lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(), 30, "the watch logging it serves again")
+        _wait(
+            lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(),
+            30,
+            "the watch logging it serves again",
+        )
         log = serve.log_since_start()
         assert "INTERNAL_SERVER_ERROR" not in log and "internal error" not in log, serve.tail()
     finally:
@@ -339,12 +344,16 @@ def test_serve_with_workers_starts_its_killed_postgresql_again(tmp_path: Path) -
             except OSError:
                 return False
 
-        _wait(serving_again, 90, f"workers serving again:\n{serve.tail()}", interval=0.2)
+        _wait(serving_again, 150, lambda: f"workers serving again:\n{serve.tail()}", interval=0.2)
         seqs = [seq for seq, _ in serve.seqs(conversation)]
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 2, seqs
         # The watch thread logs once restart() returns; the workers may serve on the new
         # postmaster before that thread is scheduled again.
-        _wait(lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(), 30, "the watch logging it serves again")
+        _wait(
+            lambda: "the embedded PostgreSQL serves again" in serve.log_since_start(),
+            30,
+            "the watch logging it serves again",
+        )
     finally:
         returncode = serve.stop()
         redis.close()

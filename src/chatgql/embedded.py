@@ -308,7 +308,11 @@ class EmbeddedWatch:
 
         def watch() -> None:
             while not stop.wait(self.interval):
-                if self.server.alive():
+                try:
+                    if self.server.alive():
+                        continue
+                except Exception:  # a thread that dies of it would watch no more
+                    log.exception("the embedded PostgreSQL watch could not look at the server; looking again")
                     continue
                 self._gone()
                 while not self._try_restart():

@@ -1,4 +1,11 @@
-"""Table definitions only. Alembic owns the schema; these mirror it."""
+"""Table definitions, and the message record. Alembic owns the schema; these mirror it."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
@@ -109,6 +116,52 @@ message = Table(
     # 16 hash partitions (migration 0005); every key starts with the partition key
     postgresql_partition_by="HASH (conversation_id)",
 )
+
+
+def _lifecycle(default: object) -> object:
+    """A field that changes after the send (edits, deletes, replies): an inbox page whose last message
+    selects none of them reads the message without them (store.conversations, graphql Message.PLAIN_FIELDS)."""
+    return dataclasses.field(default=default, metadata={"lifecycle": True})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SentMessage:
+    """What a send gives of a message: the fields message.new carries from its producer (the statement that
+    stores it adds seq and created_at: events/types.py MessageNew)."""
+
+    conversation_id: int
+    sender_id: int
+    client_msg_id: uuid.UUID
+    body: str
+    reply_to_seq: int | None = _lifecycle(None)  # type: ignore[assignment]  # the seq of the message it quotes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageRecord(SentMessage):
+    """A message as it is stored: the one list of a message's fields. Each is a column of `message` (below:
+    checked on import), selected as store.messages.MESSAGE_COLUMNS (and as lm_<name> by the inbox page);
+    a change event carries them under their camelCase names (events/types.py MessageChange inherits them);
+    graphql's Message is built from them by name (Message.from_row). A new field of a message is a field
+    here, its column (a migration and the table below) and, if clients see it, a GraphQL field of the same
+    name on Message."""
+
+    seq: int
+    created_at: datetime
+    edited_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]
+    deleted_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]  # a tombstone: body ''
+    deleted_by: int | None = _lifecycle(None)  # type: ignore[assignment]
+    reply_count: int = _lifecycle(0)  # type: ignore[assignment]
+    last_reply_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]
+
+
+MESSAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(MessageRecord))
+# The fields that never change after the send (the plain read of an inbox page's last message).
+MESSAGE_PLAIN_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(MessageRecord) if not f.metadata.get("lifecycle")
+)
+if set(MESSAGE_FIELDS) != {column.name for column in message.c}:
+    raise AssertionError("MessageRecord and the message table disagree: a message's field is both")
+
 # Full-text search (0012_search): GIN over the conversation and the body's words (btree_gin)
 Index(
     "message_search_idx",

@@ -210,3 +210,47 @@ def shared_store(broadcast_url: str, enabled: bool, timeout: float) -> RedisStor
 
 def limiter(action: str, rate: float, burst: int, store: RedisStore | None) -> RateLimiter:
     return RateLimiter(action, rate, burst) if store is None else SharedRateLimiter(action, rate, burst, store)
+
+
+# Every rate-limited operation -> the limit it takes a token from. A limit `x` is the settings
+# rate_x_per_second and rate_x_burst (a rate of 0 turns it off); operations naming the same limit
+# share one bucket per user, named after the first of them (its RATE_LIMITED message and Redis key).
+# A new rate-limited operation is one line here (and its two settings for a new limit).
+OPERATION_LIMITS: dict[str, str] = {
+    "sendMessage": "send",
+    "editMessage": "send",
+    "deleteMessage": "send",
+    "addReaction": "send",
+    "removeReaction": "send",
+    "markRead": "read",
+    "markDelivered": "read",
+    "markUnread": "read",
+    "updateMembership": "read",
+    "updateViewerSettings": "read",
+    "typing": "typing",
+    "createGroup": "group",
+    "createDirectConversation": "direct",
+    "addMembers": "add_members",
+    "searchMessages": "search",
+}
+
+
+class Limiters:
+    """The per-user limiters of OPERATION_LIMITS, built from the settings; check(operation, user_id)."""
+
+    def __init__(self, settings: Any, store: RedisStore | None, table: dict[str, str] = OPERATION_LIMITS) -> None:
+        by_limit: dict[str, RateLimiter] = {}
+        self._by_operation: dict[str, RateLimiter] = {}
+        for operation, name in table.items():
+            if name not in by_limit:
+                rate = getattr(settings, f"rate_{name}_per_second")
+                burst = getattr(settings, f"rate_{name}_burst")
+                by_limit[name] = limiter(operation, rate, burst, store)
+            self._by_operation[operation] = by_limit[name]
+
+    def __getitem__(self, operation: str) -> RateLimiter:
+        return self._by_operation[operation]  # KeyError: an operation missing from the table
+
+    async def check(self, operation: str, user_id: int) -> None:
+        """LimitExceeded (reason RATE_LIMITED, retryAfter) when user_id has no token left for operation."""
+        await self._by_operation[operation].check(user_id)

@@ -204,6 +204,9 @@ class Settings(BaseSettings):
     rate_typing_per_second: float = 1.0
     rate_typing_burst: int = 5
     typing_seconds: float = Field(default=5.0, gt=0, le=60)
+    # searchMessages: per user (each search is a full-text query over the viewer's conversations)
+    rate_search_per_second: float = 2.0
+    rate_search_burst: int = 10
     # Viewer.totalUnreadMentions counts the mentions in muted conversations too (false: not)
     muted_mentions_count: bool = True
     # sendMessage(mentions:): at most this many user ids

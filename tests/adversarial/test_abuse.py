@@ -7,7 +7,9 @@ no member (the outbox is not counted: the relay empties it as it goes).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql.errors import Forbidden
+from chatgql.ratelimit import OPERATION_LIMITS, Limiters
 from chatgql.services.policy import ALLOW_ALL, MembershipRequest, load_policy
 
 from ..conftest import GraphQLClient, RunningServer, error_code, make_settings
@@ -56,6 +59,8 @@ async def limited_server(migrated_url: str):
         rate_direct_burst=2,
         rate_add_members_per_second=2,
         rate_add_members_burst=2,
+        rate_search_per_second=2,
+        rate_search_burst=2,
         max_groups_per_day=0,
     )
     async with RunningServer(settings) as server:
@@ -97,6 +102,35 @@ async def test_add_members_beyond_its_burst_is_rate_limited_and_adds_nobody(limi
     before = await _counts(engine)
     _rate_limited(await limited.error(ADD_MEMBERS, {"c": cid, "u": ["5", "6"]}, user=301), at_most=0.5)
     assert await _counts(engine) == before
+
+
+SEARCH = "query($q: String!) { searchMessages(query: $q) { nodes { seq } } }"
+
+
+def test_the_limiter_table_names_every_operation_the_resolvers_limit_and_no_other() -> None:
+    """ratelimit.OPERATION_LIMITS is the one table: each limits.check("op", ...) in graphql/ names a row of
+    it, each row is checked somewhere, and each limit has its settings (Limiters builds them all)."""
+    src = Path(__file__).resolve().parents[2] / "src" / "chatgql" / "graphql"
+    checked: set[str] = set()
+    for path in src.glob("*.py"):
+        for operation in re.findall(r"limits\.check\(([^,]*),", path.read_text()):
+            checked |= set(re.findall(r'"(\w+)"', operation))
+    assert checked == set(OPERATION_LIMITS), checked ^ set(OPERATION_LIMITS)
+    limits = Limiters(make_settings("postgresql://unused/x", rate_search_per_second=3), None)
+    assert limits["editMessage"] is limits["sendMessage"]  # one bucket per limit
+    assert limits["searchMessages"].rate == 3 and limits["searchMessages"].action == "searchMessages"
+    with pytest.raises(KeyError):
+        limits["noSuchOperation"]
+
+
+async def test_search_beyond_its_burst_is_rate_limited_per_user(limited):
+    await limited.data(SEARCH, {"q": "hello"}, user=501)
+    await limited.data(SEARCH, {"q": "hello"}, user=501)
+    _rate_limited(await limited.error(SEARCH, {"q": "hello"}, user=501), at_most=0.5)
+    await limited.data(SEARCH, {"q": "hello"}, user=502)  # another user has a bucket of their own
+    for _ in range(3):  # refused for its input before it takes a token
+        assert error_code(await limited.error(SEARCH, {"q": "x" * 10_000}, user=503)) == "BAD_USER_INPUT"
+    await limited.data(SEARCH, {"q": "hello"}, user=503)
 
 
 async def test_a_refused_input_costs_no_rate_token(limited):

@@ -4,8 +4,6 @@ subscription results) names only fields that exist."""
 
 from __future__ import annotations
 
-import inspect
-import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,11 +15,14 @@ import pytest
 from graphql import GraphQLObjectType, build_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strawberry.utils.str_converters import to_camel_case
 
 from chatgql.db import Database
 from chatgql.events import types as events
 from chatgql.events.types import DISPATCH, PRODUCER, STORE, MembersAdded, MessageNew, ReadUpdated
 from chatgql.graphql.shared import SHARABLE
+from chatgql.models import MESSAGE_FIELDS
+from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS
 from chatgql.store import conversations, delivery, messages, outbox, reads
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +137,7 @@ def test_an_event_without_a_field_its_producer_or_the_store_fills_in_is_refused(
         events.parse({"type": "message.new", "conversationId": 5, "clientMsgId": str(uuid.uuid4()), "body": "x"})
     with pytest.raises(KeyError):
         events.parse({"type": "message.pinned", "conversationId": 5})
-    with pytest.raises(ValueError, match="changeSeq"):
+    with pytest.raises(ValueError, match="message.edited event without"):  # senderId, changeSeq...
         events.parse({"type": "message.edited", "conversationId": 5, "seq": 1})
 
 
@@ -153,57 +154,6 @@ def test_a_change_event_carries_the_message_with_its_optional_fields_null() -> N
 
 
 # --- the fields the store fills in -----------------------------------------------------------
-
-# `<event> || jsonb_build_object('key', value, ...)`: the keys a statement adds to a producer's payload
-_FILL = re.compile(r"([\w.]+)\s*\|\|\s*jsonb_build_object\(([^)]*)\)")
-
-
-def filled_keys(sql: str) -> dict[str, set[str]]:
-    """Per payload variable of the SQL, the keys added to it."""
-    found: dict[str, set[str]] = {}
-    for variable, arguments in _FILL.findall(sql):
-        keys = re.findall(r"'([^']*)'\s*,", arguments)
-        found.setdefault(variable.split(".")[-1], set()).update(keys)
-    return found
-
-
-async def test_chat_send_functions_fill_in_exactly_the_keys_the_definitions_leave_to_the_store(
-    migrated_url: str,
-) -> None:
-    """chat_send() and chat_send_batch() (migrations 0002, 0006) as the database holds them."""
-    database = await Database(migrated_url, max_size=1).open()
-    try:
-        async with database.connection() as conn:
-            rows = await conn.fetch(
-                "SELECT proname, prosrc FROM pg_proc WHERE proname IN ('chat_send', 'chat_send_batch')"
-            )
-    finally:
-        await database.close()
-    sources = {row["proname"]: row["prosrc"] for row in rows}
-    assert set(sources) == {"chat_send", "chat_send_batch"}
-    assert filled_keys(sources["chat_send"]) == {
-        "p_message_event": set(MessageNew.keys(STORE)),
-        "p_read_event": set(ReadUpdated.keys(STORE)),
-    }
-    assert filled_keys(sources["chat_send_batch"]) == {
-        "message_event": set(MessageNew.keys(STORE)),
-        "read_event": set(ReadUpdated.keys(STORE)),
-    }
-
-
-def test_the_mark_read_statements_fill_in_exactly_the_keys_read_updated_leaves_to_the_store() -> None:
-    """store/reads.py's statements (markRead and its coalesced form) name the key themselves: the
-    store imports nothing of events/."""
-    for statement in (reads.advance_watermark, reads.advance_watermarks):
-        filled = filled_keys(inspect.getsource(statement))
-        assert len(filled) == 1, (statement.__name__, filled)  # one payload completed per statement
-        assert set().union(*filled.values()) == set(ReadUpdated.keys(STORE)), statement.__name__
-
-
-def test_the_mark_delivered_statement_fills_in_exactly_the_key_delivery_updated_leaves_to_the_store() -> None:
-    filled = filled_keys(inspect.getsource(delivery.advance_delivered))
-    assert len(filled) == 1, filled
-    assert set().union(*filled.values()) == set(events.DeliveryUpdated.keys(STORE)) == {"deliveredSeq"}
 
 
 @pytest.fixture
@@ -240,14 +190,18 @@ async def test_every_statement_that_writes_an_event_writes_what_its_definition_p
                 body=body,
                 message_event=new,
                 read_event=read,
+                message_keys=MESSAGE_KEYS,
+                read_keys=READ_KEYS,
             )
             assert row.outcome == "stored"
             batch = [send_item(1, "a"), send_item(3, "b"), send_item(1, "c")]
-            assert [r.outcome for r in await messages.send_batch(conn, group, batch)] == ["stored"] * 3
+            stored = await messages.send_batch(conn, group, batch, MESSAGE_KEYS, READ_KEYS)
+            assert [r.outcome for r in stored] == ["stored"] * 3
             read = ReadUpdated(conversation_id=group, user_id=2).payload()
-            assert await reads.advance_watermark(conn, group, 2, 3, read) is not None
+            assert await reads.advance_watermark(conn, group, 2, 3, read, READ_KEYS) is not None
             payloads = [ReadUpdated(conversation_id=group, user_id=uid).payload() for uid in (2, 3)]
-            assert len(await reads.advance_watermarks(conn, [group, group], [2, 3], [4, 4], payloads)) == 2
+            moved = await reads.advance_watermarks(conn, [group, group], [2, 3], [4, 4], payloads, READ_KEYS)
+            assert len(moved) == 2
             await outbox.append(conn, [events.MemberRemoved(conversation_id=group, user_id=3).outbox_row()])
             rows = await conn.fetch("SELECT msg_key, payload FROM outbox WHERE msg_key = $1 ORDER BY id", str(group))
             raise _RolledBack  # nothing of this commits
@@ -290,6 +244,37 @@ class _RolledBack(Exception):
     pass
 
 
+async def test_the_statements_fill_in_the_keys_they_are_given_and_name_none_of_their_own(database: Database) -> None:
+    """chat_send, chat_send_batch, the watermark statements and markDelivered's take the keys of the fields
+    they fill in from the caller (Event.store_keys()): given other keys, they write those."""
+    with pytest.raises(_RolledBack):
+        async with database.connection() as conn, conn.transaction():
+            group = (await conversations.insert_conversation(conn, "GROUP", "t", created_by=1)).id
+            await conversations.insert_members(conn, group, [(1, "OWNER"), (2, "MEMBER"), (3, "MEMBER")])
+            first = ["s1", "t1"], ["r1"]
+            await messages.send(
+                conn,
+                conversation_id=group,
+                sender_id=2,
+                client_msg_id=uuid.uuid4(),
+                body="x",
+                message_event={"k": 1},
+                read_event={"k": 2},
+                message_keys=first[0],
+                read_keys=first[1],
+            )
+            items = [(1, uuid.uuid4(), "y", {"k": 3}, {"k": 4}), (2, uuid.uuid4(), "z", {"k": 5}, {"k": 6})]
+            await messages.send_batch(conn, group, items, ["s2", "t2"], ["r2"])
+            await delivery.advance_delivered(conn, 1, [group], [3], [{"k": 9}], 1000, ["d"])
+            await reads.advance_watermark(conn, group, 1, 3, {"k": 7}, ["w"])
+            await reads.advance_watermarks(conn, [group], [3], [3], [{"k": 8}], ["ws"])
+            rows = await conn.fetch("SELECT payload FROM outbox WHERE msg_key = $1 ORDER BY id", str(group))
+            found = [{key for key in row["payload"] if key != "k"} for row in rows]
+            raise _RolledBack
+    # the batch's second send marks the first one's message read: a read.updated after each of its sends
+    assert found == [{"s1", "t1"}, {"s2", "t2"}, {"r2"}, {"s2", "t2"}, {"r2"}, {"d"}, {"w"}, {"ws"}], found
+
+
 # --- what reads events -------------------------------------------------------------------------
 
 
@@ -302,3 +287,13 @@ def test_every_field_shared_results_take_from_an_event_is_a_field_of_the_schema(
         assert isinstance(graphql_type, GraphQLObjectType), type_name
         missing = set(names) - set(graphql_type.fields)
         assert not missing, (type_name, missing)
+
+
+def test_what_shared_results_share_follows_the_types() -> None:
+    """SHARABLE is derived (graphql/shared.py): every field of the message record that Message shows is
+    sharable by being a plain field, a resolver only when marked PER_EVENT (seen is, conversation is not)."""
+    assert {to_camel_case(name) for name in MESSAGE_FIELDS} - {"replyToSeq"} <= SHARABLE["Message"]
+    assert {"id", "seen", "seenByCount", "seenBy"} <= SHARABLE["Message"]
+    assert not {"replyTo", "reactions", "attachments", "delivered"} & SHARABLE["Message"]  # per viewer, or loaded
+    assert "conversation" not in SHARABLE["MessageNewEvent"]
+    assert SHARABLE["Member"] == {"id", "userId", "lastReadSeq"}  # role and joinedAt: loaded

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from chatgql import db
+from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS
 from chatgql.store import messages
 
 from ..conftest import error_code
@@ -329,11 +330,11 @@ async def test_a_retry_of_a_message_edited_or_deleted_since_is_its_acknowledgeme
             (1, uuid.UUID(edited), "else", {}, {}),
         ]
         async with database.transaction() as conn:
-            rows = await messages.send_batch(conn, int(cid), items)
+            rows = await messages.send_batch(conn, int(cid), items, MESSAGE_KEYS, READ_KEYS)
         assert [(r["outcome"], r["seq"]) for r in rows] == [("duplicate", 1), ("duplicate", 2), ("conflict", 1)]
     finally:
         await database.close()
     assert (await conversation(api, 2, cid))["lastSeq"] == 2  # nothing stored again
-    async with engine.connect() as conn:  # 0012_erase's chat_send keeps 0005's generic plans
+    async with engine.connect() as conn:  # 0013_event_keys' chat_send keeps 0005's generic plans
         config = await conn.execute(text("SELECT proconfig FROM pg_proc WHERE proname = 'chat_send'"))
         assert config.scalar() == ["plan_cache_mode=force_generic_plan"]

@@ -31,7 +31,7 @@ from sqlalchemy import text
 from chatgql.auth import issue_token
 from chatgql.db import Database
 from chatgql.events import types as events
-from chatgql.services.groupcommit import SendBatcher, SendItem
+from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS, SendBatcher, SendItem
 from chatgql.services.messages import SendResult, do_send_message
 from chatgql.settings import load_settings
 from chatgql.store import messages, reads
@@ -44,6 +44,8 @@ SEND = (
 )
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
 TOKENS = load_settings()
+
+KEYS = {"message_keys": MESSAGE_KEYS, "read_keys": READ_KEYS}  # the keys chat_send fills in
 
 
 def authorization(user: int) -> dict[str, str]:
@@ -128,9 +130,13 @@ async def test_a_batch_answers_and_writes_what_the_same_sends_one_by_one_would(m
         async with database.transaction() as conn:
             for cid in (one, batched):
                 for sender, cmid, body in before:
-                    await messages.send(conn, conversation_id=cid, **item(cid, sender, cmid, body)._asdict())
-            alone = [await messages.send(conn, conversation_id=one, **item(one, *send)._asdict()) for send in batch]
-            together = await messages.send_batch(conn, batched, [item(batched, *send) for send in batch])
+                    await messages.send(conn, conversation_id=cid, **item(cid, sender, cmid, body)._asdict(), **KEYS)
+            alone = [
+                await messages.send(conn, conversation_id=one, **item(one, *send)._asdict(), **KEYS) for send in batch
+            ]
+            together = await messages.send_batch(
+                conn, batched, [item(batched, *send) for send in batch], MESSAGE_KEYS, READ_KEYS
+            )
             state = {
                 cid: (
                     await conn.fetch(
@@ -527,7 +533,7 @@ async def test_send_batches_and_markread_flushes_racing_on_the_same_members_neve
             items = [item(cid, sender, uuid.uuid4(), "b") for sender in senders]
             try:
                 async with database.connection() as conn:
-                    rows = await messages.send_batch(conn, cid, items)
+                    rows = await messages.send_batch(conn, cid, items, MESSAGE_KEYS, READ_KEYS)
                 stored += sum(row["outcome"] == "stored" for row in rows)
             except asyncpg.DeadlockDetectedError as error:
                 deadlocks.append(f"send batch: {error}")
@@ -539,7 +545,7 @@ async def test_send_batches_and_markread_flushes_racing_on_the_same_members_neve
             try:
                 async with database.connection() as conn:
                     await reads.advance_watermarks(
-                        conn, [cid] * len(users), users, [10**9] * len(users), [event] * len(users)
+                        conn, [cid] * len(users), users, [10**9] * len(users), [event] * len(users), READ_KEYS
                     )
             except asyncpg.DeadlockDetectedError as error:
                 deadlocks.append(f"markRead flush: {error}")

@@ -27,7 +27,9 @@ async def seed_history(database_url: str, conversation_id: int, sender_id: int, 
                 read = events.ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
                 items.append((sender_id, cmid, body, new, read))
             async with database.transaction() as conn:
-                rows = await messages.send_batch(conn, conversation_id, items)
+                rows = await messages.send_batch(
+                    conn, conversation_id, items, events.MessageNew.store_keys(), events.ReadUpdated.store_keys()
+                )
             assert [(row["outcome"], row["seq"]) for row in rows] == [
                 ("stored", start + i) for i in range(len(items))
             ], rows[:3]

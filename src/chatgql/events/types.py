@@ -8,8 +8,9 @@ is written nowhere else. Keys a reader does not know are ignored (a newer produc
 
 Some fields are not known when the event is built; the definition says who fills them in:
 - STORE: the statement that writes the outbox row (seq and createdAt: chat_send() and
-  chat_send_batch(), migrations 0002 and 0006; lastReadSeq: the watermark statements of
-  store/reads.py). tests/events/test_event_types.py checks that the SQL fills exactly these keys.
+  chat_send_batch(), migration 0013_event_keys; lastReadSeq: the watermark statements of
+  store/reads.py; deliveredSeq: store/delivery.py). Each takes the keys from `store_keys()` as a
+  parameter and fills them in by position: the keys are written here only.
 - DISPATCH: the dispatcher, on the way to subscribers (a coalesced read.updated in a big group);
   absent, they take their default.
 
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal, TypeVar, get_type_hints
 from uuid import UUID
+
+from ..models import MessageRecord, SentMessage
 
 PRODUCER: Literal["producer"] = "producer"
 STORE: Literal["store"] = "store"
@@ -98,6 +101,13 @@ class Event:
     def keys(cls, filled_by: FilledBy) -> frozenset[str]:
         """The wire keys of the fields `filled_by` fills in."""
         return frozenset(wire.key for wire in cls.FIELDS if wire.filled_by == filled_by)
+
+    @classmethod
+    def store_keys(cls) -> list[str]:
+        """The wire keys of the fields the store fills in, in their definition's order: the statements that
+        write the outbox row take them as a parameter and fill them in by position (MessageNew: the seq,
+        then the time; ReadUpdated and DeliveryUpdated: the watermark), so no SQL names an event key."""
+        return [wire.key for wire in cls.FIELDS if wire.filled_by == STORE]
 
     def payload(self) -> dict[str, Any]:
         """The outbox payload the producer writes: its own fields (the store adds its own)."""
@@ -187,16 +197,12 @@ def parse(data: dict[str, Any]) -> Event:
 
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MessageNew(Event):
-    """A message was stored. Carries every common field of Message, so fanout needs no query per
-    subscriber."""
+class MessageNew(SentMessage, Event):
+    """A message was stored: what its sender gave (models.SentMessage: conversation_id, sender_id,
+    client_msg_id, body, reply_to_seq), and the seq and time the store gave it. Carries every common field
+    of Message, so fanout needs no query per subscriber."""
 
     TYPE: ClassVar[str] = "message.new"
-    conversation_id: int
-    sender_id: int
-    client_msg_id: UUID
-    body: str
-    reply_to_seq: int | None = None  # the seq of the message it replies to
     seq: int | None = stored()
     created_at: datetime | None = stored()
 
@@ -297,30 +303,18 @@ class Typing(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MessageChange(Event):
+class MessageChange(MessageRecord, Event):
     """A change to a stored message (not a message: it takes no seq). change_seq is the next value of the
-    conversation's second gap-free counter; the fields after it are the message as it is after the change,
-    the same fields Message has, so a subscriber (and a caching client, by the message's id) needs no query.
-    user_id: who made the change (None: the operator, an erase or the retention policy). Each kind below is one
-    TYPE of this shape."""
+    conversation's second gap-free counter; the message's fields (models.MessageRecord, inherited) are the
+    message as it is after the change, the same fields Message has, so a subscriber (and a caching client, by
+    the message's id) needs no query. user_id: who made the change (None: the operator, an erase or the
+    retention policy). Each kind below is one TYPE of this shape."""
 
     TYPE: ClassVar[str]
     KIND: ClassVar[str]  # message_change.kind and GraphQL's MessageChangeKind
-    conversation_id: int
     change_seq: int
-    seq: int
     user_id: int | None = None  # left out of the JSON when None
     reason: str | None = None  # the operator's change: ERASE or RETENTION (message_change.reason)
-    sender_id: int
-    client_msg_id: UUID
-    body: str
-    created_at: datetime
-    edited_at: datetime | None = None
-    deleted_at: datetime | None = None
-    deleted_by: int | None = None
-    reply_to_seq: int | None = None
-    reply_count: int = 0
-    last_reply_at: datetime | None = None
 
 
 @register

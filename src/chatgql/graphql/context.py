@@ -20,7 +20,7 @@ from ..auth import token_expiry, user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
 from ..jwks import KeySet
-from ..ratelimit import RateLimiter, RedisStore, limiter, shared_store
+from ..ratelimit import Limiters, RedisStore, shared_store
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
@@ -43,14 +43,9 @@ class Deps:
     delivery_coalescer: Any = None  # services.delivery_coalescing.DeliveryCoalescer; None: uncoalesced
     send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
     keys: KeySet | None = None  # the OpenID provider's keys (jwks.py); None without CHATGQL_OIDC_ISSUER
-    send_limiter: RateLimiter = field(init=False)
-    read_limiter: RateLimiter = field(init=False)
-    typing_limiter: RateLimiter = field(init=False)
     typing: Any = None  # events.ephemeral.EphemeralPublisher; None in processes that serve no subscriptions
     presence: Any = None  # events.presence.Presence: who has a websocket open (for webhooks)
-    group_limiter: RateLimiter = field(init=False)
-    direct_limiter: RateLimiter = field(init=False)
-    add_members_limiter: RateLimiter = field(init=False)
+    limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
     rate_limit_store: RedisStore | None = field(init=False)  # the Redis shared rate limits live in, if any
     membership_policy: MembershipPolicy = field(init=False)
 
@@ -59,12 +54,7 @@ class Deps:
         store = self.rate_limit_store = shared_store(
             s.broadcast_url, s.shared_rate_limits, s.shared_rate_limit_timeout_seconds
         )
-        self.send_limiter = limiter("sendMessage", s.rate_send_per_second, s.rate_send_burst, store)
-        self.read_limiter = limiter("markRead", s.rate_read_per_second, s.rate_read_burst, store)
-        self.typing_limiter = limiter("typing", s.rate_typing_per_second, s.rate_typing_burst, store)
-        self.group_limiter = limiter("createGroup", s.rate_group_per_second, s.rate_group_burst, store)
-        self.direct_limiter = limiter("createDirectConversation", s.rate_direct_per_second, s.rate_direct_burst, store)
-        self.add_members_limiter = limiter("addMembers", s.rate_add_members_per_second, s.rate_add_members_burst, store)
+        self.limits = Limiters(s, store)
         self.membership_policy = load_policy(s.membership_policy, s)
 
 

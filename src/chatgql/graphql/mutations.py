@@ -44,7 +44,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         ctx = info.context
         viewer = ctx.viewer_id
         other = check_id(user_id, "userId")
-        await ctx.deps.direct_limiter.check(viewer)
+        await ctx.deps.limits.check("createDirectConversation", viewer)
         cid = await conversation_service.do_create_direct_conversation(
             ctx.database, viewer, other, policy=ctx.deps.membership_policy
         )
@@ -61,7 +61,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         members = check_ids(
             member_ids, "memberId", limit=min(settings.max_group_members, settings.max_members_per_call)
         )
-        await ctx.deps.group_limiter.check(viewer)
+        await ctx.deps.limits.check("createGroup", viewer)
         cid = await conversation_service.do_create_group(
             ctx.database,
             viewer,
@@ -80,7 +80,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         cid = check_id(conversation_id, "conversationId")
         settings = ctx.settings
         users = check_ids(user_ids, "userId", limit=min(settings.max_group_members, settings.max_members_per_call))
-        await ctx.deps.add_members_limiter.check(viewer)
+        await ctx.deps.limits.check("addMembers", viewer)
         await conversation_service.do_add_members(
             ctx.database,
             viewer,
@@ -156,7 +156,7 @@ class Mutation(ReadStateMutation, GroupMutation):
             if mentions is strawberry.UNSET or mentions is None
             else check_ids(mentions, "mention", limit=ctx.settings.max_mentions)
         )
-        await ctx.deps.send_limiter.check(viewer)
+        await ctx.deps.limits.check("sendMessage", viewer)
         result = await do_send_message(
             ctx.database,
             viewer,
@@ -180,7 +180,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        await ctx.deps.read_limiter.check(viewer)
+        await ctx.deps.limits.check("markRead", viewer)
         result = await do_mark_read(ctx.database, viewer, cid, seq, coalescer=ctx.deps.read_coalescer)
         ctx.forget_conversation(cid)
         # the viewer's own read position: below the watermark while a markUnread rewind lasts
@@ -205,7 +205,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         cid = check_id(conversation_id, "conversationId")
         at = check_seq(seq)
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
-        await ctx.deps.send_limiter.check(viewer)
+        await ctx.deps.limits.check("editMessage", viewer)
         result = await change_service.do_edit_message(
             ctx.database, viewer, cid, at, body, window_seconds=ctx.settings.edit_window_seconds
         )
@@ -227,7 +227,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         at = check_seq(seq)
-        await ctx.deps.send_limiter.check(viewer)
+        await ctx.deps.limits.check("deleteMessage", viewer)
         result = await change_service.do_delete_message(ctx.database, viewer, cid, at)
         ctx.forget_conversation(cid)
         return ChangeMessagePayload(
@@ -258,7 +258,7 @@ async def _react(info: Info, conversation_id: ID, seq: Long, emoji: str, *, add:
     cid = check_id(conversation_id, "conversationId")
     at = check_seq(seq)
     emoji = check_text(emoji, "emoji", max_chars=ctx.settings.max_emoji_chars)
-    await ctx.deps.send_limiter.check(viewer)
+    await ctx.deps.limits.check("addReaction" if add else "removeReaction", viewer)
     result = await change_service.do_react(
         ctx.database, viewer, cid, at, emoji, add=add, max_emojis=ctx.settings.max_reactions_per_message
     )

@@ -86,7 +86,7 @@ class ReadStateMutation:
             pinned=_given(pinned),  # type: ignore[arg-type]
             private_receipts=_given(private_receipts),  # type: ignore[arg-type]
         )
-        await ctx.deps.read_limiter.check(viewer)
+        await ctx.deps.limits.check("updateMembership", viewer)
         await do_update_membership(ctx.database, viewer, cid, change)
         ctx.forget_conversation(cid)
         return await load_conversation(info, cid)
@@ -99,7 +99,7 @@ class ReadStateMutation:
     async def update_viewer_settings(self, info: Info, private_receipts: bool) -> Viewer:
         ctx = info.context
         viewer = ctx.viewer_id
-        await ctx.deps.read_limiter.check(viewer)
+        await ctx.deps.limits.check("updateViewerSettings", viewer)
         await do_set_private_receipts(ctx.database, viewer, private_receipts)
         return Viewer(user_id=ID(str(viewer)))
 
@@ -115,7 +115,7 @@ class ReadStateMutation:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        await ctx.deps.read_limiter.check(viewer)
+        await ctx.deps.limits.check("markUnread", viewer)
         await do_mark_unread(ctx.database, viewer, cid, from_seq)
         ctx.forget_conversation(cid)
         return await load_conversation(info, cid)
@@ -150,7 +150,7 @@ class ReadStateMutation:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        await ctx.deps.typing_limiter.check(viewer)
+        await ctx.deps.limits.check("typing", viewer)
         event, publish = await check_typing(
             ctx.database,
             viewer,
@@ -206,7 +206,7 @@ class MarkDeliveredPayload:
 async def _mark_delivered(info: Info, items: list[tuple[int, int]]) -> list[MarkDeliveredPayload]:
     ctx = info.context
     viewer = ctx.viewer_id
-    await ctx.deps.read_limiter.check(viewer)
+    await ctx.deps.limits.check("markDelivered", viewer)
     results = await do_mark_delivered(
         ctx.database,
         viewer,

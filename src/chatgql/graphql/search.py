@@ -11,7 +11,7 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..errors import BadUserInput
-from ..services.checks import MAX_ID, check_id
+from ..services.checks import MAX_ID, check_id, check_page_size, check_text
 from ..services.search import DEFAULT_SEARCH_PAGE, MAX_QUERY_CHARS, HitKey, search_messages
 from .scalars import Long
 from .types import Message, PageInfo
@@ -82,6 +82,9 @@ async def resolve_search_messages(
     _ = info.context.viewer_id  # authenticate before validating input
     cid = None if conversation_id is None else check_id(conversation_id, "conversationId")
     key = None if after is None else parse_hit_cursor(after)
+    check_text(query, "query", max_chars=MAX_QUERY_CHARS)  # bad input costs no rate token
+    check_page_size(first, "first", default=DEFAULT_SEARCH_PAGE)
+    await info.context.deps.limits.check("searchMessages", info.context.viewer_id)
     page = await search_messages(
         info.context.database,
         info.context.viewer_id,

@@ -4,9 +4,10 @@ Every subscriber of an event runs the same selection set on the same event.
 When that selection reads only the event itself and what is read once per
 event for all its subscribers (seen, seenByCount and seenBy: loaders.EventReads),
 and nothing that depends on who is asking (see
-SHARABLE), the first subscriber's result is reused by the others holding the
-same document and variables. Any other selection (a directive other than
-@include/@skip, a field not listed) is executed per subscriber as before, as
+SHARABLE, derived from the types: a field without a resolver, or a resolver
+marked PER_EVENT), the first subscriber's result is reused by the others holding
+the same document and variables. Any other selection (a directive other than
+@include/@skip, a field not sharable) is executed per subscriber as before, as
 is any result that carries errors.
 Either way an event is executed by plan when the planner has one for the
 operation (graphql/plan/, Planner.execute_event), else by graphql-core.
@@ -26,34 +27,45 @@ from graphql import (
     OperationType,
     SelectionSetNode,
 )
+from strawberry.types.base import StrawberryOptional, get_object_definition
+from strawberry.types.private import is_private
+from strawberry.utils.str_converters import to_camel_case
 
 from .. import compat
-from ..events.types import Event, MessageNew, ReadUpdated
 from .acyclic import AcyclicExecutionContext
+from .subscriptions import Subscription
+from .types import PER_EVENT_KEY
 
 
-def _carried(kind: type[Event]) -> frozenset[str]:
-    """The fields an event carries (its definition's wire keys): the GraphQL fields of the same
-    names are read from the event alone (tests/events/test_event_types.py checks they exist)."""
-    return frozenset(wire.key for wire in kind.FIELDS)
+def _derive(root: type) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], str]]:
+    """SHARABLE and CHILD from the types, from root (Subscription) down: a type's sharable fields are
+    its fields without a resolver (read from the object an event built, the same for every subscriber)
+    and the resolvers marked PER_EVENT (types.py); an object field among them leads to its type."""
+    sharable: dict[str, frozenset[str]] = {}
+    child: dict[tuple[str, str], str] = {}
+    todo = [root]
+    while todo:
+        cls = todo.pop()
+        definition = get_object_definition(cls, strict=True)
+        if definition.name in sharable:
+            continue
+        names = set()
+        for f in definition.fields:
+            if is_private(f.type) or (f.base_resolver is not None and not f.metadata.get(PER_EVENT_KEY)):
+                continue
+            name = f.graphql_name or to_camel_case(f.python_name)
+            names.add(name)
+            target = f.type.of_type if isinstance(f.type, StrawberryOptional) else f.type
+            if get_object_definition(target) is not None:
+                child[(definition.name, name)] = get_object_definition(target, strict=True).name
+                todo.append(cast(type, target))
+        sharable[definition.name] = frozenset(names)
+    return sharable, child
 
 
-# Fields, by parent type, whose value is the same for every subscriber of an event.
-SHARABLE: dict[str, frozenset[str]] = {
-    "Subscription": frozenset({"messageNew", "readUpdated"}),
-    "MessageNewEvent": frozenset({MessageNew.key("conversation_id"), MessageNew.key("seq"), "message"}),
-    # replyToSeq is carried but not a field (replyTo is read per subscriber)
-    "Message": (_carried(MessageNew) - {MessageNew.key("reply_to_seq")}) | {"id", "seenByCount", "seen", "seenBy"},
-    "ReadUpdatedEvent": _carried(ReadUpdated) | {"member"},
-    "Member": frozenset({"id", ReadUpdated.key("user_id"), ReadUpdated.key("last_read_seq")}),  # role, joinedAt: loaded
-}
-# The type each sharable object field leads to.
-CHILD: dict[tuple[str, str], str] = {
-    ("Subscription", "messageNew"): "MessageNewEvent",
-    ("Subscription", "readUpdated"): "ReadUpdatedEvent",
-    ("MessageNewEvent", "message"): "Message",
-    ("ReadUpdatedEvent", "member"): "Member",
-}
+# Fields, by parent type, whose value is the same for every subscriber of an event, and the type each
+# sharable object field leads to: derived from the types (a new field is sharable, or not, by its definition).
+SHARABLE, CHILD = _derive(Subscription)
 VARIABLE_ONLY_DIRECTIVES = frozenset({"include", "skip"})  # their value is part of the key
 
 

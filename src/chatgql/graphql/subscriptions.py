@@ -69,7 +69,16 @@ from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
-from .types import ChangeCursor, MemberRole, Message, MessageChange, MessageNewEvent, ReadUpdatedEvent, SyncCursor
+from .types import (
+    PER_EVENT,
+    ChangeCursor,
+    MemberRole,
+    Message,
+    MessageChange,
+    MessageNewEvent,
+    ReadUpdatedEvent,
+    SyncCursor,
+)
 
 
 async def _events(info: Info, conversation_id: ID | None, event_type: str) -> Any:
@@ -96,16 +105,7 @@ def _for_event(event: dict, database: Any) -> tuple[dict, EventReads]:
     """A message.new event's fields as Message takes them, and its shared reads (once per event)."""
     found = _recent.get(id(event))
     if found is None or found[0] is not event:
-        new = MessageNew.from_wire(event)
-        fields = {
-            "conversation_id": ID(str(new.conversation_id)),
-            "seq": new.seq,
-            "sender_id": ID(str(new.sender_id)),
-            "client_msg_id": new.client_msg_id,
-            "body": new.body,
-            "created_at": new.created_at,
-            "reply_to_seq": new.reply_to_seq,
-        }
+        fields = Message.fields_of(MessageNew.from_wire(event))
         found = _recent[id(event)] = (event, fields, EventReads(database))
         if len(_recent) > _RECENT:
             _recent.popitem(last=False)
@@ -129,8 +129,9 @@ def _read_event(event: dict, database: Any) -> tuple[ReadUpdated, EventReads]:
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
+        metadata=PER_EVENT,
         description="New messages in one conversation, or in every conversation the viewer is a member of "
-        "when conversationId is omitted."
+        "when conversationId is omitted.",
     )
     async def message_new(
         self,
@@ -194,9 +195,10 @@ class Subscription:
                 )
 
     @strawberry.subscription(
+        metadata=PER_EVENT,
         description="Watermark moves in one conversation, or in all of the viewer's. In a group of more than "
         "CHATGQL_BIG_GROUP_THRESHOLD members a member's moves reach only that member's own subscriptions at "
-        "once; the others get at most one event a second per conversation, with coalesced: true."
+        "once; the others get at most one event a second per conversation, with coalesced: true.",
     )
     async def read_updated(
         self, info: Info, conversation_id: ID | None = strawberry.UNSET

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import enum
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -12,11 +13,14 @@ from uuid import UUID
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
+from strawberry.types.base import StrawberryOptional
 from strawberry.types.nodes import FragmentSpread, InlineFragment
+from strawberry.utils.str_converters import to_camel_case
 
 from ..db import Row
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import MessageChange as MessageChange_
+from ..models import MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS, MessageRecord
 from ..services.checks import (
     MAX_ID,
     PageRequest,
@@ -27,11 +31,17 @@ from ..services.checks import (
 )
 from ..services.history import far_behind
 from ..services.membership import private_receipts_of
+from ..store.conversations import LAST_MESSAGE_PREFIX, last_message_fields
 from . import ids
 from .loaders import DeliveredKey, Loaders, MemberPageKey, PageKey, ReactedByKey, SeenByKey, SeenKey
 from .scalars import Long
 
 _NOT_LOADED: Any = object()
+# A resolver whose value is the same for every subscriber of one event (read from the event, or read once
+# per event for all of them: loaders.EventReads). graphql/shared.py shares such fields' results, and every
+# field without a resolver (read from the object the event built); a resolver not marked is per subscriber.
+PER_EVENT_KEY = "per_event"
+PER_EVENT: dict[str, Any] = {PER_EVENT_KEY: True}
 
 
 def selects(selections: list[Any], *path: str) -> bool:
@@ -122,7 +132,7 @@ class Member(Node):
             user_id=ID(str(row.user_id)), last_read_seq=row.last_read_seq, conversation_id=row.conversation_id, row=row
         )
 
-    @strawberry.field(description="Globally unique and stable; opaque.")
+    @strawberry.field(metadata=PER_EVENT, description="Globally unique and stable; opaque.")
     def id(self) -> ID:
         return ID(ids.member_id(self.conversation_id, int(self.user_id)))
 
@@ -223,104 +233,59 @@ class Message(Node):
 
     @classmethod
     def from_row(cls, row: Any) -> Message:
-        """row: the columns of store.messages.MESSAGE_COLUMNS, or a service's StoredMessage, or a change
-        event (events.types.MessageChange: the same names)."""
-        if isinstance(row, Row):
-            # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each, measured)
-            deleted_by = row["deleted_by"]
-            return cls(
-                conversation_id=ID(str(row["conversation_id"])),
-                seq=row["seq"],
-                sender_id=ID(str(row["sender_id"])),
-                client_msg_id=row["client_msg_id"],
-                body=row["body"],
-                created_at=row["created_at"],
-                edited_at=row["edited_at"],
-                deleted_at=row["deleted_at"],
-                deleted_by=None if deleted_by is None else ID(str(deleted_by)),
-                reply_to_seq=row["reply_to_seq"],
-                reply_count=row["reply_count"],
-                last_reply_at=row["last_reply_at"],
-            )
-        if isinstance(row, MessageChange_):
-            return cls(
-                conversation_id=ID(str(row.conversation_id)),
-                seq=Long(row.seq),
-                sender_id=ID(str(row.sender_id)),
-                client_msg_id=row.client_msg_id,
-                body=row.body,
-                created_at=row.created_at,
-                edited_at=row.edited_at,
-                deleted_at=row.deleted_at,
-                deleted_by=None if row.deleted_by is None else ID(str(row.deleted_by)),
-                reply_to_seq=row.reply_to_seq,
-                reply_count=row.reply_count,
-                last_reply_at=row.last_reply_at,
-            )
-        return cls(  # a service's result (StoredMessage)
-            conversation_id=ID(str(row.conversation_id)),
-            seq=row.seq,
-            sender_id=ID(str(row.sender_id)),
-            client_msg_id=row.client_msg_id,
-            body=row.body,
-            created_at=row.created_at,
-            reply_to_seq=row.reply_to_seq,
-        )
+        """row: a message's fields by name (models.MessageRecord): a Row of store.messages.MESSAGE_COLUMNS,
+        a MessageRecord (a service's new message), or a change event (events.types.MessageChange)."""
+        return cls(**cls.fields_of(row))
 
-    # The fields that read nothing of its lifecycle (edits, deletes, replies): an inbox page whose
-    # lastMessage selects only these reads the message without those columns (Query.inbox).
-    PLAIN_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        ("__typename", "id", "conversationId", "seq", "senderId", "clientMsgId", "body", "createdAt")
-        + ("seen", "seenByCount", "seenBy")  # by conversation, seq and sender (_seen_key)
-    )
+    @staticmethod
+    def fields_of(row: Any) -> dict[str, Any]:
+        """Message's arguments from a message's fields by name (as from_row takes them); an object without
+        some of them (a message.new event: none of the lifecycle) gives their defaults."""
+        values: dict[str, Any] = {}
+        if isinstance(row, Row):  # columns by key: a Row's attribute access is a Python __getattr__ (~1 us each)
+            for name, is_id in _RECORD:
+                value = row[name]
+                values[name] = ID(str(value)) if is_id and value is not None else value
+            return values
+        for name, is_id in _RECORD:
+            value = getattr(row, name, _DEFAULTS.get(name))
+            values[name] = ID(str(value)) if is_id and value is not None else value
+        return values
+
+    # The fields that read nothing of its lifecycle (edits, deletes, replies: models.MessageRecord's
+    # lifecycle fields): an inbox page whose lastMessage selects only these reads the message without
+    # those columns (Query.inbox). Set below, from the record.
+    PLAIN_FIELDS: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def last_in_inbox_row(cls, conversation_id: ID, row: Row, lifecycle: bool = True) -> Message | None:
         """The message at the conversation's last_seq in a row of
         store.conversations.inbox_page_with_last_messages; None when it has none. lifecycle=False:
         a row without the lifecycle columns (the message is fit for PLAIN_FIELDS only)."""
-        if row["lm_sender_id"] is None:
+        if row[_LAST_SENDER] is None:
             return None
-        if not lifecycle:
-            return cls(
-                conversation_id=conversation_id,
-                seq=row["last_seq"],
-                sender_id=ID(str(row["lm_sender_id"])),
-                client_msg_id=row["lm_client_msg_id"],
-                body=row["lm_body"],
-                created_at=row["lm_created_at"],
-            )
-        deleted_by = row["lm_deleted_by"]
-        return cls(
-            conversation_id=conversation_id,
-            seq=row["last_seq"],
-            sender_id=ID(str(row["lm_sender_id"])),
-            client_msg_id=row["lm_client_msg_id"],
-            body=row["lm_body"],
-            created_at=row["lm_created_at"],
-            edited_at=row["lm_edited_at"],
-            deleted_at=row["lm_deleted_at"],
-            deleted_by=None if deleted_by is None else ID(str(deleted_by)),
-            reply_to_seq=row["lm_reply_to_seq"],
-            reply_count=row["lm_reply_count"],
-            last_reply_at=row["lm_last_reply_at"],
-        )
+        values: dict[str, Any] = {"conversation_id": conversation_id, "seq": row["last_seq"]}
+        for key, name, is_id in _LAST_RECORD[lifecycle]:
+            value = row[key]
+            values[name] = ID(str(value)) if is_id and value is not None else value
+        return cls(**values)
 
-    @strawberry.field(description="Globally unique and stable; opaque.")
+    @strawberry.field(metadata=PER_EVENT, description="Globally unique and stable; opaque.")
     def id(self) -> ID:
         return ID(ids.message_id(int(self.conversation_id), self.seq))
 
     def _seen_key(self) -> SeenKey:
         return SeenKey(int(self.conversation_id), self.seq, int(self.sender_id))
 
-    @strawberry.field(description="Members other than the sender whose lastReadSeq >= seq.")
+    @strawberry.field(metadata=PER_EVENT, description="Members other than the sender whose lastReadSeq >= seq.")
     async def seen_by_count(self, info: Info) -> int:
         return (await self._loaders(info).seen.load(self._seen_key())).count
 
     @strawberry.field(
+        metadata=PER_EVENT,
         description="User ids of those members, at most `first` of them, ascending. "
         "after (additive): only user ids above it; page with after = the last id of the previous "
-        "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000)."
+        "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000).",
     )
     async def seen_by(self, info: Info, first: int | None = 100, after: ID | None = strawberry.UNSET) -> list[ID]:
         after_id, limit = check_member_page(
@@ -330,7 +295,8 @@ class Message(Node):
         return [ID(str(uid)) for uid in await self._loaders(info).seen_by.load(key)]
 
     @strawberry.field(
-        description="True when every member other than the sender has read it (in a DIRECT chat: the other person)."
+        metadata=PER_EVENT,
+        description="True when every member other than the sender has read it (in a DIRECT chat: the other person).",
     )
     async def seen(self, info: Info) -> bool:
         return (await self._loaders(info).seen.load(self._seen_key())).everyone
@@ -449,6 +415,36 @@ class Message(Node):
     async def delivered_count(self, info: Info) -> int | None:
         found = await self._loaders(info).delivered.load(self._delivered_key(info))
         return None if found is None else found.count
+
+
+def _graphql_id(kind: Any) -> bool:
+    return kind is ID or (isinstance(kind, StrawberryOptional) and kind.of_type is ID)
+
+
+def _message_record() -> tuple[tuple[str, bool], ...]:
+    """(name, is an ID) of each of models.MessageRecord's fields, as Message takes it: a field of the same
+    name (an ID field gets the id as text), or a private one."""
+    kinds = {f.python_name: f.type for f in cast(Any, Message).__strawberry_definition__.fields}
+    missing = set(MESSAGE_FIELDS) - set(kinds)
+    if missing:
+        raise AssertionError(f"Message has no field for {sorted(missing)} of models.MessageRecord")
+    return tuple((name, _graphql_id(kinds[name])) for name in MESSAGE_FIELDS)
+
+
+_RECORD = _message_record()
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MessageRecord) if f.default is not dataclasses.MISSING}
+_LAST_RECORD = {
+    lifecycle: tuple(
+        (LAST_MESSAGE_PREFIX + name, name, is_id) for name, is_id in _RECORD if name in last_message_fields(lifecycle)
+    )
+    for lifecycle in (True, False)
+}
+_LAST_SENDER = LAST_MESSAGE_PREFIX + "sender_id"
+Message.PLAIN_FIELDS = frozenset(
+    ("__typename", "id")
+    + tuple(to_camel_case(name) for name in MESSAGE_PLAIN_FIELDS)
+    + ("seen", "seenByCount", "seenBy")  # by conversation, seq and sender (_seen_key)
+)
 
 
 @strawberry.type
@@ -991,8 +987,9 @@ class ReadUpdatedEvent:
         return self.loaders
 
     @strawberry.field(
+        metadata=PER_EVENT,
         description="The member whose watermark moved, with its global id: a caching client updates "
-        "that member's lastReadSeq with no code of its own. id, userId and lastReadSeq come with the event."
+        "that member's lastReadSeq with no code of its own. id, userId and lastReadSeq come with the event.",
     )
     def member(self) -> Member:
         return Member(

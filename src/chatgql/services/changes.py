@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Conflict, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events.types import MessageChange, MessageDeleted, MessageEdited, ReactionChanged
+from ..models import MESSAGE_FIELDS
 from ..store import changes, conversations, outbox, reactions
 from .checks import check_page_size, check_seq
 from .history import replay_ranges, sync_page, too_far_behind
@@ -31,26 +33,16 @@ def change_event(
     change_seq: int,
     user_id: int | None,
     reason: str | None = None,
-    **extra: object,
+    **extra: Any,
 ) -> MessageChange:
     """The event of a change, from the message row as it is after it (store.messages.MESSAGE_COLUMNS)."""
+    message: dict[str, Any] = {name: row[name] for name in MESSAGE_FIELDS}
     return kind(
         **extra,
+        **message,
         reason=reason,
-        conversation_id=row["conversation_id"],
         change_seq=change_seq,
-        seq=row["seq"],
         user_id=user_id,
-        sender_id=row["sender_id"],
-        client_msg_id=row["client_msg_id"],
-        body=row["body"],
-        created_at=row["created_at"],
-        edited_at=row["edited_at"],
-        deleted_at=row["deleted_at"],
-        deleted_by=row["deleted_by"],
-        reply_to_seq=row["reply_to_seq"],
-        reply_count=row["reply_count"],
-        last_reply_at=row["last_reply_at"],
     )
 
 

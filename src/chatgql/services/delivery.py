@@ -43,7 +43,9 @@ async def do_mark_delivered(
     if coalescer is not None:
         return await coalescer.mark_delivered(viewer_id, list(items), events)
     async with database.transaction() as conn:
-        rows = await delivery.advance_delivered(conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to)
+        rows = await delivery.advance_delivered(
+            conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to, DeliveryUpdated.store_keys()
+        )
         found = {row["conversation_id"]: row for row in rows}
         for cid in cids:
             if cid not in found:

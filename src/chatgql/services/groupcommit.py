@@ -29,8 +29,11 @@ from uuid import UUID
 
 from ..db import Database, Row
 from ..errors import RETRY_AFTER_SECONDS, Unavailable
+from ..events.types import MessageNew, ReadUpdated
 from ..store import messages
 
+# The keys chat_send fills in, from the event definitions (the SQL names none).
+MESSAGE_KEYS, READ_KEYS = MessageNew.store_keys(), ReadUpdated.store_keys()
 STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)
 
 
@@ -38,8 +41,8 @@ class SendItem(NamedTuple):
     sender_id: int
     client_msg_id: UUID
     body: str
-    message_event: dict  # MessageNew's payload (chat_send adds seq and createdAt)
-    read_event: dict  # ReadUpdated's payload (chat_send adds lastReadSeq)
+    message_event: dict  # MessageNew's payload (chat_send adds its store fields, MESSAGE_KEYS)
+    read_event: dict  # ReadUpdated's payload (chat_send adds its store field, READ_KEYS)
 
 
 async def send_alone(database: Database, conversation_id: int, item: SendItem) -> Row:
@@ -53,6 +56,8 @@ async def send_alone(database: Database, conversation_id: int, item: SendItem) -
             body=item.body,
             message_event=item.message_event,
             read_event=item.read_event,
+            message_keys=MESSAGE_KEYS,
+            read_keys=READ_KEYS,
         )
         if row.outcome == STORED:  # only a stored message wrote events
             database.events_written(conn)
@@ -146,7 +151,7 @@ class SendBatcher:
         if len(items) == 1:
             return [await send_alone(self._database, conversation_id, items[0])]
         async with self._database.connection() as conn:
-            rows = await messages.send_batch(conn, conversation_id, items)
+            rows = await messages.send_batch(conn, conversation_id, items, MESSAGE_KEYS, READ_KEYS)
             if any(row.outcome == STORED for row in rows):  # one wake-up for the batch's commit
                 self._database.events_written(conn)
         return rows

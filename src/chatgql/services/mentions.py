@@ -6,7 +6,7 @@ from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden
 from ..store import conversations, mentions, messages
 from .changes import GROUP_ADMINS
-from .groupcommit import STORED, SendItem
+from .groupcommit import MESSAGE_KEYS, READ_KEYS, STORED, SendItem
 
 
 async def send_with_mentions(
@@ -24,6 +24,8 @@ async def send_with_mentions(
             body=item.body,
             message_event=item.message_event,
             read_event=item.read_event,
+            message_keys=MESSAGE_KEYS,
+            read_keys=READ_KEYS,
         )
         if row.outcome != STORED:
             return row

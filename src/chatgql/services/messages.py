@@ -4,32 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 from ..db import Database, Row
 from ..errors import BadUserInput, Conflict, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
+from ..models import MessageRecord
 from ..store import messages
 from .checks import Attachment
-from .groupcommit import SendBatcher, SendItem, send_alone
+from .groupcommit import MESSAGE_KEYS, READ_KEYS, SendBatcher, SendItem, send_alone
 from .mentions import mentions_txn, send_with_mentions
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    conversation_id: int
-    seq: int
-    sender_id: int
-    client_msg_id: UUID
-    body: str
-    created_at: datetime
-    reply_to_seq: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class SendResult:
-    message: StoredMessage | Row  # a duplicate: the stored row (store.messages.MESSAGE_COLUMNS)
+    message: MessageRecord | Row  # a duplicate: the stored row (store.messages.MESSAGE_COLUMNS)
     duplicate: bool
 
 
@@ -94,7 +83,15 @@ async def do_send_message(
         async with database.connection() as conn:
             (now,) = await messages.by_keys(conn, [(conversation_id, row.seq)])
         return SendResult(now, duplicate=True)
-    stored = StoredMessage(conversation_id, row.seq, row.sender_id, client_msg_id, row.body, row.created_at, reply_to)
+    stored = MessageRecord(
+        conversation_id=conversation_id,
+        seq=row.seq,
+        sender_id=row.sender_id,
+        client_msg_id=client_msg_id,
+        body=row.body,
+        created_at=row.created_at,
+        reply_to_seq=reply_to,
+    )
     return SendResult(stored, duplicate=False)
 
 
@@ -118,6 +115,8 @@ async def _send_with_extras(
             body=item.body,
             message_event=item.message_event,
             read_event=item.read_event,
+            message_keys=MESSAGE_KEYS,
+            read_keys=READ_KEYS,
         )
         if row.outcome == "stored":
             if attachments:

@@ -35,8 +35,11 @@ from itertools import islice
 
 from ..db import Database, Row
 from ..errors import conversation_not_found, unavailable
+from ..events.types import ReadUpdated
 from ..store import reads
 from .checks import check_seq
+
+READ_KEYS = ReadUpdated.store_keys()  # what the watermark statements fill in (the SQL names no event key)
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ async def mark_read_alone(
     """One markRead, one statement: the watermark update and its read.updated event (`event`,
     ReadUpdated's payload) are one transaction; the event is written only when the watermark moved."""
     async with database.connection() as conn:
-        moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event)
+        moved = await reads.advance_watermark(conn, conversation_id, viewer_id, seq, event, READ_KEYS)
         if moved is not None:
             database.events_written(conn)  # the statement committed its read.updated: wake the relay
             return MarkReadResult(
@@ -170,7 +173,7 @@ class ReadCoalescer:
         try:
             async with self._database.connection() as conn:
                 rows = await reads.advance_watermarks(
-                    conn, [cid for cid, _ in keys], [uid for _, uid in keys], seqs, payloads
+                    conn, [cid for cid, _ in keys], [uid for _, uid in keys], seqs, payloads, READ_KEYS
                 )
                 if any(row.moved for row in rows):  # one wake-up per flush, not one per markRead
                     self._database.events_written(conn)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..db import Connection, Row
+from ..models import MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS
 
 _CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq"
 
@@ -289,15 +290,14 @@ async def inbox_page_with_last_messages(
     lifecycle: bool = True,
 ) -> list[Row]:
     """inbox_page, each row with its conversation's last message (the one at last_seq) in the
-    columns lm_sender_id, lm_client_msg_id, lm_body, lm_created_at, and with lifecycle (edits,
-    deletes, replies) lm_edited_at, lm_deleted_at, lm_deleted_by, lm_reply_to_seq, lm_reply_count,
-    lm_last_reply_at (null when it has none): one statement for a page of conversations and their
-    previews (the page, then the messages by key, was two round trips)."""
+    columns LAST_MESSAGE_PREFIX + each of last_message_fields(lifecycle) (null when it has none;
+    without lifecycle, none of the fields that change after the send): one statement for a page of
+    conversations and their previews (the page, then the messages by key, was two round trips)."""
     page, args = _inbox_page_query(user_id, limit, after, only, settings)
-    columns = _LAST_MESSAGE_COLUMNS if lifecycle else _LAST_MESSAGE_COLUMNS[:4]
+    columns = last_message_fields(lifecycle)
     return await conn.fetch(
         f"""
-        SELECT p.*, {", ".join(f"lm.{column} AS lm_{column}" for column in columns)}
+        SELECT p.*, {", ".join(f"lm.{column} AS {LAST_MESSAGE_PREFIX}{column}" for column in columns)}
           FROM ({page}) p
           -- LATERAL ... LIMIT 1: one index probe of one partition per conversation, whatever
           -- the planner thinks of the table's size (a plain join may become a hash join that
@@ -313,18 +313,23 @@ async def inbox_page_with_last_messages(
     )
 
 
-_LAST_MESSAGE_COLUMNS = (
-    "sender_id",
-    "client_msg_id",
-    "body",
-    "created_at",  # the four above: without lifecycle
-    "edited_at",
-    "deleted_at",
-    "deleted_by",
-    "reply_to_seq",
-    "reply_count",
-    "last_reply_at",
-)
+# An inbox row's last message: models.MessageRecord's fields but its conversation and seq (the row's id
+# and last_seq), each as LAST_MESSAGE_PREFIX + its name.
+LAST_MESSAGE_PREFIX = "lm_"
+_LAST_MESSAGE_FIELDS = {
+    lifecycle: tuple(
+        name
+        for name in (MESSAGE_FIELDS if lifecycle else MESSAGE_PLAIN_FIELDS)
+        if name not in ("conversation_id", "seq")
+    )
+    for lifecycle in (True, False)
+}
+
+
+def last_message_fields(lifecycle: bool = True) -> tuple[str, ...]:
+    """The message fields an inbox row carries (prefixed with LAST_MESSAGE_PREFIX); without lifecycle, only
+    those that never change after the send."""
+    return _LAST_MESSAGE_FIELDS[lifecycle]
 
 
 async def viewer_totals(conn: Connection, user_id: int) -> Row:

@@ -14,11 +14,17 @@ DELIVERED = "GREATEST(m.delivered_seq, m.last_read_seq)"
 
 
 async def advance_delivered(
-    conn: Connection, user_id: int, conversation_ids: list[int], seqs: list[int], events: list[dict], whole_up_to: int
+    conn: Connection,
+    user_id: int,
+    conversation_ids: list[int],
+    seqs: list[int],
+    events: list[dict],
+    whole_up_to: int,
+    keys: Sequence[str],
 ) -> list[Row]:
     """Raise user_id's delivered watermark in each conversation to min(seq, lastSeq), never lower
     (conversation ids distinct), in one statement (one transaction even in autocommit); each key
-    that moved writes its delivery.updated event (events[i], deliveredSeq filled in), unless its
+    that moved writes its delivery.updated event (events[i], its store field filled in under keys[0]), unless its
     conversation has more than whole_up_to members (big groups: no delivery events).
 
     Rows (conversation_id, last_seq, delivered_seq, moved) for the keys user_id is a member of
@@ -49,7 +55,7 @@ async def advance_delivered(
             RETURNING m.conversation_id AS cid, m.delivered_seq
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT mv.cid::text, s.event || jsonb_build_object('deliveredSeq', mv.delivered_seq)
+            SELECT mv.cid::text, s.event || jsonb_build_object(($6::text[])[1], mv.delivered_seq)
               FROM moved mv JOIN snap s ON s.cid = mv.cid
              WHERE s.member_count <= $5
              ORDER BY mv.cid
@@ -63,6 +69,7 @@ async def advance_delivered(
         seqs,
         events,
         whole_up_to,
+        keys,
     )
 
 

@@ -6,13 +6,10 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from ..db import Connection, Row
+from ..models import MESSAGE_FIELDS
 
-# What every read of a message selects: graphql's Message.from_row and the change events
-# (events/types.py MessageChange) take these names.
-MESSAGE_COLUMNS = (
-    "conversation_id, seq, sender_id, client_msg_id, body, created_at, edited_at, deleted_at, deleted_by,"
-    " reply_to_seq, reply_count, last_reply_at"
-)
+# What every read of a message selects: the fields of models.MessageRecord, by their names.
+MESSAGE_COLUMNS = ", ".join(MESSAGE_FIELDS)
 _NO_BOUND = 2**63 - 1
 
 
@@ -25,6 +22,8 @@ async def send(
     body: str,
     message_event: dict,
     read_event: dict,
+    message_keys: Sequence[str],
+    read_keys: Sequence[str],
 ) -> Row:
     """The whole send transaction, server-side (chat_send, migration 0002).
 
@@ -32,15 +31,19 @@ async def send(
     'duplicate' (the stored original), 'conflict' (the clientMsgId holds
     another message; nothing written) or 'not_found' (no such conversation,
     or the sender is not a member). Run it as its own transaction.
+    message_keys, read_keys: the keys the events' store fields take, in order (events' Event.store_keys():
+    message.new's seq and time, read.updated's watermark): the function fills them in (0013_event_keys).
     """
     return await conn.fetchrow(
-        "SELECT * FROM chat_send($1, $2, $3, $4, $5, $6)",
+        "SELECT * FROM chat_send($1, $2, $3, $4, $5, $6, $7, $8)",
         conversation_id,
         sender_id,
         client_msg_id,
         body,
         message_event,
         read_event,
+        message_keys,
+        read_keys,
     )
 
 
@@ -48,6 +51,8 @@ async def send_batch(
     conn: Connection,
     conversation_id: int,
     items: Sequence[tuple[int, UUID, str, dict, dict]],
+    message_keys: Sequence[str],
+    read_keys: Sequence[str],
 ) -> list[Row]:
     """Many sends to one conversation in one transaction (chat_send_batch, migration 0006).
 
@@ -55,16 +60,18 @@ async def send_batch(
     the order their seqs are given. Returns one row per item, in that order:
     (i, outcome, seq, sender_id, body, created_at) with outcome as send()'s,
     a clientMsgId taken by an earlier item counting as stored. Run it as its
-    own transaction.
+    own transaction. message_keys, read_keys: as send()'s.
     """
     return await conn.fetch(
-        "SELECT * FROM chat_send_batch($1, $2, $3, $4, $5, $6)",
+        "SELECT * FROM chat_send_batch($1, $2, $3, $4, $5, $6, $7, $8)",
         conversation_id,
         [item[0] for item in items],
         [item[1] for item in items],
         [item[2] for item in items],
         [item[3] for item in items],
         [item[4] for item in items],
+        message_keys,
+        read_keys,
     )
 
 

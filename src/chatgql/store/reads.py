@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..db import Connection, Row
 from .conversations import OWN_READ, UNREAD_DELETED
 
@@ -10,7 +12,9 @@ from .conversations import OWN_READ, UNREAD_DELETED
 # as chat_send does for its events; tests/events/test_event_types.py checks both.
 
 
-async def advance_watermark(conn: Connection, conversation_id: int, user_id: int, seq: int, event: dict) -> Row | None:
+async def advance_watermark(
+    conn: Connection, conversation_id: int, user_id: int, seq: int, event: dict, keys: Sequence[str]
+) -> Row | None:
     """The monotonic, clamped update of DESIGN.md, and its read.updated outbox
     row, in one statement (so one transaction even in autocommit).
 
@@ -18,7 +22,8 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
     when it did not (a seq at or below it, nothing newer, or not a member),
     and then no event is written. Concurrent calls serialise on the member
     row and re-check the condition, so the watermark only takes the maximum.
-    event: the read.updated payload (ReadUpdated.payload()); lastReadSeq is filled in here.
+    event: the read.updated payload (ReadUpdated.payload()); its store field is filled in here, under
+    keys[0] (ReadUpdated.store_keys(): the store names no event key).
     """
     return await conn.fetchrow(
         """
@@ -31,7 +36,7 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
             RETURNING m.last_read_seq, c.last_seq, m.unread_deleted
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object('lastReadSeq', moved.last_read_seq)
+            SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object(($5::text[])[1], moved.last_read_seq)
               FROM moved
         )
         SELECT last_read_seq, last_seq, unread_deleted FROM moved
@@ -40,6 +45,7 @@ async def advance_watermark(conn: Connection, conversation_id: int, user_id: int
         user_id,
         seq,
         event,
+        keys,
     )
 
 
@@ -60,7 +66,12 @@ async def watermark(conn: Connection, conversation_id: int, user_id: int) -> Row
 
 
 async def advance_watermarks(
-    conn: Connection, conversation_ids: list[int], user_ids: list[int], seqs: list[int], events: list[dict]
+    conn: Connection,
+    conversation_ids: list[int],
+    user_ids: list[int],
+    seqs: list[int],
+    events: list[dict],
+    keys: Sequence[str],
 ) -> list[Row]:
     """advance_watermark for many (conversation, user) keys in one statement (so one transaction
     even in autocommit): the same monotonic, clamped guard per key, and one read.updated outbox
@@ -106,7 +117,7 @@ async def advance_watermarks(
             RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq, m.unread_deleted
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT mv.cid::text, l.event || jsonb_build_object('lastReadSeq', mv.last_read_seq)
+            SELECT mv.cid::text, l.event || jsonb_build_object(($5::text[])[1], mv.last_read_seq)
               FROM moved mv JOIN locked l ON l.cid = mv.cid AND l.uid = mv.uid
              ORDER BY mv.cid, mv.uid
         )
@@ -126,4 +137,5 @@ async def advance_watermarks(
         user_ids,
         seqs,
         events,
+        keys,
     )
