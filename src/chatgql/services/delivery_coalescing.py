@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ..db import Database
 from ..errors import conversation_not_found, unavailable
+from ..events.types import DeliveryUpdated
 from ..store import delivery
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class DeliveryCoalescer:
                         [merged[k][0] for k in keys],
                         [merged[k][1] for k in keys],
                         self._whole_up_to,
+                        DeliveryUpdated.store_keys(),
                     )
                     if any(row["moved"] and row["member_count"] <= self._whole_up_to for row in rows):
                         self._database.events_written(conn)  # one wake-up per flush

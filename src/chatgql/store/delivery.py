@@ -110,10 +110,11 @@ async def advance_delivered_many(
     seqs: list[int],
     events: list[dict],
     whole_up_to: int,
+    keys: Sequence[str],
 ) -> list[Row]:
     """advance_delivered for many (conversation, user) keys (distinct) in one statement: the same
     monotonic, clamped guard per key, one delivery.updated outbox row per key that moved (not in
-    conversations of more than whole_up_to members).
+    conversations of more than whole_up_to members), its store field filled in under keys[0].
 
     Rows (conversation_id, user_id, last_seq, delivered_seq, moved, before, member_count) for the
     keys that are memberships; before: GREATEST(delivered, read) just before this statement raised
@@ -143,7 +144,7 @@ async def advance_delivered_many(
             RETURNING m.conversation_id AS cid, m.user_id AS uid, m.delivered_seq
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
-            SELECT mv.cid::text, s.event || jsonb_build_object('deliveredSeq', mv.delivered_seq)
+            SELECT mv.cid::text, s.event || jsonb_build_object(($6::text[])[1], mv.delivered_seq)
               FROM moved mv JOIN snap s ON s.cid = mv.cid AND s.uid = mv.uid
              WHERE s.member_count <= $5
              ORDER BY mv.cid, mv.uid
@@ -161,4 +162,5 @@ async def advance_delivered_many(
         seqs,
         events,
         whole_up_to,
+        list(keys),
     )
