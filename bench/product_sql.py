@@ -56,6 +56,10 @@ class Statement:
         return "\n".join(line.rstrip() for line in sql.splitlines() if line.strip()) + ";"
 
 
+def _is_keys(value: object) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+
+
 def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]:
     """Run a store function against the recorder; name its $n parameters (names[n - 1])."""
     conn = _RecordingConnection()
@@ -74,15 +78,15 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
         if len(values) != len(names):
             raise RuntimeError(f"{coro_fn.__name__} binds {len(values)} parameters; names for {len(names)} given")
         # a list of keys (the event keys a statement fills in) is written into the statement: pgbench
-        # variables are text
-        inline = {n: text_array(v) for n, v in enumerate(values, 1) if isinstance(v, list)}
+        # variables are text. Other lists (the inbox's conversation ids and seqs) stay variables.
+        inline = {n: text_array(v) for n, v in enumerate(values, 1) if _is_keys(v)}
         named = re.sub(
             r"\$(\d+)", lambda m, inline=inline: inline.get(int(m.group(1))) or ":" + names[int(m.group(1)) - 1], sql
         )
         params = {
             name: orjson.dumps(v).decode() if isinstance(v, dict) else v
             for name, v in zip(names, values, strict=True)
-            if not isinstance(v, list)
+            if not _is_keys(v)
         }
         statements.append(Statement(named, params))
     return statements
