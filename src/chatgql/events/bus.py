@@ -399,8 +399,12 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
                     await asyncio.sleep(0)
             else:
                 in_a_row = 0
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
+                # arrives as the get completes, and this loop would then never end (a feed that
+                # could not be stopped hung a test's teardown).
                 try:
-                    event = await asyncio.wait_for(subscriber.get(), every)
+                    async with asyncio.timeout(every):
+                        event = await subscriber.get()
                 except TimeoutError:
                     event = None
             if event is not None and event.channel in unanswered:
