@@ -5,11 +5,8 @@ payload and picks one, as services/messages.py does with groupcommit.py.
 Read-storm coalescing: the markRead calls of one process, merged per (conversation, user)
 and written together, one statement and one commit per flush.
 
-A call is queued under its key; a background loop (owned by the app's lifespan) flushes what
-is queued. Nothing waits on a timer when the process is idle: the first call is flushed at
-once, and calls that arrive while a flush is in flight go together into the next one (at most
-`max_keys` keys a flush; the rest wait for the one after). `window_seconds` > 0 adds a short
-wait before each flush, so that more calls share it (fewer commits, more latency).
+A call is queued under its key; services/coalescing.py's loop flushes what is queued (at once
+when idle, calls arriving meanwhile together in the next flush, at most `max_keys` keys a flush).
 
 Calls for the same key in one flush are merged: the flush asks for the largest seq. Every
 caller is answered only after the flush committed, with the watermark the flush left (or found,
@@ -27,21 +24,18 @@ lastReadSeq 60); asking 50 of a watermark at 55 gets false.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
-from ..db import Database, Row
-from ..errors import conversation_not_found, unavailable
+from ..db import Connection, Database, Row
+from ..errors import conversation_not_found
 from ..events.types import ReadUpdated
 from ..store import reads
 from .checks import check_seq
+from .coalescing import Coalescer
 
 READ_KEYS = ReadUpdated.store_keys()  # what the watermark statements fill in (the SQL names no event key)
-
-log = logging.getLogger(__name__)
 
 Key = tuple[int, int]  # (conversation_id, user_id)
 
@@ -92,108 +86,60 @@ class _Call:
     future: asyncio.Future[MarkReadResult]
 
 
-class ReadCoalescer:
-    """markRead for one process, batched. Start `run()` as a task; `close()` drains and stops it."""
+_Batch = dict[Key, list[_Call]]
 
-    def __init__(
-        self,
-        database: Database,
-        *,
-        window_seconds: float = 0.0,
-        max_keys: int = 500,
-        on_flush: Callable[[int, int], None] | None = None,
-    ) -> None:
-        self._database = database
-        self._window = window_seconds
-        self._max_keys = max_keys
-        self._on_flush = on_flush  # (keys, calls) of every flush that committed
-        self._pending: dict[Key, list[_Call]] = {}
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="mark-read-coalescer")
+class ReadCoalescer(Coalescer[_Batch, list[Row]]):
+    """markRead for one process, batched (services/coalescing.py runs the flushes)."""
 
-    async def close(self, timeout: float = 10.0) -> None:
-        """Flush what is queued, then stop (cancelled after timeout: unflushed callers are cancelled)."""
-        self._closing = True
-        self._wake.set()
-        if self._task is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout)
-        except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    task_name = "mark-read-coalescer"
+
+    def __init__(self, database: Database, **options: Any) -> None:
+        super().__init__(database, **options)
+        self._pending: _Batch = {}
 
     async def mark_read(self, viewer_id: int, conversation_id: int, seq: int, event: dict) -> MarkReadResult:
         """do_mark_read's answer, from the flush this call joins (see the module docstring).
         event: ReadUpdated's payload for (conversation_id, viewer_id)."""
         check_seq(seq)
-        if self._closing:
-            raise unavailable("the server is shutting down")
-        future: asyncio.Future[MarkReadResult] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[MarkReadResult] = self._new_future()
         self._pending.setdefault((conversation_id, viewer_id), []).append(_Call(seq, event, future))
         self._wake.set()
         return await future
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await self._wake.wait()
-                if self._window > 0 and not self._closing:
-                    await asyncio.sleep(self._window)
-                self._wake.clear()
-                if not self._pending:
-                    if self._closing:
-                        return
-                    continue
-                batch = self._take()
-                if self._pending:
-                    self._wake.set()  # more than one flush's worth: the next goes right after
-                await self._flush(batch)
-        finally:
-            for calls in self._pending.values():  # cancelled: nothing will flush these
-                for call in calls:
-                    call.future.cancel()
-            self._pending.clear()
+    def _queued(self) -> bool:
+        return bool(self._pending)
 
-    def _take(self) -> dict[Key, list[_Call]]:
+    def _take(self) -> _Batch:
         if len(self._pending) <= self._max_keys:
             batch, self._pending = self._pending, {}
             return batch
         return {key: self._pending.pop(key) for key in list(islice(self._pending, self._max_keys))}
 
-    async def _flush(self, batch: dict[Key, list[_Call]]) -> None:
+    def _drop_queued(self) -> list[asyncio.Future[Any]]:
+        futures = [call.future for calls in self._pending.values() for call in calls]
+        self._pending.clear()
+        return futures
+
+    def _futures(self, batch: _Batch) -> list[asyncio.Future[Any]]:
+        return [call.future for calls in batch.values() for call in calls]
+
+    async def _write(self, conn: Connection, batch: _Batch) -> list[Row]:
         keys = list(batch)
         seqs = [max(call.seq for call in calls) for calls in batch.values()]
         payloads = [calls[0].event for calls in batch.values()]
-        try:
-            async with self._database.connection() as conn:
-                rows = await reads.advance_watermarks(
-                    conn, [cid for cid, _ in keys], [uid for _, uid in keys], seqs, payloads, READ_KEYS
-                )
-                if any(row.moved for row in rows):  # one wake-up per flush, not one per markRead
-                    self._database.events_written(conn)
-        except Exception as error:
-            for calls in batch.values():
-                for call in calls:
-                    if not call.future.done():
-                        call.future.set_exception(error)
-            return
-        except BaseException:  # cancelled mid-flush: whether it committed is unknown
-            for calls in batch.values():
-                for call in calls:
-                    call.future.cancel()
-            raise
-        try:
-            if self._on_flush is not None:
-                self._on_flush(len(keys), sum(len(calls) for calls in batch.values()))
-        except Exception:  # metrics: never worth a caller's answer
-            log.exception("after a markRead flush")
-        found = {(row.conversation_id, row.user_id): row for row in rows}
+        rows = await reads.advance_watermarks(
+            conn, [cid for cid, _ in keys], [uid for _, uid in keys], seqs, payloads, READ_KEYS
+        )
+        if any(row.moved for row in rows):  # one wake-up per flush, not one per markRead
+            self._database.events_written(conn)
+        return rows
+
+    def _counts(self, batch: _Batch, written: list[Row]) -> tuple[int, int]:
+        return len(batch), sum(len(calls) for calls in batch.values())
+
+    def _answer(self, batch: _Batch, written: list[Row]) -> None:
+        found = {(row.conversation_id, row.user_id): row for row in written}
         for key, calls in batch.items():
             row = found.get(key)
             for call in calls:
