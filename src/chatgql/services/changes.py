@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..db import Connection, Database, Row
-from ..errors import BadUserInput, Conflict, Forbidden, LimitExceeded, NotFound, conversation_not_found
+from ..errors import Conflict, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events.types import MessageChange, MessageDeleted, MessageEdited, ReactionChanged
 from ..models import MESSAGE_FIELDS
 from ..store import changes, conversations, outbox, reactions
 from .checks import check_page_size, check_seq
-from .history import replay_ranges, sync_page, too_far_behind
+from .history import check_cursors, replay_ranges, sync_page, too_far_behind, visible_conversations
 
 GROUP_ADMINS = frozenset({"OWNER", "ADMIN"})  # who may delete any message of a group
 
@@ -175,15 +175,6 @@ class ChangesPage:
     too_long: bool  # more than max_catch_up changes behind: none returned, re-read the messages held
 
 
-def _check_change_cursors(cursors: Sequence[tuple[int, int]], max_cursors: int) -> None:
-    if len(cursors) > max_cursors:
-        raise LimitExceeded(f"at most {max_cursors} cursors at once")
-    if len({cid for cid, _ in cursors}) != len(cursors):
-        raise BadUserInput("each conversationId may appear once in cursors")
-    for _, after in cursors:
-        check_seq(after, "afterChangeSeq")
-
-
 async def read_changes(
     database: Database,
     viewer_id: int,
@@ -199,16 +190,13 @@ async def read_changes(
     too_long set (the client re-reads the messages it holds, then goes on from last_change_seq). With
     max_changes, each page is sync's page under that budget (history.sync_page), as sync's messages are."""
     limit = check_page_size(limit, "limit")
-    _check_change_cursors(cursors, max_cursors)
+    check_cursors(cursors, max_cursors, within="at once", field="afterChangeSeq")
     if max_changes is not None:
         limit = sync_page(limit, len(cursors), max_changes)
     if not cursors:
         return []
     async with database.connection() as conn:
-        visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
-        for cid, _ in cursors:
-            if cid not in visible:
-                raise conversation_not_found(cid)
+        visible = await visible_conversations(conn, viewer_id, cursors)
         too_long = {c for c, a in cursors if too_far_behind(a, visible[c].last_change_seq, max_catch_up)}
         wanted = [(c, a, limit + 1) for c, a in cursors if c not in too_long and visible[c].last_change_seq > a]
         rows = await changes.after_many(conn, wanted) if wanted else []
@@ -239,14 +227,11 @@ async def read_change_replay(
     """What a resumable messageChanged delivers before going live: every change after each cursor up to the
     conversation's last_change_seq (gap-free, so exactly last - after of them). More than `bound` in all, or
     more than max_catch_up in one conversation: ReplayTooLong (resync) before any change is read."""
-    _check_change_cursors(cursors, max_cursors)
+    check_cursors(cursors, max_cursors, within="at once", field="afterChangeSeq")
     if not cursors:
         return ChangeReplay([], {})
     async with database.connection() as conn:
-        visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
-        for cid, _ in cursors:
-            if cid not in visible:
-                raise conversation_not_found(cid)
+        visible = await visible_conversations(conn, viewer_id, cursors)
         ranges = replay_ranges([(c, a, visible[c].last_change_seq) for c, a in cursors], bound, max_catch_up)
         rows = await changes.after_many(conn, [(c, a, last - a) for c, a, last in ranges]) if ranges else []
     held = {c: max(a, visible[c].last_change_seq) for c, a in cursors}

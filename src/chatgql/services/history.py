@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..db import Database, Row
+from ..db import Connection, Database, Row
 from ..errors import BadUserInput, LimitExceeded, conversation_not_found
 from ..store import conversations, messages
 from .checks import PageRequest, check_page_size, check_seq
@@ -49,6 +49,27 @@ def sync_page(limit: int, cursors: int, max_messages: int) -> int:
     return min(limit, max(1, max_messages // max(1, cursors)))
 
 
+def check_cursors(cursors: Sequence[tuple[int, int]], max_cursors: int, *, within: str, field: str) -> None:
+    """Resume cursors (conversation_id, after): at most max_cursors of them, each conversation once,
+    each `after` a valid seq (named `field` in the error)."""
+    if len(cursors) > max_cursors:
+        raise LimitExceeded(f"at most {max_cursors} cursors {within}")
+    if len({cid for cid, _ in cursors}) != len(cursors):
+        raise BadUserInput("each conversationId may appear once in cursors")
+    for _, after in cursors:
+        check_seq(after, field)
+
+
+async def visible_conversations(conn: Connection, viewer_id: int, cursors: Sequence[tuple[int, int]]) -> dict[int, Row]:
+    """The cursors' conversations as the viewer sees them (store.conversations.for_viewer), by id;
+    NOT_FOUND for the first one the viewer is not a member of."""
+    visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
+    for cid, _ in cursors:
+        if cid not in visible:
+            raise conversation_not_found(cid)
+    return visible
+
+
 async def read_sync(
     database: Database,
     viewer_id: int,
@@ -70,21 +91,13 @@ async def read_sync(
     With max_messages, the answer holds at most that many messages in all (at least one per
     cursor): each page is min(limit, max_messages // len(cursors)), and hasMore says where more wait."""
     limit = check_page_size(limit, "limit")
-    if len(cursors) > max_cursors:
-        raise LimitExceeded(f"at most {max_cursors} cursors in one sync")
+    check_cursors(cursors, max_cursors, within="in one sync", field="afterSeq")
     if max_messages is not None:
         limit = sync_page(limit, len(cursors), max_messages)
-    if len({cid for cid, _ in cursors}) != len(cursors):
-        raise BadUserInput("each conversationId may appear once in cursors")
-    for _, after_seq in cursors:
-        check_seq(after_seq, "afterSeq")
     if not cursors:
         return []
     async with database.connection() as conn:
-        visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
-        for cid, _ in cursors:
-            if cid not in visible:
-                raise conversation_not_found(cid)
+        visible = await visible_conversations(conn, viewer_id, cursors)
         too_long = {cid for cid, after in cursors if too_far_behind(after, visible[cid].last_seq, max_catch_up)}
         # Too far behind: read from limit below lastSeq, the newest page.
         reads = [(cid, max(0, visible[cid].last_seq - limit) if cid in too_long else after) for cid, after in cursors]
@@ -150,19 +163,11 @@ async def read_replay(
     is committed). Unknown or foreign conversations are NOT_FOUND, as in sync.
     Two statements whatever the number of cursors.
     """
-    if len(cursors) > max_cursors:
-        raise LimitExceeded(f"at most {max_cursors} cursors in one subscription")
-    if len({cid for cid, _ in cursors}) != len(cursors):
-        raise BadUserInput("each conversationId may appear once in cursors")
-    for _, after_seq in cursors:
-        check_seq(after_seq, "afterSeq")
+    check_cursors(cursors, max_cursors, within="in one subscription", field="afterSeq")
     if not cursors:
         return Replay([], {})
     async with database.connection() as conn:
-        visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
-        for cid, _ in cursors:
-            if cid not in visible:
-                raise conversation_not_found(cid)
+        visible = await visible_conversations(conn, viewer_id, cursors)
         ranges = replay_ranges([(c, a, visible[c].last_seq) for c, a in cursors], bound, max_catch_up)
         pages = await messages.pages(conn, [(cid, after, last + 1, last - after, False) for cid, after, last in ranges])
     held = {cid: max(after, visible[cid].last_seq) for cid, after in cursors}
