@@ -35,6 +35,8 @@ DIR=""
 
 log() { echo "kafka.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/process.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 
 python_bin() {
   if command -v python3 >/dev/null 2>&1; then echo python3
@@ -110,23 +112,8 @@ cmd_fetch() {
 
 # ---------------------------------------------------------------- helpers
 
-# pid from DIR/kafka.pid if that process is alive and is our broker
-running_pid() {
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  # guard against pid reuse: must be kafka.Kafka with our properties file
-  if [ -r "/proc/$pid/cmdline" ]; then
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "kafka.Kafka $PROPS" || return 1
-  fi
-  echo "$pid"
-}
-
-port_open() {  # port_open PORT -> 0 if something accepts TCP on 127.0.0.1:PORT
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
+# pid from DIR/kafka.pid if that process is alive and is our broker (kafka.Kafka with our properties file)
+running_pid() { pid_from_file "kafka.Kafka $PROPS"; }
 
 # Ask the broker for metadata over the Kafka wire protocol (stdlib only):
 # ApiVersions v0, then Metadata (v1..v8) with no topics; ready when it lists
@@ -319,7 +306,7 @@ cmd_start() {
       log "broker not ready after ${timeout}s (pid $pid); last lines of $LOGFILE:"
       tail -n 40 "$LOGFILE" >&2
       log "stopping it"
-      stop_pid "$pid" || true
+      stop_pid "$pid" "${KAFKA_STOP_TIMEOUT:-30}" || true
       exit 1
     fi
     sleep 0.5
@@ -330,22 +317,6 @@ cmd_start() {
 
 # ---------------------------------------------------------------- stop
 
-stop_pid() {
-  local pid="$1" timeout="${KAFKA_STOP_TIMEOUT:-30}" waited=0
-  kill -TERM "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ "$waited" -ge $((timeout * 10)) ]; then
-      log "still running after ${timeout}s, sending SIGKILL to $pid"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  rm -f "$PIDFILE"
-}
-
 cmd_stop() {
   parse_opts "$@"
   local pid
@@ -355,7 +326,7 @@ cmd_stop() {
     return 0
   fi
   local t0=$SECONDS
-  stop_pid "$pid"
+  stop_pid "$pid" "${KAFKA_STOP_TIMEOUT:-30}"
   log "stopped pid $pid in $((SECONDS - t0)) s (data kept in $DIR/data)"
 }
 

@@ -41,6 +41,8 @@ DIR=""
 
 log() { echo "keycloak.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/process.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 
 usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -129,40 +131,12 @@ find_java_home() {
 
 # ---------------------------------------------------------------- helpers
 
-running_pid() {
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  if [ -r "/proc/$pid/cmdline" ]; then  # guard against pid reuse
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--http-port=$PORT" || return 1
-  fi
-  echo "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+running_pid() { pid_from_file "--http-port=$PORT"; }
 
 ready() {  # the management interface's readiness answers 200
   local response
   response="$( (exec 3<>"/dev/tcp/127.0.0.1/$MPORT" && printf 'GET /health/ready HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 && head -1 <&3) 2>/dev/null || true)"
   [[ "$response" == *" 200"* ]]
-}
-
-stop_pid() {
-  local pid="$1" timeout="${KEYCLOAK_STOP_TIMEOUT:-30}" waited=0
-  kill -TERM "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ "$waited" -ge $((timeout * 10)) ]; then
-      log "still running after ${timeout}s, sending SIGKILL to $pid"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  rm -f "$PIDFILE"
 }
 
 # ---------------------------------------------------------------- start
@@ -209,7 +183,7 @@ cmd_start() {
     if [ $((SECONDS - t0)) -ge "$timeout" ]; then
       log "not ready after ${timeout}s (pid $pid); last lines of $LOGFILE:"
       tail -n 40 "$LOGFILE" >&2
-      stop_pid "$pid" || true
+      stop_pid "$pid" "${KEYCLOAK_STOP_TIMEOUT:-30}" || true
       exit 1
     fi
     sleep 0.5
@@ -227,7 +201,7 @@ cmd_stop() {
     return 0
   fi
   local t0=$SECONDS
-  stop_pid "$pid"
+  stop_pid "$pid" "${KEYCLOAK_STOP_TIMEOUT:-30}"
   log "stopped pid $pid in $((SECONDS - t0)) s"
 }
 
