@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 from uuid import UUID
 
-from ..db import Database, Row
+from ..db import Connection, Database, Row
 from ..errors import RETRY_AFTER_SECONDS, Unavailable
 from ..events.types import MessageNew, ReadUpdated
 from ..store import messages
@@ -45,20 +45,25 @@ class SendItem(NamedTuple):
     read_event: dict  # ReadUpdated's payload (chat_send adds its store field, READ_KEYS)
 
 
+async def send_item(conn: Connection, conversation_id: int, item: SendItem) -> Row:
+    """chat_send of one item on conn (in the caller's transaction, if it holds one)."""
+    return await messages.send(
+        conn,
+        conversation_id=conversation_id,
+        sender_id=item.sender_id,
+        client_msg_id=item.client_msg_id,
+        body=item.body,
+        message_event=item.message_event,
+        read_event=item.read_event,
+        message_keys=MESSAGE_KEYS,
+        read_keys=READ_KEYS,
+    )
+
+
 async def send_alone(database: Database, conversation_id: int, item: SendItem) -> Row:
     """One send, its own transaction (chat_send); a stored message wakes the relay after it."""
     async with database.connection() as conn:
-        row = await messages.send(
-            conn,
-            conversation_id=conversation_id,
-            sender_id=item.sender_id,
-            client_msg_id=item.client_msg_id,
-            body=item.body,
-            message_event=item.message_event,
-            read_event=item.read_event,
-            message_keys=MESSAGE_KEYS,
-            read_keys=READ_KEYS,
-        )
+        row = await send_item(conn, conversation_id, item)
         if row.outcome == STORED:  # only a stored message wrote events
             database.events_written(conn)
     return row

@@ -2,36 +2,10 @@
 
 from __future__ import annotations
 
-from ..db import Connection, Database, Row
+from ..db import Connection
 from ..errors import BadUserInput, Forbidden
-from ..store import conversations, mentions, messages
+from ..store import conversations, mentions
 from .changes import GROUP_ADMINS
-from .groupcommit import MESSAGE_KEYS, READ_KEYS, STORED, SendItem
-
-
-async def send_with_mentions(
-    database: Database, conversation_id: int, item: SendItem, mentioned: list[int], everyone: bool = False
-) -> Row:
-    """chat_send and the message's mentions, one transaction: a mention of anyone who is not a member
-    is BAD_USER_INPUT and nothing is stored. A retry (duplicate) keeps the original's mentions.
-    Not group-committed: sends with mentions go one by one (services/groupcommit.py batches the others)."""
-    async with database.transaction() as conn:
-        row = await messages.send(
-            conn,
-            conversation_id=conversation_id,
-            sender_id=item.sender_id,
-            client_msg_id=item.client_msg_id,
-            body=item.body,
-            message_event=item.message_event,
-            read_event=item.read_event,
-            message_keys=MESSAGE_KEYS,
-            read_keys=READ_KEYS,
-        )
-        if row.outcome != STORED:
-            return row
-        await mentions_txn(conn, conversation_id, row.seq, mentioned, everyone, item.sender_id)
-        database.events_written(conn)
-        return row
 
 
 async def mentions_txn(

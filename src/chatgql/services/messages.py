@@ -12,8 +12,8 @@ from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
 from ..store import messages
 from .checks import Attachment
-from .groupcommit import MESSAGE_KEYS, READ_KEYS, SendBatcher, SendItem, send_alone
-from .mentions import mentions_txn, send_with_mentions
+from .groupcommit import STORED, SendBatcher, SendItem, send_alone, send_item
+from .mentions import mentions_txn
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +63,8 @@ async def do_send_message(
     read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
     everyone = mention_everyone
-    if reply_to is not None or attachments:
+    if reply_to is not None or attachments or mentions or everyone:  # not group-committed: one transaction each
         row = await _send_with_extras(database, conversation_id, item, reply_to, attachments, mentions or [], everyone)
-    elif mentions or everyone:  # members only, stored in the send's transaction (services/mentions.py)
-        row = await send_with_mentions(database, conversation_id, item, mentions or [], everyone)
     elif batcher is None:
         row = await send_alone(database, conversation_id, item)
     else:
@@ -104,21 +102,12 @@ async def _send_with_extras(
     mentioned: list[int],
     everyone: bool,
 ) -> Row:
-    """chat_send, the quoted message's count and the attachments in one transaction (a retry writes
-    nothing again)."""
+    """chat_send, the quoted message's count, the attachments and the mentions (members only, else
+    BAD_USER_INPUT and nothing is stored) in one transaction; a retry (duplicate) writes nothing again
+    and keeps the original's."""
     async with database.transaction() as conn:
-        row = await messages.send(
-            conn,
-            conversation_id=conversation_id,
-            sender_id=item.sender_id,
-            client_msg_id=item.client_msg_id,
-            body=item.body,
-            message_event=item.message_event,
-            read_event=item.read_event,
-            message_keys=MESSAGE_KEYS,
-            read_keys=READ_KEYS,
-        )
-        if row.outcome == "stored":
+        row = await send_item(conn, conversation_id, item)
+        if row.outcome == STORED:
             if attachments:
                 await messages.insert_attachments_txn(conn, conversation_id, row.seq, attachments)
             if mentioned or everyone:
