@@ -366,3 +366,7 @@ DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE
 # Kinds for their own member only (Event.OWN), derived from the registry.
 OWN_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if cls.OWN)
+# The keys the store fills in of the events its statements write (Event.store_keys()), once.
+MESSAGE_KEYS = MessageNew.store_keys()
+READ_KEYS = ReadUpdated.store_keys()
+DELIVERY_KEYS = DeliveryUpdated.store_keys()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..db import Database
 from ..errors import BadUserInput, LimitExceeded, conversation_not_found
-from ..events.types import DeliveryUpdated
+from ..events.types import DELIVERY_KEYS, DeliveryUpdated
 from ..store import delivery
 from .checks import check_seq
 from .delivery_coalescing import DeliveredResult, DeliveryCoalescer
@@ -44,7 +44,7 @@ async def do_mark_delivered(
         return await coalescer.mark_delivered(viewer_id, list(items), events)
     async with database.transaction() as conn:
         rows = await delivery.advance_delivered(
-            conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to, DeliveryUpdated.store_keys()
+            conn, viewer_id, cids, [seq for _, seq in items], events, whole_up_to, DELIVERY_KEYS
         )
         found = {row["conversation_id"]: row for row in rows}
         for cid in cids:

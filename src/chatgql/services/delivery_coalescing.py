@@ -24,7 +24,7 @@ from typing import Any
 
 from ..db import Connection, Database, Row
 from ..errors import conversation_not_found
-from ..events.types import DeliveryUpdated
+from ..events.types import DELIVERY_KEYS
 from ..store import delivery
 from .coalescing import Coalescer
 
@@ -123,7 +123,7 @@ class DeliveryCoalescer(Coalescer[list[_Call], _Written]):
                 [merged[k][0] for k in keys],
                 [merged[k][1] for k in keys],
                 self._whole_up_to,
-                DeliveryUpdated.store_keys(),
+                DELIVERY_KEYS,
             )
             if any(row["moved"] and row["member_count"] <= self._whole_up_to for row in rows):
                 self._database.events_written(conn)  # one wake-up per flush

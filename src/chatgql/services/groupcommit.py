@@ -29,11 +29,10 @@ from uuid import UUID
 
 from ..db import Connection, Database, Row
 from ..errors import RETRY_AFTER_SECONDS, Unavailable
-from ..events.types import MessageNew, ReadUpdated
+from ..events.types import MESSAGE_KEYS, READ_KEYS
 from ..store import messages
 
 # The keys chat_send fills in, from the event definitions (the SQL names none).
-MESSAGE_KEYS, READ_KEYS = MessageNew.store_keys(), ReadUpdated.store_keys()
 STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)
 
 

@@ -30,12 +30,10 @@ from typing import Any
 
 from ..db import Connection, Database, Row
 from ..errors import conversation_not_found
-from ..events.types import ReadUpdated
+from ..events.types import READ_KEYS
 from ..store import reads
 from .checks import check_seq
 from .coalescing import Coalescer
-
-READ_KEYS = ReadUpdated.store_keys()  # what the watermark statements fill in (the SQL names no event key)
 
 Key = tuple[int, int]  # (conversation_id, user_id)
 
