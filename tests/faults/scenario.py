@@ -409,7 +409,7 @@ class Scenario:
                     ).scalars()
                 )
             for relay in self.relays:
-                if relay.alive and relay.local_ports() & ports:
+                if relay.alive and relay.local_ports(self.infra.pg.port) & ports:
                     return relay
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name}: no relay holds the outbox lock (logs in {self.log_dir})")

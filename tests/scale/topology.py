@@ -122,7 +122,12 @@ class Topology:
         self.group_view = KafkaGroup(kafka.bootstrap, self.topic, self.group, self.partitions)
         await self.group_view.start()
         # Every shard led, shared out; every partition owned, shared out.
-        await self.wait(lambda: self.relays_share_the_shards(), 90, "the relays to share the outbox's shards")
+        await self.wait(
+            lambda: self.relays_share_the_shards(),
+            90,
+            "the relays to share the outbox's shards",
+            state=self.describe_slot_leaders,
+        )
         await self.wait(lambda: self.consumers_share_the_partitions(), 90, "the consumers to share the partitions")
 
     async def __aexit__(self, *exc: object) -> None:
@@ -141,16 +146,26 @@ class Topology:
             await asyncio.to_thread(self.pg.close)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    async def wait(self, predicate, timeout: float, what: str, interval: float = 0.05) -> float:
-        """Poll predicate() until true; the seconds it took. Raises (with the logs' tails) on timeout."""
+    async def wait(self, predicate, timeout: float, what: str, interval: float = 0.05, state=None) -> float:
+        """Poll predicate() until true; the seconds it took. Raises on timeout, with the logs' tails,
+        the last error of the predicate and what state() (async, optional) says then."""
         started = time.monotonic()
+        error: Exception | None = None
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 if await predicate():
                     return time.monotonic() - started
+            except Exception as caught:
+                error = caught
             if time.monotonic() - started > timeout:
                 logs = "\n".join(f"--- {p.name}\n{tail(p.log, 15)}" for p in self.processes)
-                raise AssertionError(f"waited {timeout}s for {what}\n{logs}")
+                seen = ""
+                if state is not None:
+                    try:
+                        seen = f"\nstate: {await state()}"
+                    except Exception as failed:
+                        seen = f"\nstate: unknown ({failed!r})"
+                raise AssertionError(f"waited {timeout}s for {what}; last error: {error!r}{seen}\n{logs}")
             await asyncio.sleep(interval)
 
     # --- relays -------------------------------------------------------------------------
@@ -171,11 +186,28 @@ class Topology:
         out: dict[ChatProcess, set[int]] = {}
         for relay in self.relays:
             if relay.alive:
-                ports = relay.local_ports()
+                assert self.pg is not None
+                ports = relay.local_ports(self.pg.port)
                 slots = {s for row in rows if row["client_port"] in ports for s in row["slots"]}
                 if slots:
                     out[relay] = slots
         return out
+
+    async def describe_slot_leaders(self) -> str:
+        """Who holds which slot locks, as PostgreSQL and the processes' sockets say."""
+        rows = await self.db.fetch(
+            """
+            SELECT a.client_port, a.application_name, array_agg(l.objid::int ORDER BY l.objid) AS slots
+              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::int::oid
+             GROUP BY 1, 2
+            """,
+            RELAY_LOCK,
+        )
+        held = [f"{r['application_name']} (port {r['client_port']}): {r['slots']}" for r in rows]
+        assert self.pg is not None
+        ports = {r.name: sorted(r.local_ports(self.pg.port)) for r in self.relays if r.alive}
+        return f"locks {held}; relays' database ports {ports}"
 
     async def relays_share_the_shards(self) -> bool:
         leaders = await self.slot_leaders()

@@ -306,15 +306,19 @@ class ChatProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
 
-    def local_ports(self) -> set[int]:
-        """The local TCP ports of this process's connections."""
+    def local_ports(self, to_port: int) -> set[int]:
+        """The local TCP ports of this process's connections to 127.0.0.1:to_port (PostgreSQL's
+        port: what pg_stat_activity.client_port names). Only those: Linux gives one local port to
+        connections with different peers, so another process's database connection can share a
+        port this one uses for Kafka or Redis."""
         import psutil
 
         assert self.proc is not None
         try:
-            return {c.laddr.port for c in psutil.Process(self.proc.pid).net_connections("tcp") if c.laddr}
+            connections = psutil.Process(self.proc.pid).net_connections("tcp")
         except psutil.Error:
             return set()
+        return {c.laddr.port for c in connections if c.laddr and c.raddr and c.raddr.port == to_port}
 
     def stop(self, timeout: float = 15) -> None:
         """SIGTERM, then SIGKILL after timeout (teardown)."""
