@@ -164,7 +164,7 @@ class OutboxRelay:
             shard = self._led[max(self._led)]
             await self._stop(shard)
             await outbox.release_slots(conn, shard.slots)
-            log.info("relay shard %d handed back (%d relays)", shard.index, len(relays))
+            log.info("relay shard %d handed back (%d relay processes)", shard.index, len(relays))
         if len(self._led) >= quota:
             return
         # Start where this relay's share would be, so relays starting together try different shards.
@@ -177,7 +177,13 @@ class OutboxRelay:
             if await outbox.take_slots(conn, shard.slots):
                 self._led[index] = shard
                 self.wake()  # what waits in it (a dead relay's backlog) goes now
-                log.info("relay shard %d led here (%d relays)", index, len(relays))
+                # Said when relays share the outbox (a handover); alone, a relay leads every shard.
+                log.log(
+                    logging.INFO if len(relays) > 1 else logging.DEBUG,
+                    "relay shard %d led here (%d relay processes)",
+                    index,
+                    len(relays),
+                )
                 if len(self._led) >= quota:
                     return
 
