@@ -13,7 +13,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from ..conftest import REPO, worker_ports
+from ..conftest import REPO
 
 REDIS_CLUSTER_SH = REPO / "scripts" / "redis-cluster.sh"
 
@@ -60,11 +60,9 @@ class RedisCluster:
 
 
 def free_cluster_port() -> int:
-    """P with P..P+2 and their cluster bus ports P+10000..P+10002 free, below the ephemeral range
-    (and below the ports of tests/conftest.py's free_port_pair)."""
-    ports = worker_ports(20_000, 22_600)
+    """P with P..P+2 and their cluster bus ports P+10000..P+10002 free, below the ephemeral range."""
     for _ in range(200):
-        port = random.randrange(ports.start, ports.stop - 3)
+        port = random.randrange(20_000, 22_000)
         try:
             with contextlib.ExitStack() as stack:
                 for p in (port, port + 1, port + 2, port + 10_000, port + 10_001, port + 10_002):
