@@ -89,9 +89,18 @@ def database_url() -> Any:
 
 
 @pytest.fixture(scope="session")
-async def migrated_url(database_url: str) -> str:
+async def suite_url(database_url: str) -> str:
+    """The suite's shared database, migrated. The session's server takes it, never migrated_url:
+    a folder overrides that (tests/events/conftest.py, a database of the live path's own), and
+    a session fixture is made once, for whichever test asks first, so its database would
+    depend on the order the tests run in."""
     await db.upgrade(database_url)
     return database_url
+
+
+@pytest.fixture(scope="session")
+async def migrated_url(suite_url: str) -> str:
+    return suite_url
 
 
 @pytest.fixture(scope="session")
@@ -224,9 +233,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture(scope="session")
-async def server(migrated_url: str) -> AsyncIterator[RunningServer]:
+async def server(suite_url: str) -> AsyncIterator[RunningServer]:
     """One chatgql (embedded event bus, no Kafka) for the whole session."""
-    async with RunningServer(make_settings(migrated_url)) as running:
+    async with RunningServer(make_settings(suite_url)) as running:
         yield running
 
 
