@@ -40,7 +40,7 @@ def _context(request, authorization: str | None = None) -> Context:
 
 def test_a_websocket_viewer_is_unauthenticated_once_its_token_expired(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings(env="development")
-    token = issue_token(settings, 7, ttl_seconds=60)
+    token = issue_token(settings, "7", ttl_seconds=60)
     context = _context(_websocket(), f"Bearer {token}")
     assert context.viewer_id == 7
     assert context.token_expires_at is not None and abs(context.token_expires_at - (time.time() + 60)) < 5
@@ -54,7 +54,7 @@ def test_a_websocket_viewer_is_unauthenticated_once_its_token_expired(monkeypatc
 
 def test_an_http_request_keeps_no_expiry_of_its_own() -> None:
     settings = load_settings(env="development")
-    token = issue_token(settings, 7, ttl_seconds=60)
+    token = issue_token(settings, "7", ttl_seconds=60)
     scope = {"type": "http", "method": "POST", "path": "/graphql", "query_string": b""}
     scope["headers"] = [(b"authorization", f"Bearer {token}".encode())]
     context = _context(Request(scope))
@@ -64,7 +64,7 @@ def test_an_http_request_keeps_no_expiry_of_its_own() -> None:
 
 def test_token_expiry_reads_exp_and_nothing_else() -> None:
     settings = load_settings(env="development")
-    token = issue_token(settings, 7, ttl_seconds=120)
+    token = issue_token(settings, "7", ttl_seconds=120)
     expires = token_expiry(f"Bearer {token}")
     assert expires is not None and abs(expires - (time.time() + 120)) < 5
     assert token_expiry("Bearer not-a-token") is None

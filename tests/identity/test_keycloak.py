@@ -144,7 +144,7 @@ async def test_es256_and_eddsa_tokens_of_the_provider_are_accepted(
 async def test_hs256_tokens_of_chatgql_keep_working_beside_the_provider(
     oidc_server: RunningServer, http: httpx.AsyncClient
 ) -> None:
-    assert await viewer(http, oidc_server, issue_token(oidc_server.settings, 77)) == "77"
+    assert await viewer(http, oidc_server, issue_token(oidc_server.settings, "77")) == "77"
 
 
 async def test_the_user_id_is_read_at_a_namespaced_claim_path(oidc_server: RunningServer, keycloak: Keycloak) -> None:
@@ -304,7 +304,7 @@ async def test_a_slow_key_endpoint_does_not_block_other_requests(
         await wait_until(lambda: proxy.held >= 1 or waiting.done(), 30, "the fetch to reach the key endpoint")
         # the fetch waits at the endpoint; the server answers everyone else meanwhile
         assert await viewer(http, server, await keycloak.token("alice")) == "1001"
-        assert await viewer(http, server, issue_token(server.settings, 5)) == "5"
+        assert await viewer(http, server, issue_token(server.settings, "5")) == "5"
         assert not waiting.done()
         proxy.released.set()
         assert "does not publish" in await waiting

@@ -49,7 +49,7 @@ KEYS = {"message_keys": MESSAGE_KEYS, "read_keys": READ_KEYS}  # the keys chat_s
 
 
 def authorization(user: int) -> dict[str, str]:
-    return {"authorization": f"Bearer {issue_token(TOKENS, user)}"}
+    return {"authorization": f"Bearer {issue_token(TOKENS, str(user))}"}
 
 
 async def post(http: httpx.AsyncClient, url: str, user: int, query: str, variables: dict) -> dict:

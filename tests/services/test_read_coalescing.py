@@ -149,7 +149,7 @@ async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_
             await send(cid)
 
     tokens = {
-        (user, device): f"Bearer {issue_token(server.settings, user, ttl_seconds=3600 * (device + 1))}"
+        (user, device): f"Bearer {issue_token(server.settings, str(user), ttl_seconds=3600 * (device + 1))}"
         for user in READERS
         for device in range(DEVICES)
     }

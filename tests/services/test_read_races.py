@@ -103,7 +103,7 @@ async def read_events(engine: AsyncEngine, cid: str, user: int, after_id: int) -
 
 def device_tokens(settings: Any, user: int, devices: int) -> list[str]:
     """Distinct valid tokens of one user, one per device (they differ by expiry)."""
-    tokens = [issue_token(settings, user, ttl_seconds=3600 * (d + 1)) for d in range(devices)]
+    tokens = [issue_token(settings, str(user), ttl_seconds=3600 * (d + 1)) for d in range(devices)]
     assert len(set(tokens)) == devices
     return tokens
 

@@ -249,7 +249,7 @@ async def test_concurrent_advances_write_one_read_updated_each_in_increasing_ord
 
 def device_tokens(settings, user: int, devices: int) -> list[str]:
     """Distinct valid tokens of one user, one per device (they differ by expiry)."""
-    return [issue_token(settings, user, ttl_seconds=3600 * (d + 1)) for d in range(devices)]
+    return [issue_token(settings, str(user), ttl_seconds=3600 * (d + 1)) for d in range(devices)]
 
 
 async def storm(
