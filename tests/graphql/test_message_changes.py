@@ -202,7 +202,7 @@ async def test_unread_after_a_delete_is_kept_on_write_not_counted_over_history(a
     async with engine.connect() as conn:
         assert (
             await conn.execute(
-                text("SELECT unread_deleted FROM conversation_member WHERE conversation_id = :c AND user_id = 2"),
+                text("SELECT unread_deleted FROM conversation_member WHERE conversation_id = :c AND user_id = '2'"),
                 {"c": int(cid)},
             )
         ).scalar() == 0

@@ -172,7 +172,7 @@ async def test_reused_client_msg_id_by_another_sender_is_conflict_and_writes_not
     assert (
         await scalar(
             quiet.engine,
-            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = 2",
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = '2'",
             cid=int(cid),
         )
         == 0
@@ -277,7 +277,7 @@ async def test_sending_marks_earlier_messages_from_others_as_read(client, engine
     assert (
         await scalar(
             engine,
-            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = 2",
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = '2'",
             cid=int(cid),
         )
         == 3
@@ -380,7 +380,7 @@ async def test_send_by_non_member_is_not_found_and_stores_nothing(client, engine
     assert await send_error(client, 3, cid) == "NOT_FOUND"
     assert await message_seqs(engine, cid) == []
     assert await scalar(engine, "SELECT last_seq FROM conversation WHERE id = :cid", cid=int(cid)) == 0
-    assert await scalar(engine, "SELECT count(*) FROM conversation_member WHERE user_id = 3") == 0
+    assert await scalar(engine, "SELECT count(*) FROM conversation_member WHERE user_id = '3'") == 0
 
 
 @pytest.mark.parametrize("cid", ["999999", "9223372036854775807"], ids=["unused", "largest-id"])

@@ -387,7 +387,7 @@ async def test_a_failed_flush_fails_every_caller_as_an_uncoalesced_mark_read_fai
     try:
         await holder.execute("BEGIN")
         await holder.execute(
-            "SELECT 1 FROM conversation_member WHERE conversation_id = $1 AND user_id = 1 FOR UPDATE", cid
+            "SELECT 1 FROM conversation_member WHERE conversation_id = $1 AND user_id = '1' FOR UPDATE", cid
         )
         with pytest.raises(asyncpg.LockNotAvailableError):
             await do_mark_read(database, 1, cid, 10)  # uncoalesced: today's failure
