@@ -74,11 +74,11 @@ async def outbox_rows(database: Database) -> int:
 async def test_slots_are_a_fixed_hash_of_the_key_written_by_every_writer(database: Database) -> None:
     """The slot never depends on the shard count and must never change (pinned values): a
     conversation that moved slots could be relayed by two shards at once, out of order."""
-    group = await conversation_service.do_create_group(database, 1, "g", [2], max_members=10)
-    await do_send_message(database, 1, group, uuid.uuid4(), "hello")  # chat_send: message.new
-    await do_send_message(database, 2, group, uuid.uuid4(), "hi")  # and read.updated
-    await read_service.do_mark_read(database, 1, group, 2)  # the markRead statement
-    await conversation_service.do_add_members(database, 1, group, [3], max_members=10)  # outbox.append
+    group = await conversation_service.do_create_group(database, "1", "g", ["2"], max_members=10)
+    await do_send_message(database, "1", group, uuid.uuid4(), "hello")  # chat_send: message.new
+    await do_send_message(database, "2", group, uuid.uuid4(), "hi")  # and read.updated
+    await read_service.do_mark_read(database, "1", group, 2)  # the markRead statement
+    await conversation_service.do_add_members(database, "1", group, ["3"], max_members=10)  # outbox.append
     async with database.connection() as conn:
         rows = await conn.fetch("SELECT msg_key, slot, payload->>'type' AS type FROM outbox ORDER BY id")
         pinned = await conn.fetch(
@@ -219,7 +219,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
     all four shards within seconds, and every event reaches the topic, in order after
     dedupe, any duplicate being a re-send of the same event."""
     groups = [
-        await conversation_service.do_create_group(database, 1, f"g{i}", [2, 3], max_members=10) for i in range(40)
+        await conversation_service.do_create_group(database, "1", f"g{i}", ["2", "3"], max_members=10) for i in range(40)
     ]
     steady, streamed = groups[:20], groups[20:]
     wakeup = RelayWakeup(database)  # what an API process does after a commit: pg_notify
@@ -253,7 +253,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
                     break
                 await send(group, 1 + i % 3)
                 await asyncio.sleep(0.05)
-            await read_service.do_mark_read(database, 2, group, len(sent[group]))
+            await read_service.do_mark_read(database, "2", group, len(sent[group]))
             wakeup.wake()
 
         writing = asyncio.gather(*(steady_sender(group) for group in steady))

@@ -214,8 +214,8 @@ async def test_read_updated_outbox_row_is_written_once_per_advance_and_never_for
 
     events = await read_events(quiet.engine)
     assert [(e.msg_key, e.payload) for e in events] == [
-        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": 1, "lastReadSeq": 2}),
-        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": 1, "lastReadSeq": 5}),
+        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": "1", "lastReadSeq": 2}),
+        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": "1", "lastReadSeq": 5}),
     ]
 
 
