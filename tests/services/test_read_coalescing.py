@@ -57,7 +57,7 @@ SEND = (
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
 
 SENDER = 1  # sends, never marks read (a send raises the sender's own watermark, with no read.updated)
-READERS = list(range(101, 109))
+READERS = [str(u) for u in range(101, 109)]
 DEVICES = 3
 CONVERSATIONS = 3
 CALLS_PER_DEVICE = 14
@@ -179,8 +179,8 @@ async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_
         answers.append(answer)
         return answer
 
-    async def device(user: int, number: int) -> None:
-        rng = random.Random(user * 10 + number)
+    async def device(user: str, number: int) -> None:
+        rng = random.Random(int(user) * 10 + number)
         previous: dict[int, int] = {}
         for _ in range(CALLS_PER_DEVICE):
             cid = rng.choice(cids)

@@ -30,7 +30,7 @@ async def advance_watermark(
         WITH moved AS (
             UPDATE conversation_member m SET last_read_seq = LEAST($3::bigint, c.last_seq)
               FROM conversation c
-             WHERE c.id = m.conversation_id AND m.conversation_id = $1::bigint AND m.user_id = $2::bigint
+             WHERE c.id = m.conversation_id AND m.conversation_id = $1::bigint AND m.user_id = $2::text
                AND m.last_read_seq < LEAST($3::bigint, c.last_seq)
                AND NOT m.receipts_private  -- private receipts: the own read position only (services/reads.py)
             RETURNING m.last_read_seq, c.last_seq, m.unread_deleted
