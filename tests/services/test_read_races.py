@@ -91,9 +91,9 @@ async def read_events(engine: AsyncEngine, cid: str, user: int, after_id: int) -
         rows = await conn.execute(
             text(
                 "SELECT payload FROM outbox WHERE id > :after AND msg_key = :key "
-                "AND payload->>'type' = 'read.updated' AND (payload->>'userId')::bigint = :uid ORDER BY id"
+                "AND payload->>'type' = 'read.updated' AND payload->>'userId' = :uid ORDER BY id"
             ),
-            {"after": after_id, "key": cid, "uid": user},
+            {"after": after_id, "key": cid, "uid": str(user)},
         )
         return [row.payload["lastReadSeq"] for row in rows]
 

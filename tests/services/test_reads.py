@@ -68,11 +68,11 @@ async def mark_error(client: GraphQLClient, user: int | None, cid: Any, seq: Any
     return error_code(await client.error(MARK_READ, {"cid": cid, "seq": seq}, user=user))
 
 
-async def watermark(engine: AsyncEngine, cid: str, user: int) -> int | None:
+async def watermark(engine: AsyncEngine, cid: str, user: int | str) -> int | None:
     async with engine.connect() as conn:
         result = await conn.execute(
             text("SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = :uid"),
-            {"cid": int(cid), "uid": user},
+            {"cid": int(cid), "uid": str(user)},
         )
         return result.scalar_one_or_none()
 
