@@ -18,8 +18,8 @@ from chatgql.events.dispatch import Dispatcher, MembershipCache
 EVERY = 0.05
 
 
-async def _members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]]:
-    return 1, [1]
+async def _members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
+    return 1, ["1"]
 
 
 class _Feed:

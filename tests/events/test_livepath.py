@@ -139,9 +139,9 @@ async def test_a_stalled_relay_ends_the_subscriptions_with_delivery_delayed_and_
 def _dispatcher(max_delay: float, buffer: int = 100) -> tuple[Dispatcher, list[int]]:
     loads: list[int] = []
 
-    async def members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]]:
+    async def members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
         loads.append(conversation_id)
-        return 50, list(range(1, 51))
+        return 50, [str(u) for u in range(1, 51)]
 
     return Dispatcher(MembershipCache(members), buffer=buffer, max_delay=max_delay), loads
 
@@ -197,7 +197,7 @@ async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed(
             raise AssertionError("a late event was delivered")
     # Without a commit time (unknown) or without a bound, nothing is ever too late.
     unbounded, _ = _dispatcher(max_delay=0)
-    async with unbounded.subscribe(2, 1, "message.new") as sub:
+    async with unbounded.subscribe("2", 1, "message.new") as sub:
         await unbounded.dispatch(_event(1, 1), time.time() - 3600)
         await dispatcher.dispatch(_event(1, 2))
         assert (await _next(sub))["seq"] == 1
@@ -206,7 +206,7 @@ async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed(
 async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_stays_bounded():
     dispatcher, loads = _dispatcher(max_delay=1.0, buffer=100)
     async with contextlib.AsyncExitStack() as stack:
-        readers = [await stack.enter_async_context(dispatcher.subscribe(uid, 1, "message.new")) for uid in range(2, 22)]
+        readers = [await stack.enter_async_context(dispatcher.subscribe(str(uid), 1, "message.new")) for uid in range(2, 22)]
         everyone = await stack.enter_async_context(dispatcher.subscribe("30", None, "message.new"))
         bystander = await stack.enter_async_context(dispatcher.subscribe("2", 7, "message.new"))
         outsider = await stack.enter_async_context(dispatcher.subscribe("99", None, "message.new"))  # not a member

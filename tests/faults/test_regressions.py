@@ -86,8 +86,8 @@ async def test_a_subscription_taken_while_the_bus_feed_is_down_is_told_to_resync
     await feed_bus.connect()
     await publisher.connect()
 
-    async def members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]]:
-        return 1, [1]  # (member_count, member ids)
+    async def members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
+        return 1, ["1"]  # (member_count, member ids)
 
     dispatcher = Dispatcher(MembershipCache(members), buffer=100)
     ready = asyncio.Event()
