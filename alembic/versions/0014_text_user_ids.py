@@ -109,9 +109,7 @@ _REKEY_PAIRS = "UPDATE direct_pair SET user_low = user_high, user_high = user_lo
 def _alter(kind: str, using: str) -> None:
     tables: dict[str, list[str]] = {}
     for table, column in COLUMNS:
-        tables.setdefault(table, []).append(
-            f"ALTER COLUMN {column} TYPE {kind} USING {column}::{using}"
-        )
+        tables.setdefault(table, []).append(f"ALTER COLUMN {column} TYPE {kind} USING {column}::{using}")
     for table, changes in tables.items():  # one rewrite per table
         op.execute(f"ALTER TABLE {table} " + ", ".join(changes))
 

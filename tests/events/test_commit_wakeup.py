@@ -153,7 +153,9 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
                 assert moved.advanced and moved.last_read_seq == target
                 assert commits.count == before + 1
                 event, delays[label] = await next_event(reads, label, user_id="2")
-                assert events.parse(event) == events.ReadUpdated(conversation_id=group, user_id="2", last_read_seq=target)
+                assert events.parse(event) == events.ReadUpdated(
+                    conversation_id=group, user_id="2", last_read_seq=target
+                )
                 assert not (await call(target)).advanced  # nothing moved: no event, no wake-up
                 assert commits.count == before + 1
 

@@ -206,7 +206,9 @@ async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed(
 async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_stays_bounded():
     dispatcher, loads = _dispatcher(max_delay=1.0, buffer=100)
     async with contextlib.AsyncExitStack() as stack:
-        readers = [await stack.enter_async_context(dispatcher.subscribe(str(uid), 1, "message.new")) for uid in range(2, 22)]
+        readers = [
+            await stack.enter_async_context(dispatcher.subscribe(str(uid), 1, "message.new")) for uid in range(2, 22)
+        ]
         everyone = await stack.enter_async_context(dispatcher.subscribe("30", None, "message.new"))
         bystander = await stack.enter_async_context(dispatcher.subscribe("2", 7, "message.new"))
         outsider = await stack.enter_async_context(dispatcher.subscribe("99", None, "message.new"))  # not a member

@@ -219,7 +219,8 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
     all four shards within seconds, and every event reaches the topic, in order after
     dedupe, any duplicate being a re-send of the same event."""
     groups = [
-        await conversation_service.do_create_group(database, "1", f"g{i}", ["2", "3"], max_members=10) for i in range(40)
+        await conversation_service.do_create_group(database, "1", f"g{i}", ["2", "3"], max_members=10)
+        for i in range(40)
     ]
     steady, streamed = groups[:20], groups[20:]
     wakeup = RelayWakeup(database)  # what an API process does after a commit: pg_notify

@@ -143,7 +143,11 @@ async def test_direct_conversation_with_yourself_is_bad_user_input(client, engin
     assert await table_counts(engine) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("uid", ["", "u" * 256, "a\nb", "\x00", "a\x7fb", "\x85"], ids=["empty", "256-chars", "newline", "nul", "del", "c1-control"])
+@pytest.mark.parametrize(
+    "uid",
+    ["", "u" * 256, "a\nb", "\x00", "a\x7fb", "\x85"],
+    ids=["empty", "256-chars", "newline", "nul", "del", "c1-control"],
+)
 async def test_direct_conversation_with_malformed_user_id_is_bad_user_input(client, engine, uid):
     assert await fails(client, CREATE_DIRECT, {"uid": uid}, 1) == "BAD_USER_INPUT"
     assert await table_counts(engine) == (0, 0, 0)
@@ -175,7 +179,7 @@ async def test_group_of_1000_with_caller_and_duplicates_in_member_ids_is_accepte
     ids = list(range(1, MAX_MEMBERS + 1)) + list(range(2, 50))  # caller listed, some twice: 1,000 distinct
     created = await group(client, 1, ids)
     assert created["memberCount"] == MAX_MEMBERS
-    assert await roles(engine, created["id"]) == {"1": "OWNER", **{u: "MEMBER" for u in range(2, MAX_MEMBERS + 1)}}
+    assert await roles(engine, created["id"]) == {"1": "OWNER", **{str(u): "MEMBER" for u in range(2, MAX_MEMBERS + 1)}}
 
 
 @pytest.mark.parametrize(

@@ -360,7 +360,8 @@ async def test_one_flush_answers_members_and_gives_not_found_to_the_non_member_a
 
     # A second flush: 35 is below the watermark (40) it found: not advanced; 45 moves it.
     again = await asyncio.gather(
-        do_mark_read(database, "1", cid, 35, coalescer=coalescer), do_mark_read(database, "1", cid, 45, coalescer=coalescer)
+        do_mark_read(database, "1", cid, 35, coalescer=coalescer),
+        do_mark_read(database, "1", cid, 45, coalescer=coalescer),
     )
     assert [(r.last_read_seq, r.advanced) for r in again] == [(45, False), (45, True)]
     nothing = await do_mark_read(database, "1", cid, 45, coalescer=coalescer)
@@ -404,9 +405,15 @@ async def test_a_failed_flush_fails_every_caller_as_an_uncoalesced_mark_read_fai
         await holder.close()
     async with database.connection() as conn:
         assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
-        assert tuple(await reads.watermark(conn, cid, "2")) == (0, 50, 0, 0)  # last_read_seq, last_seq, own_read, deleted
+        assert tuple(await reads.watermark(conn, cid, "2")) == (
+            0,
+            50,
+            0,
+            0,
+        )  # last_read_seq, last_seq, own_read, deleted
     # The lock is gone: the retries succeed.
     retried = await asyncio.gather(
-        do_mark_read(database, "1", cid, 20, coalescer=coalescer), do_mark_read(database, "2", cid, 30, coalescer=coalescer)
+        do_mark_read(database, "1", cid, 20, coalescer=coalescer),
+        do_mark_read(database, "2", cid, 30, coalescer=coalescer),
     )
     assert [(r.last_read_seq, r.advanced) for r in retried] == [(20, True), (30, True)]

@@ -181,9 +181,7 @@ def register(cls: type[E]) -> type[E]:
             encode, decode = _nullable(encode), _nullable(decode)
         wires.append(WireField(f.name, _camel(f.name), filled_by, encode, decode, default))
     cls.FIELDS = tuple(wires)
-    cls._USER_KEYS = tuple(
-        (w.key, w.decode) for w, f in zip(wires, dataclasses.fields(cls)) if _is_user_id(hints[f.name])  # type: ignore[arg-type]
-    )
+    cls._USER_KEYS = tuple((w.key, w.decode) for w in wires if _is_user_id(hints[w.name]))
     # Required: the store's fields and the producer's that have no default (a producer's optional field may be null).
     optional_keys = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
     cls._PRODUCED = tuple(

@@ -283,7 +283,7 @@ class Message(Node):
 
     @strawberry.field(
         metadata=PER_EVENT,
-        description="User ids of those members, at most `first` of them, ascending in text order (byte by byte: \"10\" before \"9\"). "
+        description='User ids of those members, at most `first` of them, ascending in text order (byte by byte: "10" before "9"). '
         "after (additive): only user ids above it; page with after = the last id of the previous "
         "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000).",
     )
@@ -386,7 +386,9 @@ class Message(Node):
             for row in rows
         ]
 
-    @strawberry.field(description="The members this message mentions (sendMessage(mentions:)), ascending in text order.")
+    @strawberry.field(
+        description="The members this message mentions (sendMessage(mentions:)), ascending in text order."
+    )
     async def mentions(self, info: Info) -> list[ID]:
         found = await self._loaders(info).mentions.load((int(self.conversation_id), self.seq))
         return [ID(str(uid)) for uid in found]
@@ -665,7 +667,7 @@ class Conversation(Node):
         return await info.context.loaders.member_count.load(int(self.id))
 
     @strawberry.field(
-        description="Members ascending by user id in text order (byte by byte: \"10\" before \"9\"). Additive arguments: at most `first` of them "
+        description='Members ascending by user id in text order (byte by byte: "10" before "9"). Additive arguments: at most `first` of them '
         "(default and cap: CHATGQL_MEMBERS_PAGE_MAX, 1,000 unless configured: every member of a group of "
         "the default maximum size), after the user id `after`. Page a bigger group with after = the last "
         "userId of the previous page, until a page is shorter than first; memberCount says how many in all."
