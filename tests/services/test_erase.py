@@ -119,7 +119,7 @@ async def test_an_erase_of_a_users_messages_makes_tombstones_everywhere_fixes_th
     cid = int(group)
     assert await scalar(engine, "SELECT count(*) FROM message WHERE sender_id = '1' AND body <> ''") == 0
     assert await scalar(engine, "SELECT body FROM message WHERE conversation_id = :c AND seq = 6", c=cid) == "three's"
-    assert await scalar(engine, "SELECT deleted_by FROM message WHERE conversation_id = :c AND seq = 3", c=cid) == 1
+    assert await scalar(engine, "SELECT deleted_by FROM message WHERE conversation_id = :c AND seq = 3", c=cid) == "1"
     replies = "SELECT (reply_count, last_reply_at) FROM message WHERE conversation_id = :c AND seq = 5"
     assert await scalar(engine, replies, c=cid) == (0, None)  # its reply is erased too
     for table in (
