@@ -325,9 +325,9 @@ async def test_a_retry_of_a_message_edited_or_deleted_since_is_its_acknowledgeme
     database = await db.Database(migrated_url, max_size=1).open()
     try:  # the group-committed path: chat_send_batch
         items = [
-            (1, uuid.UUID(edited), "first", {}, {}),
-            (1, uuid.UUID(deleted), "x", {}, {}),
-            (1, uuid.UUID(edited), "else", {}, {}),
+            ("1", uuid.UUID(edited), "first", {}, {}),
+            ("1", uuid.UUID(deleted), "x", {}, {}),
+            ("1", uuid.UUID(edited), "else", {}, {}),
         ]
         async with database.transaction() as conn:
             rows = await messages.send_batch(conn, int(cid), items, MESSAGE_KEYS, READ_KEYS)
