@@ -99,7 +99,7 @@ def test_the_verified_token_cache_does_not_carry_a_token_past_a_shorter_maximum(
     lenient = load_settings(env="production", jwt_secret=SECRET)
     strict = load_settings(env="production", jwt_secret=SECRET, jwt_max_lifetime_seconds=600)
     header = f"Bearer {issue_token(lenient, '9', ttl_seconds=3600)}"
-    assert user_from_authorization(lenient, header) == 9
+    assert user_from_authorization(lenient, header) == "9"
     with pytest.raises(Unauthenticated):
         user_from_authorization(strict, header)
 

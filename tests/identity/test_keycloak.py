@@ -151,7 +151,7 @@ async def test_the_user_id_is_read_at_a_namespaced_claim_path(oidc_server: Runni
     assert claims(token)["https://hasura.io/jwt/claims"] == {"x-hasura-user-id": "1001"}
     keys = oidc_server.runtime.deps.keys
     hasura = load_settings(oidc_issuer=keycloak.issuer, oidc_audience=AUDIENCE, oidc_user_id_claim=HASURA_CLAIM)
-    assert user_from_authorization(hasura, f"Bearer {token}", keys) == 1001
+    assert user_from_authorization(hasura, f"Bearer {token}", keys) == "1001"
 
 
 # --- refused ---------------------------------------------------------------------------------
