@@ -128,7 +128,7 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
             before = commits.count
             sent = await asyncio.gather(
                 *(
-                    do_send_message(database, (1, 3)[i % 2], group, uuid.uuid4(), f"m{i}", batcher=batcher)
+                    do_send_message(database, ("1", "3")[i % 2], group, uuid.uuid4(), f"m{i}", batcher=batcher)
                     for i in range(12)
                 )
             )
@@ -213,7 +213,7 @@ async def test_a_graphql_mutation_wakes_the_relay_through_its_service(
     subscriber promptly."""
     runtime = slow_poll_server.runtime
     client = GraphQLClient(http, slow_poll_server.url, slow_poll_server.settings)
-    group = await conversation_service.do_create_group(runtime.deps.database, 1, "http", ["2"], max_members=10)
+    group = await conversation_service.do_create_group(runtime.deps.database, "1", "http", ["2"], max_members=10)
     async with runtime.deps.dispatcher.subscribe("2", group, events.MESSAGE_NEW) as subscription:
         for body in ("first: parsed and validated", "second: a prepared document"):
             data = await client.data(SEND, {"c": str(group), "m": str(uuid.uuid4()), "b": body}, user=1)

@@ -42,7 +42,7 @@ def test_a_websocket_viewer_is_unauthenticated_once_its_token_expired(monkeypatc
     settings = load_settings(env="development")
     token = issue_token(settings, "7", ttl_seconds=60)
     context = _context(_websocket(), f"Bearer {token}")
-    assert context.viewer_id == 7
+    assert context.viewer_id == "7"
     assert context.token_expires_at is not None and abs(context.token_expires_at - (time.time() + 60)) < 5
     later = context.token_expires_at + 0.001
     monkeypatch.setattr(context_module.time, "time", lambda: later)
@@ -58,7 +58,7 @@ def test_an_http_request_keeps_no_expiry_of_its_own() -> None:
     scope = {"type": "http", "method": "POST", "path": "/graphql", "query_string": b""}
     scope["headers"] = [(b"authorization", f"Bearer {token}".encode())]
     context = _context(Request(scope))
-    assert context.viewer_id == 7
+    assert context.viewer_id == "7"
     assert context.token_expires_at is None  # a request is over in seconds: verified once is enough
 
 
