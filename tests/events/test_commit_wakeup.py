@@ -73,7 +73,7 @@ class Commits:
         self._database.event_hooks.remove(self)
 
 
-async def next_event(subscription: Subscription, what: str, user_id: int | None = None) -> tuple[dict, float]:
+async def next_event(subscription: Subscription, what: str, user_id: str | None = None) -> tuple[dict, float]:
     """The next event (of user_id, if given: others' read.updated are skipped) and how long it took."""
     started = time.monotonic()
     deadline = started + PROMPT
