@@ -9,6 +9,7 @@ writing nothing. A decimal id is one string among others ("7"), as it always was
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -209,3 +210,26 @@ def test_an_event_written_before_text_user_ids_names_the_same_users():
     parsed = events.parse(events.with_text_user_ids(deleted))
     assert (parsed.user_id, parsed.deleted_by, parsed.sender_id) == ("12", "12", "12")  # type: ignore[attr-defined]
     assert events.with_text_user_ids({"type": "unknown", "userId": 1}) == {"type": "unknown", "userId": 1}
+
+
+async def test_the_dispatcher_routes_an_event_of_before_by_its_numeric_ids_as_text():
+    """A membership.updated of before (userId 7, a number) reaches user "7"'s own subscription only."""
+    from chatgql.events.dispatch import Dispatcher, MembershipCache
+
+    async def members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
+        return 2, ["7", "8"]
+
+    dispatcher = Dispatcher(MembershipCache(members), buffer=10)
+    old = {"type": "membership.updated", "conversationId": 1, "userId": 7, "muted": True}
+    old.update(archived=False, pinned=False, lastReadSeq=0)
+    async with (
+        dispatcher.subscribe("7", 1, events.MEMBERSHIP_UPDATED) as mine,
+        dispatcher.subscribe("8", 1, events.MEMBERSHIP_UPDATED) as theirs,
+    ):
+        await dispatcher.dispatch(dict(old))
+        await dispatcher.dispatch({**old, "userId": "8", "muted": False})  # one of after, for 8
+        got = await asyncio.wait_for(anext(mine), 5)
+        assert got["userId"] == "7"
+        assert events.parse(got).user_id == "7"  # type: ignore[attr-defined]
+        # 8's first event is its own: the one of before was never offered to 8
+        assert (await asyncio.wait_for(anext(theirs), 5))["userId"] == "8"
