@@ -58,7 +58,7 @@ def read_script(sizes: layout.Sizes) -> Script:
 
 
 def inbox_script(sizes: layout.Sizes, keys: list[tuple[int, int]]) -> Script:
-    stmts = product_sql.inbox_statements(layout.INBOX_USER, sizes.inbox_page, keys)
+    stmts = product_sql.inbox_statements(str(layout.INBOX_USER), sizes.inbox_page, keys)
     head = f"\\set uid {layout.INBOX_USER}\n\\set limit {sizes.inbox_page + 1}\n"
     text = head + "\n".join(s.for_pgbench({"archived": "false"}) for s in stmts) + "\n"
     by_keys = stmts[1].params
