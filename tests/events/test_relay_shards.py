@@ -229,7 +229,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
     relays = [ChatProcess(f"relay{i}", ["relay"], env, tmp_path) for i in (1, 2)]
     sent: dict[int, list[int]] = defaultdict(list)
 
-    async def send(group: int, sender: int) -> None:
+    async def send(group: int, sender: str) -> None:
         result = await do_send_message(database, sender, group, uuid.uuid4(), f"{sender}")
         sent[group].append(result.message.seq)
         wakeup.wake()
@@ -252,7 +252,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
             for i in itertools.count():
                 if handed_over.is_set() and i >= 20:
                     break
-                await send(group, 1 + i % 3)
+                await send(group, str(1 + i % 3))
                 await asyncio.sleep(0.05)
             await read_service.do_mark_read(database, "2", group, len(sent[group]))
             wakeup.wake()
@@ -281,7 +281,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
             for n in itertools.count():
                 if stop.is_set():
                     return
-                await send(streamed[(worker + n * 4) % len(streamed)], 1 + n % 3)
+                await send(streamed[(worker + n * 4) % len(streamed)], str(1 + n % 3))
 
         workers = [asyncio.create_task(stream(w)) for w in range(4)]
         try:
