@@ -85,7 +85,7 @@ async def test_webhooks_survive_failures_and_timeouts_in_order_signed_and_dead_l
             doomed = await api.create_group(4, [5])
             receiver.policy = _policy
             async with await ws_connect(server, 2):  # user 2 online, user 1 not
-                await wait_until(lambda: server.runtime.presence.here(2), 5, "user 2 online")
+                await wait_until(lambda: server.runtime.presence.here("2"), 5, "user 2 online")
                 for _ in range(6):
                     await api.send(1, pair)
                     await api.send(2, pair)
