@@ -43,6 +43,8 @@ def check_user_id(value: object, what: str = "userId") -> str:
         raise BadUserInput(f"{what} must not be empty")
     if len(value) > MAX_USER_ID_CHARS:
         raise BadUserInput(f"{what} is longer than {MAX_USER_ID_CHARS} characters")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise BadUserInput(f"{what} is not valid Unicode text")
     raise BadUserInput(f"{what} must not contain control characters")
 
 
