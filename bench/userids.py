@@ -98,9 +98,27 @@ async def _truncate_outbox(pg: Postgres) -> None:
             await conn.close()
 
 
+async def _sizes(pg: Postgres, name: str) -> str:
+    """Heap and index size of the tables that hold user ids, in MB."""
+    conn = await asyncpg.connect(db.dsn(_url(pg.url, name)))
+    try:
+        row = await conn.fetchrow(
+            """
+            SELECT sum(pg_table_size(c.oid)) AS heap, sum(pg_indexes_size(c.oid)) AS indexes
+              FROM pg_class c
+             WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
+               AND (c.relname IN ('conversation_member', 'direct_pair', 'conversation') OR c.relname ~ '^message_p[0-9]+$')
+            """
+        )
+        return f"member, pair, conversation and message tables {row['heap'] / 2**20:.1f} MB, indexes {row['indexes'] / 2**20:.1f} MB"
+    finally:
+        await conn.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0, help="per run; each side runs twice per figure")
+    parser.add_argument("--rounds", type=int, default=1, help="A B B A this many times per figure")
     parser.add_argument("--smoke", action="store_true", help="small sizes (a quick check that it runs)")
     args = parser.parse_args()
     sizes = layout.SMOKE if args.smoke else layout.FULL
@@ -114,7 +132,7 @@ async def main() -> None:
             read_base = 0
             for figure, by_side in scripts.items():
                 tps: dict[str, list[float]] = {"A": [], "B": []}
-                for side in ("A", "B", "B", "A"):
+                for side in ("A", "B", "B", "A") * args.rounds:
                     name = SIDES["A (0013, bigint)"] if side == "A" else SIDES["B (0014, text C)"]
                     defines = None
                     if figure == "markRead":
@@ -127,7 +145,9 @@ async def main() -> None:
                     tps[side].append(result["tps"])
                 a, b = statistics.mean(tps["A"]), statistics.mean(tps["B"])
                 rows.append((figure, a, b, tps))
-            print(f"pgbench -M prepared, {sizes.clients} clients, {args.seconds:g} s per run, A B B A")
+            print(f"pgbench -M prepared, {sizes.clients} clients, {args.seconds:g} s per run, A B B A x {args.rounds}")
+            for side, name in SIDES.items():
+                print(f"{side}: {await _sizes(pg, name)}")
             print('| statement | A: 0013 bigint (tps) | B: 0014 text COLLATE "C" (tps) | B / A | runs A | runs B |')
             print("|---|---|---|---|---|---|")
             for figure, a, b, tps in rows:
