@@ -75,13 +75,13 @@ class RateLimiter:
         self.rate = rate
         self.burst = burst
         self._max_keys = max_keys
-        self._buckets: OrderedDict[int, tuple[float, float]] = OrderedDict()
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    async def check(self, user_id: int) -> None:
+    async def check(self, user_id: str) -> None:
         """Take a token for user_id, or raise LIMIT_EXCEEDED with retryAfter (seconds)."""
         self.take(user_id)
 
-    def take(self, user_id: int, now: float | None = None) -> None:
+    def take(self, user_id: str, now: float | None = None) -> None:
         if self.rate <= 0:
             return
         now = time.monotonic() if now is None else now
@@ -151,7 +151,7 @@ class RedisStore:
         except Exception as error:
             log.warning("shared rate limits: Redis did not answer at start (%r); will count per process", error)
 
-    async def take(self, action: str, user_id: int, rate: float, burst: int) -> tuple[bool, float] | None:
+    async def take(self, action: str, user_id: str, rate: float, burst: int) -> tuple[bool, float] | None:
         """(taken, retry after) from Redis; None when Redis did not answer (count per process)."""
         now = time.monotonic()
         if now < self._down_until:
@@ -187,7 +187,7 @@ class SharedRateLimiter(RateLimiter):
         super().__init__(action, rate, burst)
         self.store = store
 
-    async def check(self, user_id: int) -> None:
+    async def check(self, user_id: str) -> None:
         if self.rate <= 0:
             return
         answer = await self.store.take(self.action, user_id, self.rate, self.burst)
@@ -251,6 +251,6 @@ class Limiters:
     def __getitem__(self, operation: str) -> RateLimiter:
         return self._by_operation[operation]  # KeyError: an operation missing from the table
 
-    async def check(self, operation: str, user_id: int) -> None:
+    async def check(self, operation: str, user_id: str) -> None:
         """LimitExceeded (reason RATE_LIMITED, retryAfter) when user_id has no token left for operation."""
         await self._by_operation[operation].check(user_id)
