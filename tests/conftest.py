@@ -13,6 +13,7 @@ import random
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -71,7 +72,8 @@ def _docker_available() -> bool:
 def database_url() -> Any:
     url = os.environ.get("CHATGQL_TEST_DATABASE_URL")
     if url:
-        yield url
+        # Every test empties the tables: pytest-xdist workers each get a database of their own.
+        yield url if "PYTEST_XDIST_WORKER" not in os.environ else asyncio.run(fresh_database(url, "chatgql_test"))
         return
     if _docker_available():
         from testcontainers.postgres import PostgresContainer
@@ -123,11 +125,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_port_pair(low: int = 20_000, high: int = 30_000) -> int:
+def worker_ports(low: int, high: int) -> range:
+    """This pytest-xdist worker's slice of the ports [low, high) (all of them without xdist).
+
+    A port is checked free, then bound later by a server: workers take theirs from
+    disjoint slices, so two never pick one port between the check and the bind.
+    """
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    size = (high - low) // count
+    return range(low + index * size, low + (index + 1) * size)
+
+
+def free_port_pair() -> int:
     """A port P with P and P+1 both free, below the ephemeral range (where an
-    outgoing connection could take P+1 between the check and the bind)."""
+    outgoing connection could take P+1 between the check and the bind). Above
+    the Redis clusters' ports (tests/support/redis_cluster.py)."""
+    ports = worker_ports(22_600, 30_000)
     for _ in range(200):
-        port = random.randrange(low, high, 2)
+        port = random.randrange(ports.start, ports.stop - 1, 2)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
@@ -138,8 +154,16 @@ def free_port_pair(low: int = 20_000, high: int = 30_000) -> int:
     raise RuntimeError("no free port pair")
 
 
-async def scratch_database(admin_url: str, name: str) -> str:
-    """A fresh, migrated database next to admin_url's (dropped first if left over)."""
+def _worker_database(name: str) -> str:
+    """name, of this pytest-xdist worker's own: workers may share one PostgreSQL
+    (CHATGQL_TEST_DATABASE_URL), never a database."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return name if worker is None else f"{name}_{worker}"
+
+
+async def fresh_database(admin_url: str, name: str) -> str:
+    """An empty database next to admin_url's (dropped first if left over); its URL."""
+    name = _worker_database(name)
     admin = create_engine(admin_url, pool_size=1, max_overflow=0)
     try:
         async with single_statement(admin) as conn:
@@ -147,7 +171,12 @@ async def scratch_database(admin_url: str, name: str) -> str:
             await conn.execute(text(f'CREATE DATABASE "{name}"'))
     finally:
         await admin.dispose()
-    url = make_url(db.asyncpg_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+    return make_url(db.asyncpg_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+
+
+async def scratch_database(admin_url: str, name: str) -> str:
+    """A fresh, migrated database next to admin_url's (dropped first if left over)."""
+    url = await fresh_database(admin_url, name)
     await db.upgrade(url)
     return url
 
@@ -156,7 +185,7 @@ async def drop_database(admin_url: str, name: str) -> None:
     admin = create_engine(admin_url, pool_size=1, max_overflow=0)
     try:
         async with single_statement(admin) as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{_worker_database(name)}" WITH (FORCE)'))
     finally:
         await admin.dispose()
 
@@ -298,6 +327,41 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def client(server: RunningServer, http: httpx.AsyncClient) -> GraphQLClient:
     return GraphQLClient(http, server.url, server.settings)
+
+
+# --- pytest-xdist ------------------------------------------------------------------------
+#
+# scripts/test spreads the tests over two worker processes (`-n 2`), each with its own session
+# services (PostgreSQL, Kafka, ...). The tests of these folders stay in one worker, in order: they
+# share services costly to start (Keycloak), or run a dozen processes on both cores and must not
+# run beside each other (the fault suite, the scaled topology), and an output folder
+# (tests/faults/out, tests/scale/out). Every other test goes to whichever worker is free.
+WORKER_GROUPS = {"faults": "processes", "scale": "processes", "identity": "keycloak"}
+_SESSION_STARTED = time.time()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # pytest-xdist's own `--dist loadgroup` marks no longer group under pytest 9 (it renames
+    # item._nodeid, which pytest 9 no longer reads): the groups are the scheduler's scopes here.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            parts = nodeid.split("/")
+            return WORKER_GROUPS.get(parts[1], nodeid) if len(parts) > 2 and parts[0] == "tests" else nodeid
+
+    return FolderGroups(config, log)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The fault suite's table of counts, as its scenarios wrote it (in whichever worker)."""
+    results = REPO / "tests" / "faults" / "out" / "results.md"
+    if results.exists() and results.stat().st_mtime >= _SESSION_STARTED:
+        terminalreporter.write_sep("=", "fault suite: counts per scenario")
+        for line in results.read_text().splitlines()[2:]:
+            terminalreporter.write_line(line[:800])
+        terminalreporter.write_line(f"(also in {results})")
 
 
 # A skipped test is a test that did not run: the suite fails instead.

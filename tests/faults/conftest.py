@@ -1,6 +1,7 @@
 """Fixtures of the fault suite: its own restartable PostgreSQL, stoppable
 Kafka and Redis (session-wide, started only when a fault test runs), and the
-closing table of every scenario's counts (also in tests/faults/out/results.md).
+table of every scenario's counts, tests/faults/out/results.md (printed at the end by
+tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ..support.infra import OUT, FaultKafka, FaultPostgres, FaultRedis
-from .scenario import RESULTS, Infra, table, write_results
+from .scenario import Infra
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,15 +59,3 @@ def fault_redis() -> Iterator[FaultRedis]:
 @pytest.fixture(scope="session")
 def infra(fault_postgres: FaultPostgres, fault_kafka: FaultKafka, fault_redis: FaultRedis) -> Infra:
     return Infra(fault_postgres, fault_kafka, fault_redis)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if not RESULTS:
-        return
-    path = write_results()
-    terminalreporter.write_sep("=", "fault suite: counts per scenario")
-    terminalreporter.write_line(table(RESULTS))
-    for r in RESULTS:
-        for failure in r.failures:
-            terminalreporter.write_line(f"{r.scenario} FAILED: {failure[:500]}")
-    terminalreporter.write_line(f"(also in {path})")
