@@ -32,6 +32,7 @@ from .events.bus import Bus, feed_dispatcher
 from .events.consumer import BusSink, DispatchSink, FanoutConsumer, Sink
 from .events.dispatch import Dispatcher, MembershipCache
 from .events.ephemeral import EphemeralPublisher
+from .events.hub import HubStore
 from .events.presence import Presence, presence_for
 from .events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, Publisher, ensure_topic
 from .events.relay import OutboxRelay
@@ -95,10 +96,13 @@ async def _task(stack: contextlib.AsyncExitStack, coro, name: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings, deps: Deps | None = None, *, api: bool = True) -> AsyncIterator[Runtime]:
+async def running(
+    settings: Settings, deps: Deps | None = None, *, api: bool = True, announce: bool = True
+) -> AsyncIterator[Runtime]:
     """Open everything this process needs (api: serve subscriptions too).
 
-    deps, when given, is filled in as resources open (the GraphQL view holds it).
+    deps, when given, is filled in as resources open (the GraphQL view holds it). announce: log
+    the start-up line (the supervisor of several workers says one line for all, cli.py).
     """
     deps = deps or Deps(settings=settings, database=None)  # type: ignore[arg-type]
     runtime = Runtime(settings=settings, deps=deps)
@@ -147,6 +151,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         if deps.rate_limit_store is not None:
             await deps.rate_limit_store.start()
             stack.push_async_callback(deps.rate_limit_store.close)
+            if isinstance(deps.rate_limit_store, HubStore) and not settings.run_relay:
+                wakeup.remote = deps.rate_limit_store.wake  # a worker: its supervisor runs the relay
         bus = runtime.bus = Bus(settings.broadcast_url, settings.bus_buckets)
         await bus.connect()
         stack.push_async_callback(bus.disconnect)
@@ -269,7 +275,8 @@ async def running(settings: Settings, deps: Deps | None = None, *, api: bool = T
         if settings.webhook_url is not None and settings.run_webhooks:
             await _start_webhooks(settings, runtime, url, stack)
 
-        log.info("%s", startup_line(settings, api=api))
+        if announce:
+            log.info("%s", startup_line(settings, api=api))
         yield runtime
 
 
@@ -459,7 +466,9 @@ def metrics_allowed(settings: Settings, authorization: str | None) -> bool:
 def create_app_from_environment() -> Starlette:
     """The app of one `chatgql serve --workers N` worker: settings from the environment."""
     from .settings import load_settings
+    from .supervisor import worker_dies_with_supervisor
 
+    worker_dies_with_supervisor()
     app = create_app(load_settings())
     keep_startup_objects_out_of_gc()
     return app

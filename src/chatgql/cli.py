@@ -82,37 +82,41 @@ def _owning_data_dir(settings: Settings) -> Iterator[None]:
 
 
 def _serve_workers(settings: Settings, overrides: dict[str, object], server_options: dict[str, Any]) -> None:
-    """uvicorn's worker processes, each building the app from the environment. The database
-    (embedded or not) is ready and migrated here, once, before any of them starts."""
+    """uvicorn's worker processes, each building the app from the environment, beside the
+    supervisor's own runtime (supervisor.py): the database (embedded or not) ready and migrated,
+    the hub, the relay and the consumer, all started before any worker."""
     import os
 
     import uvicorn
 
     from . import db
     from .app import startup_line
-    from .embedded import EmbeddedWatch
+    from .supervisor import Supervisor
 
-    embedded = None
-    watching = None
-    if settings.database_url is None:
-        embedded, url = db.start_embedded_postgres(settings.data_dir)
-        watching = EmbeddedWatch(embedded).run_in_thread()  # started again here when it dies
-    else:
-        url = settings.database_url.get_secret_value()
-    try:
-        if settings.migrate_on_start:
-            asyncio.run(db.upgrade(url))
-        os.environ["CHATGQL_DATABASE_URL"] = url
-        os.environ["CHATGQL_MIGRATE_ON_START"] = "false"
-        for name, value in overrides.items():
-            os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
-        logging.getLogger("chatgql").info("%s · workers: %d", startup_line(settings), settings.workers)
-        uvicorn.run("chatgql.app:create_app_from_environment", factory=True, workers=settings.workers, **server_options)
-    finally:
-        if watching is not None:
-            watching.set()
-        if embedded is not None:
-            embedded.cleanup()
+    with _owning_data_dir(settings):
+        embedded = None
+        if settings.database_url is None:
+            embedded, url = db.start_embedded_postgres(settings.data_dir)
+        else:
+            url = settings.database_url.get_secret_value()
+        supervisor = None
+        try:
+            if settings.migrate_on_start:
+                asyncio.run(db.upgrade(url))
+            supervisor = Supervisor(settings, url, embedded=embedded)
+            supervisor.start()
+            for name, value in overrides.items():
+                os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+            os.environ.update(supervisor.worker_environment())
+            logging.getLogger("chatgql").info("%s · workers: %d", startup_line(settings), settings.workers)
+            uvicorn.run(
+                "chatgql.app:create_app_from_environment", factory=True, workers=settings.workers, **server_options
+            )
+        finally:
+            if supervisor is not None:
+                supervisor.stop()
+            if embedded is not None:
+                embedded.cleanup()
 
 
 async def _run_until_cancelled(settings: Settings) -> None:
@@ -292,7 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-relay", action="store_true", help="do not run the outbox relay in this process")
     p.add_argument("--no-consumer", action="store_true", help="do not run the Kafka consumer in this process")
     p.add_argument("--no-webhooks", action="store_true", help="do not run the webhook deliverer in this process")
-    p.add_argument("--workers", type=int, help="API processes sharing the port (CHATGQL_WORKERS; >1 needs redis://)")
+    p.add_argument(
+        "--workers", type=int, help="API processes sharing the port (CHATGQL_WORKERS; default: one per core)"
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
 

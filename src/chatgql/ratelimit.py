@@ -3,7 +3,9 @@
 With a redis:// or redis+cluster:// bus (and CHATGQL_SHARED_RATE_LIMITS on, the
 default) each bucket lives in that Redis, taken from by one atomic Lua script
 on the server's clock: behind N processes a user gets the configured rate, not
-N times it. Without a Redis bus, or while Redis does not answer (within
+N times it. `chatgql serve` with several workers and no Redis keeps them in its
+supervisor's hub instead (events/hub.py: one round trip on a Unix socket). Without
+either, or while that does not answer (within
 CHATGQL_SHARED_RATE_LIMIT_TIMEOUT_SECONDS), each process counts on its own; the
 switch is logged once each way.
 """
@@ -14,7 +16,8 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .errors import LimitExceeded
@@ -75,24 +78,31 @@ class RateLimiter:
         self.rate = rate
         self.burst = burst
         self._max_keys = max_keys
-        self._buckets: OrderedDict[int, tuple[float, float]] = OrderedDict()
+        self._buckets: OrderedDict[Hashable, tuple[float, float]] = OrderedDict()
 
     async def check(self, user_id: int) -> None:
         """Take a token for user_id, or raise LIMIT_EXCEEDED with retryAfter (seconds)."""
         self.take(user_id)
 
-    def take(self, user_id: int, now: float | None = None) -> None:
+    def take(self, user_id: Hashable, now: float | None = None) -> None:
+        wait = self.wait_for_token(user_id, now)
+        if wait is not None:
+            raise _limited(self.action, wait)
+
+    def wait_for_token(self, user_id: Hashable, now: float | None = None) -> float | None:
+        """Take a token for user_id: None when taken, else the seconds until there is one."""
         if self.rate <= 0:
-            return
+            return None
         now = time.monotonic() if now is None else now
         tokens, last = self._buckets.pop(user_id, (float(self.burst), now))
         tokens = refill(tokens, last, now, self.rate, float(self.burst))
         if tokens < 1:
             self._buckets[user_id] = (tokens, now)
-            raise _limited(self.action, (1 - tokens) / self.rate)
+            return (1 - tokens) / self.rate
         self._buckets[user_id] = (tokens - 1, now)
         if len(self._buckets) > self._max_keys:
             self._buckets.popitem(last=False)  # the longest idle user: a full bucket again
+        return None
 
 
 class Bucket:
@@ -180,10 +190,20 @@ class RedisStore:
             await client.aclose()
 
 
-class SharedRateLimiter(RateLimiter):
-    """A RateLimiter whose buckets live in Redis; per process while Redis does not answer."""
+class SharedStore(Protocol):
+    """Where the buckets of every process live: RedisStore, or the workers' hub (events/hub.py)."""
 
-    def __init__(self, action: str, rate: float, burst: int, store: RedisStore) -> None:
+    async def start(self, timeout: float = 5.0) -> None: ...
+
+    async def take(self, action: str, user_id: int, rate: float, burst: int) -> tuple[bool, float] | None: ...
+
+    async def close(self) -> None: ...
+
+
+class SharedRateLimiter(RateLimiter):
+    """A RateLimiter whose buckets live in Redis or the hub; per process while that does not answer."""
+
+    def __init__(self, action: str, rate: float, burst: int, store: SharedStore) -> None:
         super().__init__(action, rate, burst)
         self.store = store
 
@@ -199,16 +219,21 @@ class SharedRateLimiter(RateLimiter):
             raise _limited(self.action, retry_after)
 
 
-def shared_store(broadcast_url: str, enabled: bool, timeout: float) -> RedisStore | None:
-    """The Redis to keep rate limits in: the bus's, when it is Redis and sharing is on."""
+def shared_store(broadcast_url: str, enabled: bool, timeout: float) -> SharedStore | None:
+    """Where to keep rate limits: the bus's Redis, or the workers' hub (events/hub.py), when sharing is on."""
     from .events.backends import CLUSTER_SCHEMES
+    from .events.hub import HubStore, is_hub
 
-    if not enabled or urlsplit(broadcast_url).scheme not in ("redis", "rediss", *CLUSTER_SCHEMES):
+    if not enabled:
+        return None
+    if is_hub(broadcast_url):
+        return HubStore(broadcast_url, timeout)
+    if urlsplit(broadcast_url).scheme not in ("redis", "rediss", *CLUSTER_SCHEMES):
         return None
     return RedisStore(broadcast_url, timeout)
 
 
-def limiter(action: str, rate: float, burst: int, store: RedisStore | None) -> RateLimiter:
+def limiter(action: str, rate: float, burst: int, store: SharedStore | None) -> RateLimiter:
     return RateLimiter(action, rate, burst) if store is None else SharedRateLimiter(action, rate, burst, store)
 
 
@@ -238,7 +263,7 @@ OPERATION_LIMITS: dict[str, str] = {
 class Limiters:
     """The per-user limiters of OPERATION_LIMITS, built from the settings; check(operation, user_id)."""
 
-    def __init__(self, settings: Any, store: RedisStore | None, table: dict[str, str] = OPERATION_LIMITS) -> None:
+    def __init__(self, settings: Any, store: SharedStore | None, table: dict[str, str] = OPERATION_LIMITS) -> None:
         by_limit: dict[str, RateLimiter] = {}
         self._by_operation: dict[str, RateLimiter] = {}
         for operation, name in table.items():

@@ -5,6 +5,7 @@ This is the only module that reads os.environ.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -14,15 +15,24 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEV_JWT_SECRET = "chatgql-dev-secret-change-me-0000000000"
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's cpuset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CHATGQL_", extra="ignore")
 
     env: Literal["development", "production"] = "development"
     host: str = "127.0.0.1"
     port: int = 8000
-    # API processes `chatgql serve` runs (uvicorn workers sharing the port). More than one
-    # needs a shared bus (redis://): each worker holds its own subscribers.
-    workers: int = Field(default=1, ge=1)
+    # API processes `chatgql serve` runs (uvicorn workers sharing the port): one per core by
+    # default. With more than one, live events and rate limits go through Redis when the bus is
+    # redis://, else through the supervisor's hub (supervisor.py).
+    workers: int = Field(default_factory=lambda: available_cores(), ge=1)
 
     # PostgreSQL. Unset: an embedded server is started in data_dir.
     database_url: SecretStr | None = None
@@ -393,15 +403,6 @@ class Settings(BaseSettings):
     def _refuse_default_secret_in_production(self) -> Settings:
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
             raise ValueError("CHATGQL_JWT_SECRET must be set to a secret of your own when CHATGQL_ENV=production")
-        return self
-
-    @model_validator(mode="after")
-    def _workers_need_a_shared_bus(self) -> Settings:
-        if self.workers > 1 and self.broadcast_url.startswith("memory://"):
-            raise ValueError(
-                "CHATGQL_WORKERS > 1 needs CHATGQL_BROADCAST_URL=redis://...: every worker serves its own "
-                "subscribers, and events reach all of them only through a bus they share"
-            )
         return self
 
     @property

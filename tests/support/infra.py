@@ -368,6 +368,8 @@ def chat_env(database_url: str, kafka_bootstrap: str, topic: str, broadcast_url:
             "CHATGQL_KAFKA_TOPIC_PARTITIONS": "8",
             "CHATGQL_BROADCAST_URL": broadcast_url,
             "CHATGQL_JWT_SECRET": JWT_SECRET,
+            # One API process, unless a test asks for the default (one per core: the fault suite).
+            "CHATGQL_WORKERS": "1",
             "CHATGQL_RATE_SEND_PER_SECOND": "0",
             "CHATGQL_RATE_READ_PER_SECOND": "0",
             "CHATGQL_RATE_GROUP_PER_SECOND": "0",

@@ -7,7 +7,8 @@ and a rollback never does (db.Database.on_commit; services/ call
 database.events_written(conn)). wake() wakes the shards of the in-process
 relay (if this process runs one) and, unless that relay leads every shard,
 sends one pg_notify for the relays of other processes (they wake all their
-shards).
+shards). A worker of `chatgql serve` with a hub (hub.py) tells the hub instead,
+and its supervisor's relay does the rest.
 The NOTIFY is a statement of its own, outside the write transaction (a
 notifying commit takes a database-wide lock), and debounced: at most one in
 flight per process, so a burst of writes costs one NOTIFY, not one each.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from ..db import Database
 from ..store import outbox
@@ -29,6 +31,8 @@ class RelayWakeup:
     def __init__(self, database: Database) -> None:
         self._database = database
         self.local: OutboxRelay | None = None  # the in-process relay, when there is one
+        # A worker of `chatgql serve` wakes its supervisor's relay through the hub, not PostgreSQL.
+        self.remote: Callable[[], None] | None = None
         self._dirty = False
         self._task: asyncio.Task | None = None
         database.event_hooks.append(self.wake)
@@ -38,6 +42,9 @@ class RelayWakeup:
             self.local.wake()
             if self.local.is_leader:  # it leads every shard: no other relay has anything to do
                 return
+        elif self.remote is not None:
+            self.remote()  # the supervisor's relay NOTIFYs the others when it does not lead every shard
+            return
         self._dirty = True
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._notify(), name="outbox-notify")

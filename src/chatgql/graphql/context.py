@@ -20,7 +20,7 @@ from ..auth import token_expiry, user_from_authorization
 from ..db import Database
 from ..errors import Unauthenticated
 from ..jwks import KeySet
-from ..ratelimit import Limiters, RedisStore, shared_store
+from ..ratelimit import Limiters, SharedStore, shared_store
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
@@ -46,7 +46,7 @@ class Deps:
     typing: Any = None  # events.ephemeral.EphemeralPublisher; None in processes that serve no subscriptions
     presence: Any = None  # events.presence.Presence: who has a websocket open (for webhooks)
     limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
-    rate_limit_store: RedisStore | None = field(init=False)  # the Redis shared rate limits live in, if any
+    rate_limit_store: SharedStore | None = field(init=False)  # where shared rate limits live (Redis, the hub), if any
     membership_policy: MembershipPolicy = field(init=False)
 
     def __post_init__(self) -> None:

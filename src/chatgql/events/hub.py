@@ -1,0 +1,424 @@
+"""The workers' hub: what `chatgql serve` with several workers and no Redis shares between them.
+
+uvicorn's supervisor (the process `chatgql serve` starts) serves a hub on a Unix socket of its
+own, and runs the outbox relay, the Kafka consumer and the webhooks (one of each, whatever the
+worker count). Each worker connects to it (bus URL `chatgql+unix:///path/to/hub.sock`, set by
+`chatgql serve`, never by hand) for three things:
+
+- the bus: a worker subscribes to channels (answered once the hub took it: nothing published
+  after that is missed) and receives what is published on them, the relay's events and the
+  workers' typing; the same contract as the Redis backends (backends.py), so the Bus and its
+  feed drive it unchanged;
+- rate limits: a worker asks the hub for a user's token (one round trip on the socket), so a
+  user gets the configured rate across the workers, not N times it;
+- the relay's wake-up: a worker's committed sends wake the supervisor's relay through the
+  hub, not through a NOTIFY of PostgreSQL (a notifying commit takes a database-wide lock).
+
+A worker that stops reading (a stalled process) is cut off once the hub holds MAX_BUFFERED
+bytes for it, as Redis cuts a subscriber past its output limit: its bus feed then ends its
+subscriptions with the resync error and connects again. In the supervisor itself the same URL
+reaches the hub without the socket (LocalHubBackend).
+
+Frames, both ways: a 4-byte big-endian length, then a kind byte and its fields, NUL-separated.
+    worker -> hub   S channel | U channel | P channel message | T action user rate burst | W
+    hub -> worker   A (a subscription taken) | R taken retry_after (a rate-limit answer)
+                    | M channel message
+Answers (A, R) come in the order of the requests, on the connection that asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from broadcaster import BroadcastBackend, Event
+
+from .backends import CONFIRM_SECONDS, BusBroken, _Inbox
+
+log = logging.getLogger(__name__)
+
+SCHEME = "chatgql+unix"
+MAX_BUFFERED = 32 * 1024 * 1024  # bytes the hub holds for one worker before cutting it off
+_HEADER = struct.Struct(">I")
+_SEP = b"\0"
+
+# The hubs this process serves, by socket path: the supervisor's own bus reaches its hub directly.
+_serving: dict[str, Hub] = {}
+
+
+def hub_url(path: str) -> str:
+    return f"{SCHEME}://{path}"
+
+
+def is_hub(url: str) -> bool:
+    return urlsplit(url).scheme == SCHEME
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path
+
+
+def _frame(kind: bytes, *fields: bytes) -> bytes:
+    body = kind + _SEP.join(fields)
+    return _HEADER.pack(len(body)) + body
+
+
+def _text(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+async def _frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """Each frame's body (kind byte first), until the connection ends."""
+    while True:
+        try:
+            header = await reader.readexactly(_HEADER.size)
+        except asyncio.IncompleteReadError:
+            return
+        (size,) = _HEADER.unpack(header)
+        yield await reader.readexactly(size)
+
+
+# --- the supervisor's side -------------------------------------------------------------------
+
+
+class _Peer:
+    __slots__ = ("writer", "channels")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.channels: set[str] = set()
+
+
+class Hub:
+    """The supervisor's hub: bus fan-out, rate limits, the relay's wake-up (see the module)."""
+
+    def __init__(self, path: str, *, on_wake: Callable[[], None] | None = None) -> None:
+        self.path = path
+        self.on_wake = on_wake
+        self._peers: set[_Peer] = set()
+        self._limiters: dict[tuple[str, float, int], Any] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self.published = 0
+        self.cut_off = 0  # workers dropped for not reading
+
+    @property
+    def url(self) -> str:
+        return hub_url(self.path)
+
+    @property
+    def peers(self) -> int:
+        return len(self._peers)
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[Hub]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a previous supervisor's, killed
+        self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+        os.chmod(self.path, 0o600)
+        _serving[self.path] = self
+        try:
+            yield self
+        finally:
+            _serving.pop(self.path, None)
+            self._server.close()
+            for peer in list(self._peers):
+                peer.writer.transport.abort()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    def publish(self, channel: str, message: bytes | str) -> None:
+        """Hand a message to every peer subscribed to channel (and cut off those not reading)."""
+        self.published += 1
+        frame = _frame(b"M", channel.encode(), _text(message))
+        for peer in list(self._peers):
+            if channel in peer.channels:
+                self._send(peer, frame)
+
+    def _send(self, peer: _Peer, frame: bytes) -> None:
+        transport = peer.writer.transport
+        if transport.is_closing():
+            return
+        if transport.get_write_buffer_size() > MAX_BUFFERED:
+            self.cut_off += 1
+            log.warning("hub: a worker stopped reading (%d bytes held for it); cutting it off", MAX_BUFFERED)
+            transport.abort()
+            return
+        peer.writer.write(frame)
+
+    def take(self, action: str, user: str, rate: float, burst: int) -> float | None:
+        """None: a token was taken; else the seconds until there is one."""
+        from ..ratelimit import RateLimiter
+
+        key = (action, rate, burst)
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            limiter = self._limiters[key] = RateLimiter(action, rate, burst)
+        return limiter.wait_for_token(user)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _Peer(writer)
+        self._peers.add(peer)
+        try:
+            async for body in _frames(reader):
+                kind = body[:1]
+                if kind == b"P":
+                    channel, _, message = body[1:].partition(_SEP)
+                    self.publish(channel.decode(), message)
+                    continue
+                fields = body[1:].split(_SEP)
+                if kind == b"T":
+                    action, user, rate, burst = fields
+                    wait = self.take(action.decode(), user.decode(), float(rate), int(burst))
+                    self._send(peer, _frame(b"R", b"1", b"0") if wait is None else _frame(b"R", b"0", _text(wait)))
+                elif kind == b"S":
+                    peer.channels.add(fields[0].decode())
+                    self._send(peer, _frame(b"A"))
+                elif kind == b"U":
+                    peer.channels.discard(fields[0].decode())
+                elif kind == b"W":
+                    if self.on_wake is not None:
+                        self.on_wake()
+                else:
+                    raise ValueError(f"hub: unknown frame kind {kind!r}")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            log.warning("hub: dropping a worker's connection", exc_info=True)
+        finally:
+            self._peers.discard(peer)
+            writer.transport.abort()
+
+
+# --- a worker's side -------------------------------------------------------------------------
+
+
+class _Connection:
+    """One connection to the hub: frames out, answers matched to requests in order, M frames to
+    on_message. `broken` is set (with the reason) when the connection ends."""
+
+    def __init__(self, path: str, on_message: Callable[[Event], Any] | None = None) -> None:
+        self._path = path
+        self._on_message = on_message
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._waiting: deque[asyncio.Future[list[bytes]]] = deque()
+        self.failure: BaseException | None = None
+        self.on_broken: Callable[[BaseException], None] | None = None
+
+    async def open(self) -> None:
+        reader, self._writer = await asyncio.open_unix_connection(self._path)
+        self._reader_task = asyncio.create_task(self._read(reader), name="hub-reader")
+
+    @property
+    def usable(self) -> bool:
+        return self._writer is not None and self.failure is None and not self._writer.transport.is_closing()
+
+    def send(self, frame: bytes) -> None:
+        if not self.usable:
+            raise BusBroken(f"the hub connection is closed ({self.failure!r})")
+        assert self._writer is not None
+        self._writer.write(frame)
+
+    async def request(self, frame: bytes, timeout: float) -> list[bytes]:
+        answer: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+        self.send(frame)
+        self._waiting.append(answer)
+        async with asyncio.timeout(timeout):
+            return await asyncio.shield(answer)
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        error: BaseException = ConnectionResetError("the hub closed the connection")
+        try:
+            async for body in _frames(reader):
+                kind = body[:1]
+                if kind == b"M":
+                    channel, _, message = body[1:].partition(_SEP)
+                    if self._on_message is not None:
+                        await self._on_message(Event(channel.decode(), message.decode()))
+                else:
+                    answer = self._waiting.popleft()
+                    if not answer.done():
+                        answer.set_result(body[1:].split(_SEP))
+        except asyncio.CancelledError:
+            error = ConnectionAbortedError("the hub connection was closed")
+            raise
+        except Exception as exc:
+            error = exc
+        finally:
+            self._break(error)
+
+    def _break(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        while self._waiting:
+            answer = self._waiting.popleft()
+            if not answer.done():
+                answer.set_exception(BusBroken(str(error)))
+        if self._writer is not None:
+            self._writer.transport.abort()
+        if self.on_broken is not None:
+            self.on_broken(error)
+
+    async def close(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+        self._break(ConnectionAbortedError("closed"))
+
+
+class HubBackend(BroadcastBackend):
+    """A worker's bus backend on the supervisor's hub (broadcaster's interface, like backends.py's)."""
+
+    def __init__(self, url: str) -> None:
+        self._inbox = _Inbox()
+        self._connection = _Connection(_path(url), on_message=self._inbox.put)
+        self._connection.on_broken = self._inbox.fail
+        self._channels: set[str] = set()
+
+    @property
+    def received(self) -> int:
+        return self._inbox.received
+
+    async def connect(self) -> None:
+        await self._connection.open()
+
+    async def disconnect(self) -> None:
+        await self._connection.close()
+
+    async def subscribe(self, channel: str) -> None:
+        await self._connection.request(_frame(b"S", channel.encode()), CONFIRM_SECONDS)
+        self._channels.add(channel)
+
+    async def unsubscribe(self, channel: str) -> None:
+        self._channels.discard(channel)
+        self._connection.send(_frame(b"U", channel.encode()))
+
+    async def publish(self, channel: str, message: Any) -> None:
+        self._connection.send(_frame(b"P", channel.encode(), _text(message)))
+
+    async def publish_many(self, messages: list[tuple[str, Any]]) -> None:
+        for channel, message in messages:
+            self._connection.send(_frame(b"P", channel.encode(), _text(message)))
+
+    async def next_published(self) -> Event:
+        return await self._inbox.get()
+
+    def next_published_nowait(self) -> Event | None:
+        return self._inbox.get_nowait()
+
+    def listening_groups(self) -> list[set[str]]:
+        return [set(self._channels)] if self._channels else []
+
+
+class LocalHubBackend(BroadcastBackend):
+    """The supervisor's own bus on the hub it serves: publishing fans out at once, no socket. It
+    listens to nothing (the supervisor serves no subscriptions)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+        self._never: asyncio.Future[Event] | None = None
+
+    @property
+    def received(self) -> int:
+        return 0
+
+    async def connect(self) -> None:
+        pass
+
+    async def disconnect(self) -> None:
+        pass
+
+    async def subscribe(self, channel: str) -> None:
+        pass
+
+    async def unsubscribe(self, channel: str) -> None:
+        pass
+
+    async def publish(self, channel: str, message: Any) -> None:
+        self._hub.publish(channel, message)
+
+    async def publish_many(self, messages: list[tuple[str, Any]]) -> None:
+        for channel, message in messages:
+            self._hub.publish(channel, message)
+
+    async def next_published(self) -> Event:
+        self._never = self._never or asyncio.get_running_loop().create_future()
+        return await self._never
+
+    def next_published_nowait(self) -> Event | None:
+        return None
+
+
+def hub_backend(url: str) -> BroadcastBackend:
+    hub = _serving.get(_path(url))
+    return LocalHubBackend(hub) if hub is not None else HubBackend(url)
+
+
+class HubStore:
+    """Rate limits kept by the hub (ratelimit.py's shared store), and the relay's wake-up. While the
+    hub does not answer within `timeout`, take() answers None: the limiter counts per process."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._connection: _Connection | None = None
+        self._opening: asyncio.Lock | None = None
+        self.fallbacks = 0
+
+    async def _open(self) -> _Connection:
+        connection = self._connection
+        if connection is not None and connection.usable:
+            return connection
+        self._opening = self._opening or asyncio.Lock()
+        async with self._opening:
+            if self._connection is None or not self._connection.usable:
+                fresh = _Connection(_path(self.url))
+                await fresh.open()
+                self._connection = fresh
+            return self._connection
+
+    async def start(self, timeout: float = 5.0) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._open()
+        except Exception as error:
+            log.warning("shared rate limits: the hub did not answer at start (%r); will count per process", error)
+
+    async def take(self, action: str, user_id: object, rate: float, burst: int) -> tuple[bool, float] | None:
+        try:
+            connection = await asyncio.wait_for(self._open(), self.timeout)
+            taken, retry_after = await connection.request(
+                _frame(b"T", action.encode(), _text(user_id), _text(rate), _text(burst)), self.timeout
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if self.fallbacks == 0:
+                log.warning("shared rate limits: the hub did not answer (%r); counting per process", error)
+            self.fallbacks += 1
+            return None
+        return taken == b"1", float(retry_after)
+
+    def wake(self) -> None:
+        """Wake the supervisor's relay (nothing when the hub is not connected: the relay polls)."""
+        connection = self._connection
+        if connection is not None and connection.usable:
+            connection.send(_frame(b"W"))
+        else:
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(self._open())
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
