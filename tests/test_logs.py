@@ -55,11 +55,19 @@ def test_the_start_up_line_names_url_database_bus_and_kafka_without_passwords():
         database_url=SecretStr("postgresql://chat:s3cret@db:5432/chat"),
         broadcast_url="redis://:hunter2@bus:6379",
         kafka_bootstrap_servers="k1:9092,k2:9092",
+        workers=3,
     )
     line = startup_line(settings)
     assert line == (
         "serving http://0.0.0.0:9000/graphql · database: postgresql://chat@db:5432/chat"
-        " · bus: redis://bus:6379 · kafka: k1:9092,k2:9092"
+        " · bus: redis://bus:6379 · kafka: k1:9092,k2:9092 · workers: 3"
+    )
+    assert startup_line(Settings(data_dir=Path("x"), workers=2)) == (
+        f"serving http://127.0.0.1:8000/graphql · database: embedded at {Path('x').resolve()}"
+        " · bus: the supervisor's hub · kafka: none · workers: 2"
+    )
+    assert startup_line(Settings(data_dir=Path("x"), workers=1)).endswith(
+        " · bus: memory:// · kafka: none · workers: 1"
     )
     embedded = startup_line(Settings(data_dir=Path("x")), api=False)
     assert embedded == (

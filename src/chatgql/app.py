@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -70,6 +71,7 @@ class Runtime:
     bus_ready: asyncio.Event = field(default_factory=asyncio.Event)
     bus: Bus | None = None
     embedded: EmbeddedWatch | None = None  # the embedded PostgreSQL's, when this process runs one
+    hub: HubStore | None = None  # a worker's line to its supervisor (events/hub.py), when it has one
 
 
 async def _database_url(settings: Settings, runtime: Runtime, stack: contextlib.AsyncExitStack) -> str:
@@ -82,6 +84,26 @@ async def _database_url(settings: Settings, runtime: Runtime, stack: contextlib.
     runtime.embedded = EmbeddedWatch(server)
     await _task(stack, runtime.embedded.run(), "embedded-postgres-watch")  # stopped before the server
     return url
+
+
+async def _open(database: Database, *, patient: bool) -> None:
+    """Open the pool. A worker of `chatgql serve` (patient) waits for a database that does not
+    answer yet, as one (re)started while its supervisor's PostgreSQL is down must: uvicorn stops
+    the whole server when a worker fails to start. Alone, a process fails at once instead."""
+    waited = False
+    while True:
+        try:
+            await database.open()
+            break
+        except (OSError, TimeoutError, asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError) as error:
+            if not patient:
+                raise
+            if not waited:
+                log.warning("the database does not answer (%r); waiting for it before serving", error)
+                waited = True
+            await asyncio.sleep(0.5)
+    if waited:
+        log.warning("the database answers; serving")
 
 
 async def _task(stack: contextlib.AsyncExitStack, coro, name: str) -> None:
@@ -117,7 +139,8 @@ async def running(
         url = runtime.database_url = await _database_url(settings, runtime, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)
-        database = await Database(url, max_size=settings.db_pool_size + settings.db_max_overflow).open()
+        database = Database(url, max_size=settings.db_pool_size + settings.db_max_overflow)
+        await _open(database, patient=settings.supervisor_hub is not None)
         stack.push_async_callback(database.close)
         runtime.deps.database = database
         wakeup = runtime.deps.wakeup = RelayWakeup(database)
@@ -151,8 +174,15 @@ async def running(
         if deps.rate_limit_store is not None:
             await deps.rate_limit_store.start()
             stack.push_async_callback(deps.rate_limit_store.close)
-            if isinstance(deps.rate_limit_store, HubStore) and not settings.run_relay:
-                wakeup.remote = deps.rate_limit_store.wake  # a worker: its supervisor runs the relay
+        if api and settings.supervisor_hub is not None:  # a worker of `chatgql serve`
+            hub = deps.rate_limit_store if isinstance(deps.rate_limit_store, HubStore) else None
+            if hub is None:
+                hub = HubStore(settings.supervisor_hub, settings.shared_rate_limit_timeout_seconds)
+                await hub.start()
+                stack.push_async_callback(hub.close)
+            runtime.hub = hub
+            if not settings.run_relay:
+                wakeup.remote = hub.wake  # its supervisor runs the relay
         bus = runtime.bus = Bus(settings.broadcast_url, settings.bus_buckets)
         await bus.connect()
         stack.push_async_callback(bus.disconnect)
@@ -326,7 +356,11 @@ def startup_line(settings: Settings, *, api: bool = True) -> str:
     else:
         database = _without_password(settings.database_url.get_secret_value())
     kafka = settings.kafka_bootstrap_servers or "none"
-    return f"{doing} · database: {database} · bus: {_without_password(settings.broadcast_url)} · kafka: {kafka}"
+    bus = _without_password(settings.broadcast_url)
+    if api and settings.workers > 1 and bus.startswith("memory:"):
+        bus = "the supervisor's hub"  # what several workers share with no Redis (supervisor.py)
+    line = f"{doing} · database: {database} · bus: {bus} · kafka: {kafka}"
+    return f"{line} · workers: {settings.workers}" if api else line
 
 
 def _without_password(url: str) -> str:
@@ -384,7 +418,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with running(settings, deps) as runtime:
+        async with running(settings, deps, announce=settings.supervisor_hub is None) as runtime:
             runtime.metrics.watch_planner(graphql.planner.stats)
             state["runtime"] = runtime
             app.state.runtime = runtime
@@ -394,12 +428,13 @@ def create_app(settings: Settings) -> Starlette:
         """Alive, unless this process's own database is down (being started again): a
         supervisor that watches liveness restarts the process when that does not succeed."""
         runtime = state.get("runtime")
-        watch = runtime.embedded if runtime is not None else None
-        down_for = watch.down_for() if watch is not None else None
-        if down_for is not None:
-            return PlainTextResponse(
-                f"the embedded PostgreSQL is down ({down_for:.0f} s); starting it again", status_code=503
-            )
+        if runtime is not None and runtime.hub is not None:  # a worker: its supervisor owns the database
+            trouble = await runtime.hub.supervisor_trouble()
+        else:
+            watch = runtime.embedded if runtime is not None else None
+            trouble = watch.trouble() if watch is not None else None
+        if trouble is not None:
+            return PlainTextResponse(trouble, status_code=503)
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> Response:

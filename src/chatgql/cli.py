@@ -108,7 +108,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
             for name, value in overrides.items():
                 os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
             os.environ.update(supervisor.worker_environment())
-            logging.getLogger("chatgql").info("%s · workers: %d", startup_line(settings), settings.workers)
+            logging.getLogger("chatgql").info("%s", startup_line(settings))
             uvicorn.run(
                 "chatgql.app:create_app_from_environment", factory=True, workers=settings.workers, **server_options
             )

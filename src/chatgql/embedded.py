@@ -290,6 +290,11 @@ class EmbeddedWatch:
         """Seconds since the server was found gone; None while it serves."""
         return None if self.down_since is None else time.monotonic() - self.down_since
 
+    def trouble(self) -> str | None:
+        """What /healthz says while the server is down; None while it serves."""
+        down_for = self.down_for()
+        return None if down_for is None else f"the embedded PostgreSQL is down ({down_for:.0f} s); starting it again"
+
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     # Broadcast bus that feeds subscriptions: memory://, redis://host:port, or
     # redis+cluster://host:port,host:port (Redis Cluster sharded pub/sub; see the redisbus block)
     broadcast_url: str = "memory://"
+    # Set by `chatgql serve` for its workers, never by hand: the supervisor's hub
+    # (chatgql+unix:///path), for its health, its relay's wake-up, and (with no Redis bus)
+    # live events and rate limits. See supervisor.py.
+    supervisor_hub: str | None = None
 
     # Which background roles this process runs besides the API.
     run_relay: bool = True

@@ -5,9 +5,11 @@ that dies). Beside that, in a thread with an event loop of its own, this process
 
 - owns the database: the embedded PostgreSQL is started (and started again when it dies,
   EmbeddedWatch) and migrated here, once, before any worker starts;
-- serves the hub its workers share when no Redis bus is configured (events/hub.py): live
-  events reach every subscriber whichever worker holds its websocket, and rate limits hold
-  for the user across the workers;
+- serves the hub its workers share (events/hub.py): with no Redis bus configured, live
+  events reach every subscriber through it whichever worker holds its websocket, and rate
+  limits hold for the user across the workers; with one, those go through Redis. Either way
+  the workers' sends wake the relay through it, and their /healthz asks it whether the
+  database this process owns is down;
 - runs the one outbox relay, the one Kafka consumer and the webhooks of the deployment: the
   workers run none of them, whatever their count.
 
@@ -65,6 +67,8 @@ class Supervisor:
 
     def worker_environment(self) -> dict[str, str]:
         """What the workers' settings must say beside the configured ones."""
+        from .events.hub import hub_url
+
         return {
             "CHATGQL_DATABASE_URL": self.database_url,
             "CHATGQL_MIGRATE_ON_START": "false",
@@ -73,6 +77,7 @@ class Supervisor:
             "CHATGQL_RUN_CONSUMER": "false",
             "CHATGQL_RUN_WEBHOOKS": "false",
             "CHATGQL_WORKERS": str(self.settings.workers),
+            "CHATGQL_SUPERVISOR_HUB": hub_url(self.hub_path),
             SUPERVISOR_PID: str(os.getpid()),
         }
 
@@ -121,15 +126,16 @@ class Supervisor:
             }
         )
         async with contextlib.AsyncExitStack() as stack:
+            watch = None
             if self.embedded is not None:
-                watch = asyncio.create_task(EmbeddedWatch(self.embedded).run(), name="embedded-watch")
-                stack.callback(watch.cancel)
-            hub = None
-            if self.shares_a_hub:
-                hub = await stack.enter_async_context(Hub(self.hub_path).serving())
+                watch = EmbeddedWatch(self.embedded)
+                watching = asyncio.create_task(watch.run(), name="embedded-watch")
+                stack.callback(watching.cancel)
+            hub = await stack.enter_async_context(Hub(self.hub_path).serving())
+            if watch is not None:
+                hub.trouble = watch.trouble
             runtime = await stack.enter_async_context(running(settings, api=False, announce=False))
-            if hub is not None:
-                hub.on_wake = runtime.deps.wakeup.wake
+            hub.on_wake = runtime.deps.wakeup.wake
             if runtime.consumer is not None:
                 try:
                     await asyncio.wait_for(runtime.consumer.assigned.wait(), CONSUMER_ASSIGNED_SECONDS)

@@ -74,6 +74,7 @@ class ServeProcess:
             CHATGQL_MIGRATE_ON_START="false",
             CHATGQL_HOST="127.0.0.1",
             CHATGQL_PORT=str(self.port),
+            CHATGQL_WORKERS="1",  # the bounds under attack are each process's own
         )
         env.update(self.env_overrides)
         return env

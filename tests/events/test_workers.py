@@ -80,14 +80,7 @@ async def workers_server(
 
 
 def worker_pids(process: ChatProcess) -> list[int]:
-    """uvicorn's workers: the supervisor's children spawned by multiprocessing (not its resource
-    tracker)."""
-    workers = []
-    for child in psutil.Process(process.proc.pid).children():
-        with contextlib.suppress(psutil.Error):
-            if any("spawn_main" in part for part in child.cmdline()):
-                workers.append(child.pid)
-    return workers
+    return process.workers()
 
 
 def sockets_by_worker(process: ChatProcess, port: int) -> dict[int, set[int]]:

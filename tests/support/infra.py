@@ -320,6 +320,19 @@ class ChatProcess:
             return set()
         return {c.laddr.port for c in connections if c.laddr and c.raddr and c.raddr.port == to_port}
 
+    def workers(self) -> list[int]:
+        """The pids of uvicorn's workers under this `chatgql serve` (its children spawned by
+        multiprocessing, not its resource tracker); [] for one process."""
+        import psutil
+
+        assert self.proc is not None
+        pids = []
+        for child in psutil.Process(self.proc.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if any("spawn_main" in part for part in child.cmdline()):
+                    pids.append(child.pid)
+        return pids
+
     def stop(self, timeout: float = 15) -> None:
         """SIGTERM, then SIGKILL after timeout (teardown)."""
         if not self.alive:

@@ -12,7 +12,8 @@ worker count). Each worker connects to it (bus URL `chatgql+unix:///path/to/hub.
 - rate limits: a worker asks the hub for a user's token (one round trip on the socket), so a
   user gets the configured rate across the workers, not N times it;
 - the relay's wake-up: a worker's committed sends wake the supervisor's relay through the
-  hub, not through a NOTIFY of PostgreSQL (a notifying commit takes a database-wide lock).
+  hub, not through a NOTIFY of PostgreSQL (a notifying commit takes a database-wide lock);
+- liveness: a worker's /healthz fails while its supervisor's embedded PostgreSQL is down.
 
 A worker that stops reading (a stalled process) is cut off once the hub holds MAX_BUFFERED
 bytes for it, as Redis cuts a subscriber past its output limit: its bus feed then ends its
@@ -21,9 +22,10 @@ reaches the hub without the socket (LocalHubBackend).
 
 Frames, both ways: a 4-byte big-endian length, then a kind byte and its fields, NUL-separated.
     worker -> hub   S channel | U channel | P channel message | T action user rate burst | W
+                    | H (the supervisor's health)
     hub -> worker   A (a subscription taken) | R taken retry_after (a rate-limit answer)
-                    | M channel message
-Answers (A, R) come in the order of the requests, on the connection that asked.
+                    | D trouble (empty: healthy) | M channel message
+Answers (A, R, D) come in the order of the requests, on the connection that asked.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 
 SCHEME = "chatgql+unix"
 MAX_BUFFERED = 32 * 1024 * 1024  # bytes the hub holds for one worker before cutting it off
+HEALTH_SECONDS = 2.0  # a worker's /healthz waits this long for its supervisor's answer
 _HEADER = struct.Struct(">I")
 _SEP = b"\0"
 
@@ -102,6 +105,8 @@ class Hub:
     def __init__(self, path: str, *, on_wake: Callable[[], None] | None = None) -> None:
         self.path = path
         self.on_wake = on_wake
+        # What the supervisor's liveness is short of (its database down), for the workers' /healthz.
+        self.trouble: Callable[[], str | None] = lambda: None
         self._peers: set[_Peer] = set()
         self._limiters: dict[tuple[str, float, int], Any] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -187,6 +192,8 @@ class Hub:
                 elif kind == b"W":
                     if self.on_wake is not None:
                         self.on_wake()
+                elif kind == b"H":
+                    self._send(peer, _frame(b"D", (self.trouble() or "").encode()))
                 else:
                     raise ValueError(f"hub: unknown frame kind {kind!r}")
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -408,6 +415,18 @@ class HubStore:
             self.fallbacks += 1
             return None
         return taken == b"1", float(retry_after)
+
+    async def supervisor_trouble(self) -> str | None:
+        """What keeps the supervisor from serving (its database down), None when nothing does; a
+        hub that does not answer is trouble too (a wedged supervisor relays nothing)."""
+        try:
+            connection = await asyncio.wait_for(self._open(), HEALTH_SECONDS)
+            [trouble] = await connection.request(_frame(b"H"), HEALTH_SECONDS)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            return f"the supervisor's hub does not answer ({error!r})"
+        return trouble.decode() or None
 
     def wake(self) -> None:
         """Wake the supervisor's relay (nothing when the hub is not connected: the relay polls)."""
