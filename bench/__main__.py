@@ -68,11 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
         help="`chatgql serve --workers N` (CHATGQL_WORKERS): N uvicorn worker processes sharing the "
-        "port; N > 1 also starts a redis-server for their bus (CHATGQL_BROADCAST_URL). Default 1: "
-        "one server process, in-process bus. The default report is then OUT/RESULTS.workersN.md",
+        "port, their live events and rate limits through the supervisor's hub. Default: chatgql's own "
+        "default, one per core. Another N writes the report to OUT/RESULTS.workersN.md",
+    )
+    parser.add_argument(
+        "--redis-bus",
+        action="store_true",
+        help="with workers: a redis-server for their bus (CHATGQL_BROADCAST_URL) instead of the hub",
     )
     parser.add_argument(
         "--connections",
@@ -84,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.connections is not None and args.connections < 1:
         parser.error("--connections: at least 1")
+    from chatgql.settings import available_cores
+
+    default_workers = available_cores()
+    if args.workers is None:
+        args.workers = default_workers
     if args.workers < 1:
         parser.error("--workers: at least 1")
     from .run import FIGURES
@@ -119,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     profile_seconds = args.profile_seconds or (2.0 if args.smoke else 5.0)
     if args.report:
         report = args.report
-    elif args.workers > 1:
-        # never over bench/results/bench.md (nor the one-worker smoke or partial report)
+    elif args.workers != default_workers or args.redis_bus:
+        # never over bench/results/bench.md (nor the default smoke or partial report)
         report = args.out / f"RESULTS.workers{args.workers}.md"
     elif args.smoke:
         report = args.out / "RESULTS.smoke.md"
@@ -145,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             profile=profile,
             profile_seconds=profile_seconds,
             workers=args.workers,
+            redis_bus=args.redis_bus,
         )
 
     try:

@@ -313,9 +313,10 @@ def process_cpu(pid: int | None) -> float:
 class Server:
     """`chatgql serve` as its own process on 127.0.0.1, so its CPU is its own.
 
-    workers > 1: `chatgql serve` with CHATGQL_WORKERS=N and the redis bus (CHATGQL_BROADCAST_URL); the
-    process started is then uvicorn's supervisor and the work is done by its N worker processes (plus
-    the helper multiprocessing starts). CPU and RSS are summed over that whole process tree; /metrics
+    workers > 1: `chatgql serve` with CHATGQL_WORKERS=N, their bus the supervisor's hub (or a redis://
+    broadcast_url); the process started is then uvicorn's supervisor, which also runs the relay and
+    the consumer, and the requests are served by its N worker processes (plus the helper
+    multiprocessing starts). CPU and RSS are summed over that whole process tree; /metrics
     is per worker, so the figures read from it are asked of every worker and summed.
     """
 
@@ -329,8 +330,6 @@ class Server:
         serve_args: tuple[str, ...] = (),
         name: str = "chatgql",
     ) -> None:
-        if workers > 1 and not (broadcast_url or "").startswith("redis"):
-            raise ValueError("more than one worker needs a redis:// broadcast URL")
         self.port = free_port()
         self.kafka = kafka
         self.workers = workers
@@ -350,8 +349,7 @@ class Server:
         )
         if kafka is not None:
             env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap
-        if workers > 1:
-            env["CHATGQL_WORKERS"] = str(workers)
+        env["CHATGQL_WORKERS"] = str(workers)
         if broadcast_url:
             env["CHATGQL_BROADCAST_URL"] = broadcast_url
         self.env = env

@@ -279,9 +279,13 @@ def render(r: dict) -> str:
     if workers > 1:
         add(
             f"**chatgql ran as {workers} worker processes** (`chatgql serve --workers {workers}`: uvicorn's supervisor "
-            f"and {workers} workers sharing the port), with a **{_bus(r)} bus** between them (the bench's own "
-            "redis-server). Server CPU and RSS are summed over the supervisor and its workers; redis is measured "
-            "apart, like PostgreSQL and Kafka."
+            f"and {workers} workers sharing the port), with a **{_bus(r)} bus** between them "
+            + (
+                "(the bench's own redis-server, measured apart, like PostgreSQL and Kafka). "
+                if _bus(r) == "redis"
+                else "(the supervisor's, on a Unix socket; the supervisor also runs the relay and the consumer). "
+            )
+            + "Server CPU and RSS are summed over the supervisor and its workers."
         )
         add("")
 
@@ -405,6 +409,8 @@ def render(r: dict) -> str:
             f" = `{cfg['bus_url']}`, redis-server {v.get('redis') or '?'}, nothing persisted"
             if cfg.get("bus_url")
             else " = memory://, in-process"
+            if workers == 1
+            else " = memory://: the workers share the supervisor's hub"
         )
         + "), "
         + ("Kafka" if cfg.get("kafka", bool(v.get("kafka"))) else "no Kafka (events go straight to the bus)")
@@ -438,7 +444,7 @@ def render(r: dict) -> str:
         "the processes listed (other work on the machine: noise)."
     )
     add("")
-    has_redis = workers > 1 or any(
+    has_redis = _bus(r) == "redis" or any(
         "redis" in ((res or {}).get("cpu") or {}).get("pct_of_one_core", {})
         for kind in ("pgbench", "http")
         for res in (r.get(kind) or {}).values()

@@ -588,6 +588,7 @@ async def run(
     profile: bool = False,
     profile_seconds: float = 5.0,
     workers: int = 1,
+    redis_bus: bool = False,
 ) -> dict:
     t_start = time.monotonic()
     selected = tuple(f for f in FIGURES if only is None or f in only)
@@ -608,9 +609,14 @@ async def run(
         "figures": list(selected),
         "skipped": [f for f in FIGURES if f not in selected],
         "only": list(only) if only is not None else None,
-        # how `chatgql serve` runs: N worker processes (1: one process, today's default) and the bus
-        # that feeds subscriptions (memory: in-process; redis: the bench's own redis-server, shared by the workers)
-        "config": {"workers": workers, "bus": "redis" if workers > 1 else "memory", "kafka": use_kafka},
+        # how `chatgql serve` runs: N worker processes (the default: one per core) and the bus that
+        # feeds subscriptions (memory: in-process, one worker; hub: the supervisor's, shared by the
+        # workers; redis: the bench's own redis-server, shared by the workers)
+        "config": {
+            "workers": workers,
+            "bus": "redis" if redis_bus and workers > 1 else "hub" if workers > 1 else "memory",
+            "kafka": use_kafka,
+        },
     }
     results["machine"]["fd_limit"] = fd_limit
     profile_dir = None
@@ -637,7 +643,7 @@ async def run(
     try:
         kafka_task = asyncio.create_task(asyncio.to_thread(Kafka.start, scratch)) if use_kafka else None
         log(f"{sizes.mode} run; scratch {scratch}" + (f"; chatgql with {workers} workers" if workers > 1 else ""))
-        if workers > 1:
+        if workers > 1 and redis_bus:
             redis = Redis.start(scratch)  # on the main thread: its death signal follows the starting thread
             server_opts["broadcast_url"] = redis.url
             results["config"]["bus_url"] = redis.url
