@@ -103,11 +103,15 @@ class Supervisor:
         try:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(self._serve())
-        except BaseException as error:  # noqa: BLE001 - handed to start(), or logged once serving
+        except BaseException as error:  # noqa: BLE001 - handed to start(), or ends the server
             if not self._started.is_set():
                 self._failure = error
             else:
-                log.exception("the supervisor's relay, consumer or hub failed")
+                # Workers without their relay or hub would serve sends that never go live: stop
+                # the whole server (uvicorn's supervisor takes SIGTERM), for its own supervisor
+                # (systemd, Kubernetes) to start it again.
+                log.exception("the supervisor's relay, consumer or hub failed; stopping the server")
+                os.kill(os.getpid(), signal.SIGTERM)
         finally:
             self._started.set()
 
