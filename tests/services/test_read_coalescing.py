@@ -39,7 +39,7 @@ from chatgql import db
 from chatgql.auth import issue_token
 from chatgql.errors import BadUserInput, NotFound
 from chatgql.events import types as events
-from chatgql.services.read_coalescing import ReadCoalescer
+from chatgql.services.read_coalescing import ReadCoalescer, answer
 from chatgql.services.reads import do_mark_read
 from chatgql.store import conversations, reads
 
@@ -412,3 +412,37 @@ async def test_a_failed_flush_fails_every_caller_as_an_uncoalesced_mark_read_fai
         do_mark_read(database, 1, cid, 20, coalescer=coalescer), do_mark_read(database, 2, cid, 30, coalescer=coalescer)
     )
     assert [(r.last_read_seq, r.advanced) for r in retried] == [(20, True), (30, True)]
+
+
+async def test_a_key_raised_by_another_process_while_the_flush_waits_for_its_lock_answers_the_raised_watermark(
+    database,
+) -> None:
+    """Two processes' flushes of one key: the other one raises the watermark to 30 after this
+    flush's snapshot (which saw 0) and before its lock. This one, asking 20, does not move it
+    and answers 30 as the viewer's own read position too, not the snapshot's 0 (the fault
+    suite's read storm on two workers saw a markRead answer 0 for a seq it had read)."""
+    cid = await group(database, [1], last_seq=50)
+    event = events.ReadUpdated(conversation_id=cid, user_id=1).payload()
+    async with database.pool.acquire() as other, database.pool.acquire() as flush_conn:
+        raising = other.transaction()
+        await raising.start()
+        await other.execute("UPDATE conversation_member SET last_read_seq = 30 WHERE conversation_id = $1", cid)
+        await flush_conn.execute("SET lock_timeout = 0")  # the scratch database's 300 ms would end the wait
+        try:
+            flush = asyncio.create_task(
+                reads.advance_watermarks(flush_conn, [cid], [1], [20], [event], events.READ_KEYS)
+            )
+            async with database.connection() as watch:
+                while not await watch.fetchval(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                    flush_conn.get_server_pid(),
+                ):
+                    assert not flush.done(), "the flush did not wait for the other process's lock"
+                    await asyncio.sleep(0.01)
+            await raising.commit()
+            [row] = await flush
+        finally:
+            await flush_conn.execute("RESET lock_timeout")
+    result = answer(row, 20)
+    assert (row.moved, result.last_read_seq, result.advanced) == (False, 30, False)
+    assert result.own_read == 30, "the own read position of the snapshot (0), below the watermark answered"

@@ -85,7 +85,10 @@ async def advance_watermarks(
     - before: the watermark just before this statement raised it (the latest committed one: the
       row is locked first), or, when it did not move, equal to last_read_seq;
     - own_read: the member's own read position, below the watermark while a markUnread rewind
-      lasts (as of the snapshot); a key that moved has ended its rewind: last_read_seq.
+      lasts; a key that moved has ended its rewind: last_read_seq. Of the locked row when the
+      key was locked (another process may have raised the watermark after this statement's
+      snapshot: the snapshot's own read is then stale, below the watermark answered), else of
+      the snapshot. The same for unread_deleted.
 
     Rows that will move are locked in key order (two flushes never deadlock; the locks are taken
     before any update), then updated: the lock makes `before` exact even when another process
@@ -104,7 +107,8 @@ async def advance_watermarks(
               JOIN conversation_member m ON m.conversation_id = r.cid AND m.user_id = r.uid
               JOIN conversation c ON c.id = r.cid
         ), locked AS (
-            SELECT m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq AS before, s.target, s.event
+            SELECT m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq AS before, s.target, s.event,
+                   {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
               FROM snap s
               JOIN conversation_member m ON m.conversation_id = s.cid AND m.user_id = s.uid
              WHERE s.last_read_seq < s.target AND NOT s.private
@@ -125,8 +129,8 @@ async def advance_watermarks(
                COALESCE(mv.last_read_seq, l.before, s.last_read_seq) AS last_read_seq,
                mv.cid IS NOT NULL AS moved,
                COALESCE(l.before, s.last_read_seq) AS before,
-               CASE WHEN mv.cid IS NOT NULL THEN mv.last_read_seq ELSE s.own_read END AS own_read,
-               CASE WHEN mv.cid IS NOT NULL THEN mv.unread_deleted ELSE s.unread_deleted END AS unread_deleted
+               COALESCE(mv.last_read_seq, l.own_read, s.own_read) AS own_read,
+               COALESCE(mv.unread_deleted, l.unread_deleted, s.unread_deleted) AS unread_deleted
           FROM snap s
           LEFT JOIN locked l ON l.cid = s.cid AND l.uid = s.uid
           LEFT JOIN moved mv ON mv.cid = s.cid AND mv.uid = s.uid
