@@ -90,7 +90,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
     import uvicorn
 
     from . import db
-    from .app import startup_line
+    from .app import running, startup_line
     from .supervisor import Supervisor
 
     with _owning_data_dir(settings):
@@ -103,7 +103,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
         try:
             if settings.migrate_on_start:
                 asyncio.run(db.upgrade(url))
-            supervisor = Supervisor(settings, url, embedded=embedded)
+            supervisor = Supervisor(settings, url, running, embedded=embedded)
             supervisor.start()
             for name, value in overrides.items():
                 os.environ[f"CHATGQL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)

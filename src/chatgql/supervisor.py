@@ -28,11 +28,17 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .embedded import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +51,17 @@ PR_SET_PDEATHSIG = 1
 class Supervisor:
     """The supervisor's own runtime, in a thread: start() returns once it serves (or raises)."""
 
-    def __init__(self, settings: Settings, database_url: str, *, embedded: object | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        database_url: str,
+        running: Callable[..., AbstractAsyncContextManager[Any]],
+        *,
+        embedded: EmbeddedPostgres | None = None,
+    ) -> None:
+        """running: app.running (given by the command line: nothing else imports app.py)."""
         self.settings = settings
+        self._running = running
         self.database_url = database_url
         self.embedded = embedded
         self._dir = tempfile.mkdtemp(prefix="chatgql-hub-")
@@ -116,9 +131,9 @@ class Supervisor:
             self._started.set()
 
     async def _serve(self) -> None:
-        from .app import running
         from .embedded import EmbeddedWatch
         from .events.hub import Hub
+        from .ratelimit import RateLimiter
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
@@ -135,10 +150,10 @@ class Supervisor:
                 watch = EmbeddedWatch(self.embedded)
                 watching = asyncio.create_task(watch.run(), name="embedded-watch")
                 stack.callback(watching.cancel)
-            hub = await stack.enter_async_context(Hub(self.hub_path).serving())
+            hub = await stack.enter_async_context(Hub(self.hub_path, limiter=RateLimiter).serving())
             if watch is not None:
                 hub.trouble = watch.trouble
-            runtime = await stack.enter_async_context(running(settings, api=False, announce=False))
+            runtime = await stack.enter_async_context(self._running(settings, api=False, announce=False))
             hub.on_wake = runtime.deps.wakeup.wake
             if runtime.consumer is not None:
                 try:

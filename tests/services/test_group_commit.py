@@ -270,6 +270,7 @@ async def three_servers(database_url: str) -> AsyncIterator[tuple[str, list[str]
         CHATGQL_RATE_GROUP_PER_SECOND="0",
         CHATGQL_ACCESS_LOG="false",
         CHATGQL_SEND_BATCH_MAX="16",
+        CHATGQL_WORKERS="1",  # three processes, each its own batcher
     )
     ports = [free_port() for _ in range(PROCESSES)]
     processes = [

@@ -4,7 +4,8 @@
 - redis://host:port    one Redis: SUBSCRIBE/PUBLISH;
 - redis+cluster://h:p,h:p,...  Redis Cluster sharded pub/sub: SSUBSCRIBE/SPUBLISH,
   one subscribe-mode connection per cluster node this process listens on;
-- chatgql+unix:///path  the hub of `chatgql serve`'s supervisor, for its workers (hub.py).
+- chatgql+unix:///path  the hub of `chatgql serve`'s supervisor, for its workers (hub.py,
+  which builds on these; bus.py picks it by the scheme).
 
 connect/disconnect/subscribe/unsubscribe/publish/next_published are broadcaster's
 interface (a Broadcast can drive any of these); chatgql's Bus drives them itself,
@@ -54,10 +55,6 @@ def backend_for(url: str) -> BroadcastBackend:
         return RedisBackend(url)
     if scheme in CLUSTER_SCHEMES:
         return RedisClusterBackend(url)
-    from .hub import SCHEME, hub_backend
-
-    if scheme == SCHEME:
-        return hub_backend(url)
     raise ValueError(f"unsupported bus URL scheme {scheme!r}: memory://, redis://, redis+cluster://")
 
 

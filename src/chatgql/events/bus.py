@@ -45,6 +45,7 @@ from broadcaster import Event
 
 from .backends import backend_for, is_sharded
 from .dispatch import Dispatcher, StreamInterrupted
+from .hub import hub_backend, is_hub
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,11 @@ def open_envelope(message: str | bytes) -> tuple[dict, float | None]:
 def bucket_of(key: str, buckets: int) -> int:
     """A conversation's bucket (key: its id as text, the outbox and Kafka key): fixed, the same in every process."""
     return zlib.crc32(key.encode()) % buckets
+
+
+def _backend(url: str) -> Any:
+    """The backend for a bus URL: backends.py's, or the supervisor's hub (hub.py)."""
+    return hub_backend(url) if is_hub(url) else backend_for(url)
 
 
 class Bus:
@@ -136,13 +142,13 @@ class Bus:
         """Connect the publishing side (once) and the listening side."""
         if self._publisher is None and urlsplit(self.url).scheme != "memory":
             # Its own clients: a broken listener (and the feed's reconnect) never stops publishing.
-            publisher = backend_for(self.url)
+            publisher = _backend(self.url)
             await publisher.connect()
             self._publisher = publisher
         await self._connect_listener()
 
     async def _connect_listener(self) -> None:
-        backend = backend_for(self.url)
+        backend = _backend(self.url)
         await backend.connect()
         async with self._lock:  # not while a _sync of the previous backend is under way
             self._backend = backend

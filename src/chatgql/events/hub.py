@@ -102,8 +102,17 @@ class _Peer:
 class Hub:
     """The supervisor's hub: bus fan-out, rate limits, the relay's wake-up (see the module)."""
 
-    def __init__(self, path: str, *, on_wake: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        limiter: Callable[[str, float, int], Any] | None = None,
+        on_wake: Callable[[], None] | None = None,
+    ) -> None:
+        """limiter(action, rate, burst): a ratelimit.RateLimiter, kept per (action, rate, burst);
+        None: every token is taken (no limits)."""
         self.path = path
+        self._limiter = limiter
         self.on_wake = on_wake
         # What the supervisor's liveness is short of (its database down), for the workers' /healthz.
         self.trouble: Callable[[], str | None] = lambda: None
@@ -161,12 +170,12 @@ class Hub:
 
     def take(self, action: str, user: str, rate: float, burst: int) -> float | None:
         """None: a token was taken; else the seconds until there is one."""
-        from ..ratelimit import RateLimiter
-
+        if self._limiter is None:
+            return None
         key = (action, rate, burst)
         limiter = self._limiters.get(key)
         if limiter is None:
-            limiter = self._limiters[key] = RateLimiter(action, rate, burst)
+            limiter = self._limiters[key] = self._limiter(action, rate, burst)
         return limiter.wait_for_token(user)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
