@@ -170,24 +170,31 @@ class Topology:
 
     # --- relays -------------------------------------------------------------------------
 
-    async def slot_leaders(self) -> dict[ChatProcess, set[int]]:
-        """relay process -> the outbox slots whose advisory locks it holds (found by its
-        connection's port, as tests/faults/scenario.py's relay_leader does)."""
-        rows = await self.db.fetch(
+    async def _slot_locks(self) -> list:
+        """(client_port, application_name, slots) of every session holding outbox slot locks."""
+        return await self.db.fetch(
             """
-            SELECT a.client_port, array_agg(l.objid::int) AS slots
+            SELECT a.client_port, a.application_name, array_agg(l.objid::int ORDER BY l.objid) AS slots
               FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::int::oid
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-             GROUP BY 1
+             GROUP BY 1, 2
             """,
             RELAY_LOCK,
         )
+
+    def _database_ports(self, relay: ChatProcess) -> set[int]:
+        assert self.pg is not None
+        return relay.local_ports(self.pg.port)
+
+    async def slot_leaders(self) -> dict[ChatProcess, set[int]]:
+        """relay process -> the outbox slots whose advisory locks it holds (found by its
+        connection's port, as tests/faults/scenario.py's relay_leader does)."""
+        rows = await self._slot_locks()
         out: dict[ChatProcess, set[int]] = {}
         for relay in self.relays:
             if relay.alive:
-                assert self.pg is not None
-                ports = relay.local_ports(self.pg.port)
+                ports = self._database_ports(relay)
                 slots = {s for row in rows if row["client_port"] in ports for s in row["slots"]}
                 if slots:
                     out[relay] = slots
@@ -195,18 +202,8 @@ class Topology:
 
     async def describe_slot_leaders(self) -> str:
         """Who holds which slot locks, as PostgreSQL and the processes' sockets say."""
-        rows = await self.db.fetch(
-            """
-            SELECT a.client_port, a.application_name, array_agg(l.objid::int ORDER BY l.objid) AS slots
-              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::int::oid
-             GROUP BY 1, 2
-            """,
-            RELAY_LOCK,
-        )
-        held = [f"{r['application_name']} (port {r['client_port']}): {r['slots']}" for r in rows]
-        assert self.pg is not None
-        ports = {r.name: sorted(r.local_ports(self.pg.port)) for r in self.relays if r.alive}
+        held = [f"{r['application_name']} (port {r['client_port']}): {r['slots']}" for r in await self._slot_locks()]
+        ports = {r.name: sorted(self._database_ports(r)) for r in self.relays if r.alive}
         return f"locks {held}; relays' database ports {ports}"
 
     async def relays_share_the_shards(self) -> bool:
