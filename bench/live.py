@@ -315,7 +315,7 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
         cmid = uuid.uuid4()
         event = events.MessageNew(
             conversation_id=layout.LIVE_CID0 + k,
-            sender_id=layout.LIVE_USER + k,
+            sender_id=str(layout.LIVE_USER + k),
             client_msg_id=cmid,
             body=f"live {i}",
             seq=i + 1,

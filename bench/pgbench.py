@@ -58,7 +58,7 @@ def read_script(sizes: layout.Sizes) -> Script:
 
 
 def inbox_script(sizes: layout.Sizes, keys: list[tuple[int, int]]) -> Script:
-    stmts = product_sql.inbox_statements(layout.INBOX_USER, sizes.inbox_page, keys)
+    stmts = product_sql.inbox_statements(str(layout.INBOX_USER), sizes.inbox_page, keys)
     head = f"\\set uid {layout.INBOX_USER}\n\\set limit {sizes.inbox_page + 1}\n"
     text = head + "\n".join(s.for_pgbench({"archived": "false"}) for s in stmts) + "\n"
     by_keys = stmts[1].params
@@ -85,9 +85,11 @@ def run(
     workdir: Path,
     seconds: float,
     defines: dict[str, str] | None = None,
+    database: str = "postgres",
 ) -> dict:
     """One pgbench run; returns tps, transactions, failures, latency, pgbench's own CPU.
-    defines: override some of the script's -D variables (read: where the seq counter starts)."""
+    defines: override some of the script's -D variables (read: where the seq counter starts);
+    database: the database it runs in (bench/userids.py runs two schemas side by side)."""
     path = workdir / f"pgbench_{script.name}.sql"
     path.write_text(script.text)
     cmd = [
@@ -110,7 +112,7 @@ def run(
     ]
     for name, value in {**script.defines, **(defines or {})}.items():
         cmd += ["-D", f"{name}={value}"]
-    cmd.append("postgres")
+    cmd.append(database)
     status, out, cpu, wall = run_with_rusage(cmd, workdir / f"pgbench_{script.name}.out")
     if status != 0 or not _TPS.search(out):
         raise RuntimeError(f"pgbench {script.name} failed (exit {status}):\n{out[-3000:]}")

@@ -97,7 +97,7 @@ def text_array(values: list[str]) -> str:
     return "ARRAY[" + ", ".join(f"'{value}'" for value in values) + "]::text[]"
 
 
-def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
+def send_statement(conversation_id: int = 1, sender_id: str = "1") -> Statement:
     """sendMessage's one statement (chat_send), with the event payloads the product builds."""
     cmid = UUID("00000000-0000-4000-8000-000000000000")
     message_event = events.MessageNew(
@@ -119,7 +119,7 @@ def send_statement(conversation_id: int = 1, sender_id: int = 1) -> Statement:
     return stmt
 
 
-def mark_read_statement(conversation_id: int = 1, user_id: int = 1, seq: int = 1) -> Statement:
+def mark_read_statement(conversation_id: int = 1, user_id: str = "1", seq: int = 1) -> Statement:
     """markRead's statement when the watermark advances (the update and its outbox row)."""
     event = events.ReadUpdated(conversation_id=conversation_id, user_id=user_id).payload()
     keys = events.ReadUpdated.store_keys()
@@ -129,7 +129,7 @@ def mark_read_statement(conversation_id: int = 1, user_id: int = 1, seq: int = 1
     return stmt
 
 
-def inbox_statements(user_id: int, page: int, keys: list[tuple[int, int]]) -> list[Statement]:
+def inbox_statements(user_id: str, page: int, keys: list[tuple[int, int]]) -> list[Statement]:
     """What `inbox(first: page) { nodes { unreadCount lastMessage {...} } }` runs:
     the page query (page + 1 rows, to learn hasNextPage) and one batched
     lastMessage lookup (the message DataLoader). unreadCount needs no query."""

@@ -50,7 +50,7 @@ def _settings():
 
 
 def token(user_id: int) -> str:
-    return issue_token(_settings(), user_id, ttl_seconds=7 * 24 * 3600)
+    return issue_token(_settings(), str(user_id), ttl_seconds=7 * 24 * 3600)
 
 
 def send_body(conversation_id: int, body: str = "hello", client_msg_id: str | None = None) -> bytes:

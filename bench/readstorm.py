@@ -95,7 +95,7 @@ def write_devices(workdir: Path) -> Path:
     lines = []
     for user in range(1, USERS + 1):
         for device in range(DEVICES):
-            token = issue_token(settings, user, ttl_seconds=24 * 3600 - device)  # distinct per device
+            token = issue_token(settings, str(user), ttl_seconds=24 * 3600 - device)  # distinct per device
             lines.append(" ".join([token, *map(str, conversations_of(user))]))
     path.write_text("\n".join(lines) + "\n")
     return path

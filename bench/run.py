@@ -117,8 +117,8 @@ async def _drain_outbox(conn, timeout: float = 300) -> float:
 async def _inbox_keys(conn, sizes: layout.Sizes) -> list[tuple[int, int]]:
     rows = await conn.fetch(
         """SELECT c.id, c.last_seq FROM conversation_member m JOIN conversation c ON c.id = m.conversation_id
-            WHERE m.user_id = $1 ORDER BY coalesce(c.last_message_at, c.created_at) DESC, c.id DESC LIMIT $2""",
-        layout.INBOX_USER,
+            WHERE m.user_id::text = $1 ORDER BY coalesce(c.last_message_at, c.created_at) DESC, c.id DESC LIMIT $2""",
+        str(layout.INBOX_USER),  # ::text: the same on a schema of before 0014 (bench/userids.py seeds one)
         sizes.inbox_page,
     )
     return [(r["id"], r["last_seq"]) for r in rows if r["last_seq"] > 0]

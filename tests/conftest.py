@@ -247,11 +247,12 @@ class GraphQLClient:
         self.url = url
         self.settings = settings
 
-    def token(self, user_id: int) -> str:
-        return issue_token(self.settings, user_id)
+    def token(self, user_id: int | str) -> str:
+        """A token whose sub is the user id's text: `user=7` is user "7" (a decimal id, as every id of before)."""
+        return issue_token(self.settings, str(user_id))
 
     async def raw(
-        self, query: str, variables: dict | None = None, *, user: int | None = None, headers: dict | None = None
+        self, query: str, variables: dict | None = None, *, user: int | str | None = None, headers: dict | None = None
     ) -> httpx.Response:
         all_headers = {"content-type": "application/json"}
         if user is not None:
@@ -260,20 +261,20 @@ class GraphQLClient:
         return await self.http.post(self.url, json={"query": query, "variables": variables or {}}, headers=all_headers)
 
     async def execute(
-        self, query: str, variables: dict | None = None, *, user: int | None = None, headers: dict | None = None
+        self, query: str, variables: dict | None = None, *, user: int | str | None = None, headers: dict | None = None
     ) -> dict:
         """The whole response body ({data, errors}); asserts HTTP 200."""
         response = await self.raw(query, variables, user=user, headers=headers)
         assert response.status_code == 200, response.text
         return response.json()
 
-    async def data(self, query: str, variables: dict | None = None, *, user: int | None = None) -> dict:
+    async def data(self, query: str, variables: dict | None = None, *, user: int | str | None = None) -> dict:
         """The data of a request that must succeed."""
         body = await self.execute(query, variables, user=user)
         assert "errors" not in body, body["errors"]
         return body["data"]
 
-    async def error(self, query: str, variables: dict | None = None, *, user: int | None = None) -> dict:
+    async def error(self, query: str, variables: dict | None = None, *, user: int | str | None = None) -> dict:
         """The single error of a request that must fail; returns it."""
         body = await self.execute(query, variables, user=user)
         assert body.get("errors"), body

@@ -68,7 +68,7 @@ class Serve:
         self.env["CHATGQL_ACCESS_LOG_ENABLED"] = "false"
         self.process: subprocess.Popen | None = None
         self.cwd = tmp_path
-        self._token = issue_token(load_settings(), 1)
+        self._token = issue_token(load_settings(), "1")
 
     def start(self) -> None:
         with open(self.log, "a") as log:

@@ -86,7 +86,7 @@ def server_side_cyclic_garbage() -> collections.Counter:
 async def _subscribed(server, settings, users: list[int]) -> tuple[list[WsClient], list]:
     sockets, operations = [], []
     for user in users:
-        ws = await WsClient.connect(server.ws_url, f"Bearer {issue_token(settings, user)}")
+        ws = await WsClient.connect(server.ws_url, f"Bearer {issue_token(settings, str(user))}")
         operations.append(await ws.subscribe(MESSAGE_NEW))
         operations.append(await ws.subscribe(READ_UPDATED))
         sockets.append(ws)

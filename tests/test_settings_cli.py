@@ -125,8 +125,8 @@ def test_cli_refuses_to_run_in_production_with_the_dev_secret():
     assert "CHATGQL_JWT_SECRET" in done.stderr
 
 
-@pytest.mark.parametrize("user_id", ["abc", "0", "-4", "99999999999999999999"])
-def test_cli_token_refuses_a_user_id_that_is_not_a_positive_64_bit_integer(user_id):
+@pytest.mark.parametrize("user_id", ["", "u" * 256, "a\tb", "\x7f"])
+def test_cli_token_refuses_what_is_not_a_user_id(user_id):
     done = _cli("token", user_id)
     assert done.returncode != 0
     assert done.stdout.strip() == ""

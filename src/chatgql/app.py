@@ -201,7 +201,7 @@ async def running(
         if api:
             big = settings.big_group_threshold
 
-            async def load_members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]] | None:
+            async def load_members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]] | None:
                 async with database.connection() as conn:
                     row = await conversations.live_members(conn, conversation_id, big, subscribed)
                 return None if row is None else (row["member_count"], row["user_ids"])

@@ -1,4 +1,5 @@
-"""Bearer tokens: HS256 JWTs whose `sub` is the user id.
+"""Bearer tokens: HS256 JWTs whose `sub` is the user id (services/checks.check_user_id: 1..255
+characters, no control characters; a token whose subject is not one is UNAUTHENTICATED).
 
 Every token must carry `exp`, and may live at most CHATGQL_JWT_MAX_LIFETIME_SECONDS:
 exp - iat, or exp - now for a token without iat. A token without exp would be
@@ -28,13 +29,13 @@ import jwt
 from .claims import claim_at, parse_claim_path
 from .errors import BadUserInput, Unauthenticated
 from .jwks import ASYMMETRIC, KeySet
-from .services.checks import check_id
+from .services.checks import check_user_id
 from .settings import Settings
 
 ALGORITHM = "HS256"
 
 
-def issue_token(settings: Settings, user_id: int, ttl_seconds: int | None = None) -> str:
+def issue_token(settings: Settings, user_id: str, ttl_seconds: int | None = None) -> str:
     """A token for user_id valid for ttl_seconds (default and maximum: jwt_max_lifetime_seconds)."""
     longest = settings.jwt_max_lifetime_seconds
     ttl_seconds = longest if ttl_seconds is None else ttl_seconds
@@ -43,17 +44,17 @@ def issue_token(settings: Settings, user_id: int, ttl_seconds: int | None = None
             f"a token's lifetime must be between 1 and {longest} seconds (CHATGQL_JWT_MAX_LIFETIME_SECONDS)"
         )
     now = int(time.time())
-    claims: dict[str, object] = {"sub": str(user_id), "iat": now, "exp": now + ttl_seconds}
+    claims: dict[str, object] = {"sub": check_user_id(user_id, "user_id"), "iat": now, "exp": now + ttl_seconds}
     if settings.jwt_audience:
         claims["aud"] = settings.jwt_audience
     return jwt.encode(claims, settings.jwt_secret.get_secret_value(), algorithm=ALGORITHM)
 
 
-_verified: OrderedDict[tuple, tuple[int, float, str | None]] = OrderedDict()
+_verified: OrderedDict[tuple, tuple[str, float, str | None]] = OrderedDict()
 _VERIFIED_MAX = 50_000  # about 25 MB when full; a miss costs a signature check (~60 us)
 
 
-def user_from_authorization(settings: Settings, authorization: object, keys: KeySet | None = None) -> int:
+def user_from_authorization(settings: Settings, authorization: object, keys: KeySet | None = None) -> str:
     """The user id of an `Authorization: Bearer <token>` value, or Unauthenticated.
 
     keys: the OpenID provider's (jwks.py), when CHATGQL_OIDC_ISSUER is set; its fetch, if the
@@ -91,7 +92,7 @@ def user_from_authorization(settings: Settings, authorization: object, keys: Key
     return user_id
 
 
-def _verify(settings: Settings, authorization: object, keys: KeySet | None) -> tuple[int, float, str | None]:
+def _verify(settings: Settings, authorization: object, keys: KeySet | None) -> tuple[str, float, str | None]:
     if not isinstance(authorization, str) or not authorization:
         raise Unauthenticated("authentication required: send Authorization: Bearer <token>")
     scheme, _, token = authorization.strip().partition(" ")
@@ -113,7 +114,7 @@ def _verify(settings: Settings, authorization: object, keys: KeySet | None) -> t
     return user_id, expires, None
 
 
-def _verify_hs256(settings: Settings, token: str) -> tuple[int, float]:
+def _verify_hs256(settings: Settings, token: str) -> tuple[str, float]:
     try:
         claims = jwt.decode(
             token,
@@ -133,13 +134,13 @@ def _verify_hs256(settings: Settings, token: str) -> tuple[int, float]:
     if settings.jwt_audience is None and "aud" in claims:  # PyJWT lets an empty aud through
         raise Unauthenticated("the token is for another audience")
     try:
-        user_id = check_id(claims.get("sub"), "sub")
-    except BadUserInput:
-        raise Unauthenticated("the token's sub is not a user id") from None
+        user_id = check_user_id(_subject(claims.get("sub")), "sub")
+    except BadUserInput as error:
+        raise Unauthenticated(f"the token's sub is not a user id: {error.message}") from None
     return user_id, _remembered_until(settings, claims, 0.0)
 
 
-def _verify_oidc(settings: Settings, token: str, header: dict, keys: KeySet | None) -> tuple[int, float, str | None]:
+def _verify_oidc(settings: Settings, token: str, header: dict, keys: KeySet | None) -> tuple[str, float, str | None]:
     algorithm = header["alg"]
     if keys is None or settings.oidc_issuer is None:
         raise Unauthenticated(f"this server accepts no {algorithm} tokens (no identity provider is configured)")
@@ -184,13 +185,18 @@ def _verify_oidc(settings: Settings, token: str, header: dict, keys: KeySet | No
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise Unauthenticated(f"the token's user id at {where} is not a string or a number")
     try:
-        user_id = check_id(value, where)
-    except BadUserInput:
-        raise Unauthenticated(
-            f"the token's user id at {where} is not a decimal user id: chatgql's user ids are 64-bit "
-            "integers for now (map the provider's users to one in a claim: docs/operating/identity.md)"
-        ) from None
+        user_id = check_user_id(_subject(value), where)
+    except BadUserInput as error:
+        raise Unauthenticated(f"the token's user id at {where} is not a user id: {error.message}") from None
     return user_id, _remembered_until(settings, claims, leeway), found.kid
+
+
+def _subject(value: object) -> object:
+    """A claim's user id as text: a number (some providers' numeric ids, a token of before
+    string ids) is its decimal text, the id it always named."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
 
 
 def _remembered_until(settings: Settings, claims: dict, leeway: float) -> float:

@@ -231,12 +231,12 @@ def _erase(settings: Settings, args: argparse.Namespace, work: Callable[..., Awa
 
 def erase_user(args: argparse.Namespace) -> None:
     from .errors import BadUserInput
-    from .services.checks import check_id
+    from .services.checks import check_user_id
     from .services.erase import erase_user as erase
 
     settings = _settings()
     try:
-        user_id = check_id(args.user_id, "USER_ID")
+        user_id = check_user_id(args.user_id, "USER_ID")
     except BadUserInput as error:
         print(f"chatgql: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -256,10 +256,15 @@ def retention(args: argparse.Namespace) -> None:
 
 def token(args: argparse.Namespace) -> None:
     from .auth import issue_token
-    from .services.checks import check_id
+    from .errors import BadUserInput
+    from .services.checks import check_user_id
 
     settings = _settings()
-    user_id = check_id(args.user_id, "USER_ID")
+    try:
+        user_id = check_user_id(args.user_id, "USER_ID")
+    except BadUserInput as error:
+        print(f"chatgql: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         print(issue_token(settings, user_id, ttl_seconds=args.ttl))
     except ValueError as error:  # a ttl the server would refuse

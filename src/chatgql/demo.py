@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from .auth import issue_token
 from .errors import BadUserInput
-from .services.checks import check_id
+from .services.checks import check_user_id
 from .settings import Settings
 
 DEMO_PATH = "/demo"
@@ -61,12 +61,13 @@ class DemoFiles:
 async def _dev_token(settings: Settings, request: Request) -> Response:
     try:
         body = await request.json()
-        user_id = check_id(body.get("userId") if isinstance(body, dict) else None, "userId")
+        raw = body.get("userId") if isinstance(body, dict) else None
+        user_id = check_user_id(str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw, "userId")
     except (ValueError, BadUserInput) as error:
         message = str(error) if isinstance(error, BadUserInput) else 'send JSON: {"userId": "<a user id>"}'
         return JSONResponse({"errors": [{"message": message, "extensions": {"code": "BAD_USER_INPUT"}}]}, 400)
     token = issue_token(settings, user_id, min(DEV_TOKEN_TTL_SECONDS, settings.jwt_max_lifetime_seconds))
-    return JSONResponse({"token": token, "userId": str(user_id)}, headers={"cache-control": "no-store"})
+    return JSONResponse({"token": token, "userId": user_id}, headers={"cache-control": "no-store"})
 
 
 def demo_routes(settings: Settings) -> list[Route]:

@@ -6,6 +6,7 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Annotated
 
 from sqlalchemy import (
     BigInteger,
@@ -31,6 +32,13 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 metadata = MetaData()
 
+# A user id: the identity provider's subject, text of 1..255 characters (services/checks.check_user_id),
+# stored as text COLLATE "C" (migration 0014_text_user_ids): compared byte by byte, ordered so.
+USER_ID_TYPE = Text(collation="C")
+# A user id field of an event or a record: the events' wire form reads a number there as its decimal text
+# (an event written before 0014_text_user_ids, still in the outbox or on Kafka: events/types.py).
+UserId = Annotated[str, "user id"]
+
 conversation = Table(
     "conversation",
     metadata,
@@ -40,7 +48,7 @@ conversation = Table(
     Column("last_seq", BigInteger, nullable=False, server_default="0"),
     Column("last_message_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("created_by", BigInteger),  # a GROUP's creator (0004); NULL for DIRECT and older rows
+    Column("created_by", USER_ID_TYPE),  # a GROUP's creator (0004); NULL for DIRECT and older rows
     # conversation_member rows, kept by triggers on conversation_member (0007)
     Column("member_count", Integer, nullable=False, server_default="0"),
     # the newest change seq (edits, deletes: message_change), a second gap-free counter (0010)
@@ -61,7 +69,7 @@ conversation_member = Table(
     "conversation_member",
     metadata,
     Column("conversation_id", BigInteger, ForeignKey("conversation.id"), nullable=False),
-    Column("user_id", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
     Column("role", Text, nullable=False, server_default="MEMBER"),
     Column("last_read_seq", BigInteger, nullable=False, server_default="0"),
     Column("joined_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -93,13 +101,13 @@ message = Table(
     metadata,
     Column("conversation_id", BigInteger, ForeignKey("conversation.id"), nullable=False),
     Column("seq", BigInteger, nullable=False),
-    Column("sender_id", BigInteger, nullable=False),
+    Column("sender_id", USER_ID_TYPE, nullable=False),
     Column("client_msg_id", UUID(as_uuid=True), nullable=False),
     Column("body", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("edited_at", DateTime(timezone=True)),  # 0010
     Column("deleted_at", DateTime(timezone=True)),  # a tombstone: body '' (0010)
-    Column("deleted_by", BigInteger),
+    Column("deleted_by", USER_ID_TYPE),
     Column("reply_to_seq", BigInteger),  # the message it quotes, in the same conversation (0010c)
     Column("reply_count", Integer, nullable=False, server_default="0"),
     Column("last_reply_at", DateTime(timezone=True)),
@@ -130,7 +138,7 @@ class SentMessage:
     stores it adds seq and created_at: events/types.py MessageNew)."""
 
     conversation_id: int
-    sender_id: int
+    sender_id: UserId
     client_msg_id: uuid.UUID
     body: str
     reply_to_seq: int | None = _lifecycle(None)  # type: ignore[assignment]  # the seq of the message it quotes
@@ -149,7 +157,7 @@ class MessageRecord(SentMessage):
     created_at: datetime
     edited_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]
     deleted_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]  # a tombstone: body ''
-    deleted_by: int | None = _lifecycle(None)  # type: ignore[assignment]
+    deleted_by: UserId | None = _lifecycle(None)  # type: ignore[assignment]
     reply_count: int = _lifecycle(0)  # type: ignore[assignment]
     last_reply_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]
 
@@ -178,7 +186,7 @@ message_change = Table(
     Column("change_seq", BigInteger, nullable=False),
     Column("seq", BigInteger, nullable=False),
     Column("kind", Text, nullable=False),
-    Column("user_id", BigInteger),  # NULL: the operator (an erase, the retention policy: 0012_erase)
+    Column("user_id", USER_ID_TYPE),  # NULL: the operator (an erase, the retention policy: 0012_erase)
     Column("reason", Text),  # the operator's: 'ERASE' or 'RETENTION' (0012_erase); NULL for a user's change
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "change_seq"),
@@ -206,7 +214,7 @@ message_reaction = Table(
     metadata,
     Column("conversation_id", BigInteger, nullable=False),
     Column("seq", BigInteger, nullable=False),
-    Column("user_id", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
     Column("emoji", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "seq", "user_id", "emoji"),
@@ -247,7 +255,7 @@ message_mention = Table(
     "message_mention",
     metadata,
     Column("conversation_id", BigInteger, nullable=False),  # no foreign key: TRUNCATE conversation stays as it is
-    Column("user_id", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
     Column("seq", BigInteger, nullable=False),
     PrimaryKeyConstraint("conversation_id", "user_id", "seq"),
     CheckConstraint("seq > 0", name="message_mention_seq_check"),
@@ -257,15 +265,15 @@ message_mention = Table(
 user_setting = Table(
     "user_setting",
     metadata,
-    Column("user_id", BigInteger, primary_key=True),
+    Column("user_id", USER_ID_TYPE, primary_key=True),
     Column("private_receipts", Boolean, nullable=False, server_default="false"),
 )
 
 direct_pair = Table(
     "direct_pair",
     metadata,
-    Column("user_low", BigInteger, nullable=False),
-    Column("user_high", BigInteger, nullable=False),
+    Column("user_low", USER_ID_TYPE, nullable=False),
+    Column("user_high", USER_ID_TYPE, nullable=False),
     Column(
         "conversation_id",
         BigInteger,

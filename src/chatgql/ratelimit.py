@@ -16,7 +16,6 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -78,18 +77,18 @@ class RateLimiter:
         self.rate = rate
         self.burst = burst
         self._max_keys = max_keys
-        self._buckets: OrderedDict[Hashable, tuple[float, float]] = OrderedDict()
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    async def check(self, user_id: int) -> None:
+    async def check(self, user_id: str) -> None:
         """Take a token for user_id, or raise LIMIT_EXCEEDED with retryAfter (seconds)."""
         self.take(user_id)
 
-    def take(self, user_id: Hashable, now: float | None = None) -> None:
+    def take(self, user_id: str, now: float | None = None) -> None:
         wait = self.wait_for_token(user_id, now)
         if wait is not None:
             raise _limited(self.action, wait)
 
-    def wait_for_token(self, user_id: Hashable, now: float | None = None) -> float | None:
+    def wait_for_token(self, user_id: str, now: float | None = None) -> float | None:
         """Take a token for user_id: None when taken, else the seconds until there is one."""
         if self.rate <= 0:
             return None
@@ -161,7 +160,7 @@ class RedisStore:
         except Exception as error:
             log.warning("shared rate limits: Redis did not answer at start (%r); will count per process", error)
 
-    async def take(self, action: str, user_id: int, rate: float, burst: int) -> tuple[bool, float] | None:
+    async def take(self, action: str, user_id: str, rate: float, burst: int) -> tuple[bool, float] | None:
         """(taken, retry after) from Redis; None when Redis did not answer (count per process)."""
         now = time.monotonic()
         if now < self._down_until:
@@ -195,7 +194,7 @@ class SharedStore(Protocol):
 
     async def start(self, timeout: float = 5.0) -> None: ...
 
-    async def take(self, action: str, user_id: int, rate: float, burst: int) -> tuple[bool, float] | None: ...
+    async def take(self, action: str, user_id: str, rate: float, burst: int) -> tuple[bool, float] | None: ...
 
     async def close(self) -> None: ...
 
@@ -207,7 +206,7 @@ class SharedRateLimiter(RateLimiter):
         super().__init__(action, rate, burst)
         self.store = store
 
-    async def check(self, user_id: int) -> None:
+    async def check(self, user_id: str) -> None:
         if self.rate <= 0:
             return
         answer = await self.store.take(self.action, user_id, self.rate, self.burst)
@@ -276,6 +275,6 @@ class Limiters:
     def __getitem__(self, operation: str) -> RateLimiter:
         return self._by_operation[operation]  # KeyError: an operation missing from the table
 
-    async def check(self, operation: str, user_id: int) -> None:
+    async def check(self, operation: str, user_id: str) -> None:
         """LimitExceeded (reason RATE_LIMITED, retryAfter) when user_id has no token left for operation."""
         await self._by_operation[operation].check(user_id)

@@ -80,7 +80,7 @@ class ServeProcess:
         return env
 
     def token(self, user_id: int) -> str:
-        return issue_token(self.settings, user_id, ttl_seconds=3600)
+        return issue_token(self.settings, str(user_id), ttl_seconds=3600)
 
     def headers(self, user_id: int | None) -> dict[str, str]:
         headers = {"content-type": "application/json"}

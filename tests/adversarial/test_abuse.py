@@ -220,7 +220,7 @@ class BlockList:
 
     async def check_add_members(self, request: MembershipRequest) -> None:
         BlockList.asked.append(request)
-        if 666 in request.user_ids:
+        if "666" in request.user_ids:
             raise Forbidden("one of these people does not accept being added")
 
 
@@ -243,7 +243,7 @@ async def test_the_policy_refuses_a_group_with_someone_who_declines_and_nothing_
     error = await policed.error(CREATE_GROUP, {"t": "g", "m": ["2", "666"]}, user=1)
     assert error_code(error) == "FORBIDDEN"
     assert await _counts(engine) == before
-    assert BlockList.asked == [MembershipRequest(1, (2, 666), "GROUP", None)]
+    assert BlockList.asked == [MembershipRequest("1", ("2", "666"), "GROUP", None)]
 
 
 async def test_the_policy_is_asked_only_about_people_not_yet_in_the_group(policed, engine):
@@ -252,7 +252,7 @@ async def test_the_policy_is_asked_only_about_people_not_yet_in_the_group(police
     await policed.data(ADD_MEMBERS, {"c": cid, "u": ["2", "3", "1"]}, user=1)  # all present: nothing to ask
     assert BlockList.asked == []
     await policed.data(ADD_MEMBERS, {"c": cid, "u": ["2", "4"]}, user=1)
-    assert BlockList.asked == [MembershipRequest(1, (4,), "GROUP", int(cid))]
+    assert BlockList.asked == [MembershipRequest("1", ("4",), "GROUP", int(cid))]
     before = await _counts(engine)
     error = await policed.error(ADD_MEMBERS, {"c": cid, "u": ["5", "666"]}, user=2)
     assert error_code(error) == "FORBIDDEN"

@@ -83,7 +83,7 @@ async def test_a_cancelled_request_leaves_no_coroutine_unawaited(migrated_url, e
             ),
             {"c": int(cid)},
         )
-    await seed_history(migrated_url, int(cid), 1, 200)
+    await seed_history(migrated_url, int(cid), "1", 200)
     # The price and CPU bounds would refuse HEAVY before it runs: this test wants it running, then cut.
     async with serve_process(
         migrated_url,

@@ -57,7 +57,7 @@ async def test_normal_tokens_work(prod: ServeProcess):
     longest = prod.settings.jwt_max_lifetime_seconds
     for token in (
         prod.token(7),
-        issue_token(prod.settings, 7),  # the longest issue_token makes
+        issue_token(prod.settings, "7"),  # the longest issue_token makes
         _token({"sub": "7", "iat": now, "exp": now + longest}),
         _token({"sub": "7", "exp": now + 600}),
     ):
@@ -70,7 +70,7 @@ async def test_a_server_with_a_shorter_maximum_refuses_what_another_accepts(migr
     assert "errors" not in await _ask(prod, token)
     async with serve_process(migrated_url, CHATGQL_JWT_MAX_LIFETIME_SECONDS="600") as strict:
         assert "longer" in _refused(await _ask(strict, token))
-        assert "errors" not in await _ask(strict, issue_token(strict.settings, 7))
+        assert "errors" not in await _ask(strict, issue_token(strict.settings, "7"))
 
 
 async def test_a_token_with_an_aud_claim_is_refused_by_a_server_that_expects_no_audience(prod: ServeProcess):
@@ -98,8 +98,8 @@ async def test_with_an_audience_set_only_a_token_for_it_is_accepted(migrated_url
 def test_the_verified_token_cache_does_not_carry_a_token_past_a_shorter_maximum():
     lenient = load_settings(env="production", jwt_secret=SECRET)
     strict = load_settings(env="production", jwt_secret=SECRET, jwt_max_lifetime_seconds=600)
-    header = f"Bearer {issue_token(lenient, 9, ttl_seconds=3600)}"
-    assert user_from_authorization(lenient, header) == 9
+    header = f"Bearer {issue_token(lenient, '9', ttl_seconds=3600)}"
+    assert user_from_authorization(lenient, header) == "9"
     with pytest.raises(Unauthenticated):
         user_from_authorization(strict, header)
 
@@ -114,10 +114,10 @@ def test_development_refuses_a_token_without_exp_too():
 def test_issue_token_refuses_a_lifetime_the_server_would_refuse():
     settings = load_settings(jwt_max_lifetime_seconds=3600)
     with pytest.raises(ValueError):
-        issue_token(settings, 7, ttl_seconds=3601)
+        issue_token(settings, "7", ttl_seconds=3601)
     with pytest.raises(ValueError):
-        issue_token(settings, 7, ttl_seconds=0)
-    claims = jwt.decode(issue_token(settings, 7), options={"verify_signature": False})
+        issue_token(settings, "7", ttl_seconds=0)
+    claims = jwt.decode(issue_token(settings, "7"), options={"verify_signature": False})
     assert claims["exp"] - claims["iat"] == 3600
 
 

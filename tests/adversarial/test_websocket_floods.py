@@ -534,7 +534,7 @@ async def test_a_websocket_ends_when_its_token_expires(alone: ServeProcess, prot
     # Long enough for the first live event on a busy machine (the wait below is for the condition,
     # bounded well inside the token's life), short enough for a test.
     ttl = 15
-    token = issue_token(server.settings, member, ttl_seconds=ttl)
+    token = issue_token(server.settings, str(member), ttl_seconds=ttl)
     expires = time.time() + ttl
     ws = await websockets.connect(
         server.ws_url, subprotocols=[protocol], compression=None, ping_interval=None, proxy=None

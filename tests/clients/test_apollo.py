@@ -37,7 +37,7 @@ async def test_apollo_client_normalises_the_history_and_live_events_update_it(se
     for i in range(3):
         await api.send(1, cid, f"history {i}")
     long = await api.create_group(1, [2], title="long")
-    await seed_history(migrated_url, int(long), 1, LONG)
+    await seed_history(migrated_url, int(long), "1", LONG)
     report = await run_node_report(
         node,
         APOLLO,

@@ -62,7 +62,7 @@ MARK_READ = (
 
 @pytest.mark.parametrize("subprotocol", ["graphql-transport-ws", "graphql-ws"])
 async def test_gql_recipe_creates_sends_reads_history_subscribes_and_marks_read(server, subprotocol):
-    token1, token2 = issue_token(server.settings, 1), issue_token(server.settings, 2)
+    token1, token2 = issue_token(server.settings, "1"), issue_token(server.settings, "2")
     async with http_client(server.url, token1) as sender, http_client(server.url, token2) as reader:
         # 1. A group, and a message in it (user 1).
         group = await sender.execute(GraphQLRequest(CREATE_GROUP, variable_values={"t": "gql", "m": ["2"]}))

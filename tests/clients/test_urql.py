@@ -31,7 +31,7 @@ async def test_urql_recipe_creates_sends_reads_history_subscribes_and_marks_read
     assert (URQL / "node_modules" / "@urql" / "core").is_dir(), "run `npm ci` in tests/clients/urql (scripts/test does)"
     api = ChatApi.of(server, http)
     long = await api.create_group(1, [2], title="long")
-    await seed_history(migrated_url, int(long), 1, LONG)
+    await seed_history(migrated_url, int(long), "1", LONG)
     report = await run_node_report(
         node, URQL, "recipe.mjs", server.url, server.ws_url, api.token(1), api.token(2), long, str(LONG), timeout=90
     )

@@ -18,8 +18,8 @@ from chatgql.events.dispatch import Dispatcher, MembershipCache
 EVERY = 0.05
 
 
-async def _members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]]:
-    return 1, [1]
+async def _members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
+    return 1, ["1"]
 
 
 class _Feed:
@@ -64,7 +64,7 @@ async def test_a_stalled_event_loop_does_not_end_the_live_subscriptions():
         time.sleep(EVERY * MISSED_BEATS * 3)  # the loop runs nothing for 24 beat periods
         await feed.beats_heard(MISSED_BEATS + 2)  # and then runs again, long enough to judge
         assert feed.interrupts == 0, "a stall of the process's own event loop ended every subscription"
-        async with feed.dispatcher.subscribe(1, None, "message.new") as subscription:
+        async with feed.dispatcher.subscribe("1", None, "message.new") as subscription:
             await feed.dispatcher.dispatch({"type": "message.new", "conversationId": 1, "seq": 1})
             event = await asyncio.wait_for(anext(aiter(subscription)), 10)
             assert event["seq"] == 1

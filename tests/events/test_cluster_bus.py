@@ -375,10 +375,10 @@ async def test_rate_limits_are_shared_by_the_processes_and_counted_alone_without
     limiter = SharedRateLimiter("sendMessage", 0.05, 2, store)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chatgql.ratelimit"):
-        await limiter.check(7)
-        await limiter.check(7)
+        await limiter.check("7")
+        await limiter.check("7")
         with pytest.raises(LimitExceeded) as limited:
-            await limiter.check(7)
+            await limiter.check("7")
         assert limited.value.extensions["reason"] == "RATE_LIMITED"
     await store.close()
     assert store.fallbacks == 3

@@ -73,7 +73,7 @@ class Commits:
         self._database.event_hooks.remove(self)
 
 
-async def next_event(subscription: Subscription, what: str, user_id: int | None = None) -> tuple[dict, float]:
+async def next_event(subscription: Subscription, what: str, user_id: str | None = None) -> tuple[dict, float]:
     """The next event (of user_id, if given: others' read.updated are skipped) and how long it took."""
     started = time.monotonic()
     deadline = started + PROMPT
@@ -97,28 +97,28 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
     assert coalescer is not None
     delays: dict[str, float] = {}
     with Commits(database) as commits:
-        group = await conversation_service.do_create_group(database, 1, "wake", [2, 3], max_members=10)
+        group = await conversation_service.do_create_group(database, "1", "wake", ["2", "3"], max_members=10)
         assert commits.count == 1  # member.added committed
         async with (
-            dispatcher.subscribe(2, group, events.MESSAGE_NEW) as messages,
-            dispatcher.subscribe(2, group, events.READ_UPDATED) as reads,
+            dispatcher.subscribe("2", group, events.MESSAGE_NEW) as messages,
+            dispatcher.subscribe("2", group, events.READ_UPDATED) as reads,
         ):
             # 1. A send, called directly.
             cmid = uuid.uuid4()
-            result = await do_send_message(database, 1, group, cmid, "hello")
+            result = await do_send_message(database, "1", group, cmid, "hello")
             assert commits.count == 2
             event, delays["send"] = await next_event(messages, "a send's message.new")
             new = events.parse(event)
             assert new == events.MessageNew(
                 conversation_id=group,
-                sender_id=1,
+                sender_id="1",
                 client_msg_id=cmid,
                 body="hello",
                 seq=result.message.seq,
                 created_at=result.message.created_at,
             )
             # A retry stores nothing and writes no event: no commit of events, no wake-up.
-            assert (await do_send_message(database, 1, group, cmid, "hello")).duplicate
+            assert (await do_send_message(database, "1", group, cmid, "hello")).duplicate
             assert commits.count == 2
 
             # 2. Group commit: sends racing to one conversation share transactions; each commit
@@ -128,7 +128,7 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
             before = commits.count
             sent = await asyncio.gather(
                 *(
-                    do_send_message(database, (1, 3)[i % 2], group, uuid.uuid4(), f"m{i}", batcher=batcher)
+                    do_send_message(database, ("1", "3")[i % 2], group, uuid.uuid4(), f"m{i}", batcher=batcher)
                     for i in range(12)
                 )
             )
@@ -144,16 +144,18 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
 
             # 3. markRead, alone and through the coalescer: one commit each, prompt.
             for label, call in (
-                ("markRead", lambda seq: do_mark_read(database, 2, group, seq)),
-                ("coalesced markRead", lambda seq: do_mark_read(database, 2, group, seq, coalescer=coalescer)),
+                ("markRead", lambda seq: do_mark_read(database, "2", group, seq)),
+                ("coalesced markRead", lambda seq: do_mark_read(database, "2", group, seq, coalescer=coalescer)),
             ):
                 before = commits.count
                 target = seqs[0] if label == "markRead" else seqs[-1]
                 moved = await call(target)
                 assert moved.advanced and moved.last_read_seq == target
                 assert commits.count == before + 1
-                event, delays[label] = await next_event(reads, label, user_id=2)
-                assert events.parse(event) == events.ReadUpdated(conversation_id=group, user_id=2, last_read_seq=target)
+                event, delays[label] = await next_event(reads, label, user_id="2")
+                assert events.parse(event) == events.ReadUpdated(
+                    conversation_id=group, user_id="2", last_read_seq=target
+                )
                 assert not (await call(target)).advanced  # nothing moved: no event, no wake-up
                 assert commits.count == before + 1
 
@@ -162,7 +164,7 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
             with pytest.raises(_Abandoned):
                 async with database.transaction() as conn:
                     row = events.MessageNew(
-                        conversation_id=group, sender_id=1, client_msg_id=uuid.uuid4(), body="never"
+                        conversation_id=group, sender_id="1", client_msg_id=uuid.uuid4(), body="never"
                     ).outbox_row()
                     await outbox.append(conn, [row])
                     database.events_written(conn)
@@ -185,8 +187,8 @@ async def test_services_called_directly_wake_the_relay_once_per_commit_and_never
 
             # 5. A membership change, called directly: its event reaches the dispatcher promptly
             # (a removed member's subscriptions end).
-            async with dispatcher.subscribe(3, group, events.MESSAGE_NEW) as leaving:
-                await conversation_service.do_remove_member(database, 3, group, 3)
+            async with dispatcher.subscribe("3", group, events.MESSAGE_NEW) as leaving:
+                await conversation_service.do_remove_member(database, "3", group, "3")
                 assert commits.count == before + 2
                 with pytest.raises(NotFound):
                     await next_event(leaving, "member.removed")
@@ -211,8 +213,8 @@ async def test_a_graphql_mutation_wakes_the_relay_through_its_service(
     subscriber promptly."""
     runtime = slow_poll_server.runtime
     client = GraphQLClient(http, slow_poll_server.url, slow_poll_server.settings)
-    group = await conversation_service.do_create_group(runtime.deps.database, 1, "http", [2], max_members=10)
-    async with runtime.deps.dispatcher.subscribe(2, group, events.MESSAGE_NEW) as subscription:
+    group = await conversation_service.do_create_group(runtime.deps.database, "1", "http", ["2"], max_members=10)
+    async with runtime.deps.dispatcher.subscribe("2", group, events.MESSAGE_NEW) as subscription:
         for body in ("first: parsed and validated", "second: a prepared document"):
             data = await client.data(SEND, {"c": str(group), "m": str(uuid.uuid4()), "b": body}, user=1)
             event, _ = await next_event(subscription, f"sendMessage ({body})")

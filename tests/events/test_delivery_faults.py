@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
 from sqlalchemy import text
+
+from chatgql.events.consumer import FanoutConsumer
+from chatgql.events.publish import KafkaPublisher, ensure_topic
 
 from ..conftest import RunningServer
 from ..support.live import (
@@ -244,3 +250,85 @@ async def test_a_server_stops_promptly_while_kafka_is_down_and_its_backlog_is_pu
         if record.value["type"] == "message.new" and record.value["seq"] not in seqs:
             seqs.append(record.value["seq"])
     assert seqs == [1, 2, 3, 4, 5]
+
+
+class _Handed:
+    """A sink that takes every record (counted)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    async def hand_on(self, records) -> None:
+        self.records += len(records)
+
+
+class _BrokerGoesAtTheRebalance(FanoutConsumer):
+    """A consumer whose broker goes away just as a rebalance commits what was handed on
+    (the revoke listener's commit, `only` given), before that commit is sent."""
+
+    def __init__(self, kafka, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.kafka = kafka
+        self.broker_gone = asyncio.Event()
+        self.held: contextlib.ExitStack | None = None
+
+    async def _commit(self, consumer, only=None) -> None:
+        if only is not None and self.handed and not self.broker_gone.is_set():
+            await self.kafka.stop()
+            self.held = contextlib.ExitStack()
+            self.held.enter_context(hold_ports(self.kafka.port, self.kafka.port + 1))
+            self.broker_gone.set()
+        await super()._commit(consumer, only)
+
+
+async def test_a_consumer_stopped_while_a_rebalance_commits_to_a_gone_broker_stops_promptly(kafka, topic):
+    # aiokafka's commit retries forever, and once the consumer is closing it no longer looks for a
+    # coordinator: a commit running in the revoke listener then never ends, and the consumer's stop()
+    # (which waits for it) hung, even after Kafka came back.
+    _require_controllable(kafka)
+    group = f"fanout-{topic}"
+    await ensure_topic(kafka.bootstrap, topic, PARTITIONS, 1)
+    publisher = KafkaPublisher(kafka.bootstrap, topic)
+    await publisher.start()
+    sink = _Handed()
+    # The committer commits the first hand-off at once, then not for an hour: the second batch
+    # is handed on and not committed when the rebalance comes.
+    consumer = _BrokerGoesAtTheRebalance(
+        kafka, kafka.bootstrap, topic, group, sink, offset_reset="earliest", commit_interval=3600
+    )
+    running = asyncio.create_task(consumer.run())
+    other: AIOKafkaConsumer | None = None
+    joining: asyncio.Task | None = None
+    try:
+        await publisher.publish([(str(n), {"n": n}) for n in range(8)], [time.time()] * 8)
+        await wait_until(lambda: sink.records >= 8 and bool(consumer.committed), 60, "the first batch committed")
+        await publisher.publish([(str(n), {"n": n}) for n in range(8, 16)], [time.time()] * 8)
+        await wait_until(lambda: sink.records >= 16, 30, "the second batch handed on")
+        assert consumer.handed != consumer.committed
+        # A second member of the group: the first one's next heartbeat starts a rebalance. (Its start()
+        # waits for its join, which the broker's stop cuts short: it is a task of its own.)
+        other = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group)
+        joining = asyncio.create_task(other.start())
+        await asyncio.wait_for(consumer.broker_gone.wait(), 60)
+
+        running.cancel()
+        try:
+            await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 30)
+        except TimeoutError:
+            raise AssertionError(
+                "the consumer did not stop within 30 s of a rebalance's commit to a gone broker"
+            ) from None
+    finally:
+        if consumer.held is not None:
+            consumer.held.close()
+            await kafka.start()
+        if not running.done():  # hung: Kafka is back, and it still does not end
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 10)
+        if joining is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(joining, 30)
+        if other is not None:
+            await other.stop()
+        await publisher.stop()

@@ -93,12 +93,12 @@ def test_the_wire_keys_are_todays() -> None:
     assert MembersAdded.keys(PRODUCER) == {"conversationId", "userIds"}
     assert events.MemberRemoved.keys(PRODUCER) == {"conversationId", "userId"}
     cmid = uuid.UUID("00000000-0000-4000-8000-000000000001")
-    assert MessageNew(conversation_id=7, sender_id=3, client_msg_id=cmid, body="hi").outbox_row() == (
+    assert MessageNew(conversation_id=7, sender_id="3", client_msg_id=cmid, body="hi").outbox_row() == (
         "7",
         {
             "type": "message.new",
             "conversationId": 7,
-            "senderId": 3,
+            "senderId": "3",
             "clientMsgId": str(cmid),
             "body": "hi",
         },
@@ -123,16 +123,16 @@ def test_every_kind_round_trips_through_its_json(event: events.Event) -> None:
 
 def test_a_subscriber_reads_a_dispatched_coalesced_read_the_way_the_dispatcher_writes_it() -> None:
     """events/dispatch.py passes a coalesced read.updated on as {**event, coalesced, moves}."""
-    stored = {"type": "read.updated", "conversationId": 5, "userId": 9, "lastReadSeq": 12}
-    assert events.parse(stored) == ReadUpdated(conversation_id=5, user_id=9, last_read_seq=12)
+    stored = {"type": "read.updated", "conversationId": 5, "userId": "9", "lastReadSeq": 12}
+    assert events.parse(stored) == ReadUpdated(conversation_id=5, user_id="9", last_read_seq=12)
     coalesced = events.parse({**stored, "coalesced": True, "moves": 4})
-    assert coalesced == ReadUpdated(conversation_id=5, user_id=9, last_read_seq=12, coalesced=True, moves=4)
+    assert coalesced == ReadUpdated(conversation_id=5, user_id="9", last_read_seq=12, coalesced=True, moves=4)
     assert events.parse({**stored, "addedLater": 1}) == events.parse(stored)  # unknown keys: ignored
 
 
 def test_an_event_without_a_field_its_producer_or_the_store_fills_in_is_refused() -> None:
     with pytest.raises(ValueError, match="lastReadSeq"):
-        events.parse({"type": "read.updated", "conversationId": 5, "userId": 9})
+        events.parse({"type": "read.updated", "conversationId": 5, "userId": "9"})
     with pytest.raises(ValueError, match="senderId"):
         events.parse({"type": "message.new", "conversationId": 5, "clientMsgId": str(uuid.uuid4()), "body": "x"})
     with pytest.raises(KeyError):
@@ -146,7 +146,7 @@ def test_a_change_event_carries_the_message_with_its_optional_fields_null() -> N
     cmid = uuid.UUID("00000000-0000-4000-8000-000000000002")
     at = datetime(2026, 12, 1, tzinfo=UTC)
     edited = events.MessageEdited(
-        conversation_id=7, change_seq=2, seq=3, user_id=4, sender_id=4, client_msg_id=cmid, body="b", created_at=at
+        conversation_id=7, change_seq=2, seq=3, user_id="4", sender_id="4", client_msg_id=cmid, body="b", created_at=at
     )
     payload = edited.payload()
     assert "editedAt" not in payload and "deletedBy" not in payload and payload["changeSeq"] == 2
@@ -172,20 +172,20 @@ async def test_every_statement_that_writes_an_event_writes_what_its_definition_p
     rows: list = []
     with pytest.raises(_RolledBack):
         async with database.connection() as conn, conn.transaction():
-            group = (await conversations.insert_conversation(conn, "GROUP", "t", created_by=1)).id
-            added = await conversations.insert_members(conn, group, [(1, "OWNER"), (2, "MEMBER"), (3, "MEMBER")])
+            group = (await conversations.insert_conversation(conn, "GROUP", "t", created_by="1")).id
+            added = await conversations.insert_members(conn, group, [("1", "OWNER"), ("2", "MEMBER"), ("3", "MEMBER")])
             await outbox.append(conn, [MembersAdded(conversation_id=group, user_ids=added).outbox_row()])
 
-            def send_item(sender: int, body: str) -> tuple[int, uuid.UUID, str, dict, dict]:
+            def send_item(sender: str, body: str) -> tuple[str, uuid.UUID, str, dict, dict]:
                 cmid = uuid.uuid4()
                 new = MessageNew(conversation_id=group, sender_id=sender, client_msg_id=cmid, body=body)
                 return sender, cmid, body, new.payload(), ReadUpdated(conversation_id=group, user_id=sender).payload()
 
-            _, cmid, body, new, read = send_item(2, "first")
+            _, cmid, body, new, read = send_item("2", "first")
             row = await messages.send(
                 conn,
                 conversation_id=group,
-                sender_id=2,
+                sender_id="2",
                 client_msg_id=cmid,
                 body=body,
                 message_event=new,
@@ -194,15 +194,15 @@ async def test_every_statement_that_writes_an_event_writes_what_its_definition_p
                 read_keys=READ_KEYS,
             )
             assert row.outcome == "stored"
-            batch = [send_item(1, "a"), send_item(3, "b"), send_item(1, "c")]
+            batch = [send_item("1", "a"), send_item("3", "b"), send_item("1", "c")]
             stored = await messages.send_batch(conn, group, batch, MESSAGE_KEYS, READ_KEYS)
             assert [r.outcome for r in stored] == ["stored"] * 3
-            read = ReadUpdated(conversation_id=group, user_id=2).payload()
-            assert await reads.advance_watermark(conn, group, 2, 3, read, READ_KEYS) is not None
-            payloads = [ReadUpdated(conversation_id=group, user_id=uid).payload() for uid in (2, 3)]
-            moved = await reads.advance_watermarks(conn, [group, group], [2, 3], [4, 4], payloads, READ_KEYS)
+            read = ReadUpdated(conversation_id=group, user_id="2").payload()
+            assert await reads.advance_watermark(conn, group, "2", 3, read, READ_KEYS) is not None
+            payloads = [ReadUpdated(conversation_id=group, user_id=uid).payload() for uid in ("2", "3")]
+            moved = await reads.advance_watermarks(conn, [group, group], ["2", "3"], [4, 4], payloads, READ_KEYS)
             assert len(moved) == 2
-            await outbox.append(conn, [events.MemberRemoved(conversation_id=group, user_id=3).outbox_row()])
+            await outbox.append(conn, [events.MemberRemoved(conversation_id=group, user_id="3").outbox_row()])
             rows = await conn.fetch("SELECT msg_key, payload FROM outbox WHERE msg_key = $1 ORDER BY id", str(group))
             raise _RolledBack  # nothing of this commits
 
@@ -226,16 +226,16 @@ async def test_every_statement_that_writes_an_event_writes_what_its_definition_p
             summary.append((event.TYPE, event.conversation_id == group))
     assert summary == [
         ("member.added", True),
-        ("new", 2, 1),  # chat_send; nothing of others' unread: no read.updated
-        ("new", 1, 2),  # chat_send_batch: each send marks what others wrote before as read
-        ("read", 1, 2),
-        ("new", 3, 3),
-        ("read", 3, 3),
-        ("new", 1, 4),
-        ("read", 1, 4),
-        ("read", 2, 3),  # the markRead statement
-        ("read", 2, 4),  # its coalesced form
-        ("read", 3, 4),
+        ("new", "2", 1),  # chat_send; nothing of others' unread: no read.updated
+        ("new", "1", 2),  # chat_send_batch: each send marks what others wrote before as read
+        ("read", "1", 2),
+        ("new", "3", 3),
+        ("read", "3", 3),
+        ("new", "1", 4),
+        ("read", "1", 4),
+        ("read", "2", 3),  # the markRead statement
+        ("read", "2", 4),  # its coalesced form
+        ("read", "3", 4),
         ("member.removed", True),
     ]
 
@@ -249,13 +249,13 @@ async def test_the_statements_fill_in_the_keys_they_are_given_and_name_none_of_t
     they fill in from the caller (Event.store_keys()): given other keys, they write those."""
     with pytest.raises(_RolledBack):
         async with database.connection() as conn, conn.transaction():
-            group = (await conversations.insert_conversation(conn, "GROUP", "t", created_by=1)).id
-            await conversations.insert_members(conn, group, [(1, "OWNER"), (2, "MEMBER"), (3, "MEMBER")])
+            group = (await conversations.insert_conversation(conn, "GROUP", "t", created_by="1")).id
+            await conversations.insert_members(conn, group, [("1", "OWNER"), ("2", "MEMBER"), ("3", "MEMBER")])
             first = ["s1", "t1"], ["r1"]
             await messages.send(
                 conn,
                 conversation_id=group,
-                sender_id=2,
+                sender_id="2",
                 client_msg_id=uuid.uuid4(),
                 body="x",
                 message_event={"k": 1},
@@ -263,11 +263,11 @@ async def test_the_statements_fill_in_the_keys_they_are_given_and_name_none_of_t
                 message_keys=first[0],
                 read_keys=first[1],
             )
-            items = [(1, uuid.uuid4(), "y", {"k": 3}, {"k": 4}), (2, uuid.uuid4(), "z", {"k": 5}, {"k": 6})]
+            items = [("1", uuid.uuid4(), "y", {"k": 3}, {"k": 4}), ("2", uuid.uuid4(), "z", {"k": 5}, {"k": 6})]
             await messages.send_batch(conn, group, items, ["s2", "t2"], ["r2"])
-            await delivery.advance_delivered(conn, 1, [group], [3], [{"k": 9}], 1000, ["d"])
-            await reads.advance_watermark(conn, group, 1, 3, {"k": 7}, ["w"])
-            await reads.advance_watermarks(conn, [group], [3], [3], [{"k": 8}], ["ws"])
+            await delivery.advance_delivered(conn, "1", [group], [3], [{"k": 9}], 1000, ["d"])
+            await reads.advance_watermark(conn, group, "1", 3, {"k": 7}, ["w"])
+            await reads.advance_watermarks(conn, [group], ["3"], [3], [{"k": 8}], ["ws"])
             rows = await conn.fetch("SELECT payload FROM outbox WHERE msg_key = $1 ORDER BY id", str(group))
             found = [{key for key in row["payload"] if key != "k"} for row in rows]
             raise _RolledBack

@@ -33,7 +33,7 @@ async def test_edits_and_deletes_arrive_on_messagechanged_through_kafka_in_chang
         )
         # the operator's erase of user 1 (another process, as `chatgql erase-user 1`): seq 2 is a tombstone already
         operator = kafka_server.settings.model_copy(update={"migrate_on_start": False})
-        assert await cli._with_database(operator, lambda database: erase_user(database, 1)) == 1
+        assert await cli._with_database(operator, lambda database: erase_user(database, "1")) == 1
         got = [e["messageChanged"] for e in await op.collect(3, timeout=60)]
     assert [(g["changeSeq"], g["kind"], g["seq"]) for g in got] == [
         (1, "EDITED", 1),

@@ -9,7 +9,7 @@ from chatgql.auth import issue_token
 
 async def test_a_message_sent_over_http_arrives_on_a_subscription_through_kafka(kafka_server, http):
     settings = kafka_server.settings
-    headers = {"authorization": f"Bearer {issue_token(settings, 1)}"}
+    headers = {"authorization": f"Bearer {issue_token(settings, '1')}"}
     created = await http.post(
         kafka_server.url,
         json={"query": 'mutation { createGroup(title: "k", memberIds: ["2"]) { id } }'},
@@ -18,7 +18,9 @@ async def test_a_message_sent_over_http_arrives_on_a_subscription_through_kafka(
     cid = created.json()["data"]["createGroup"]["id"]
     async with websockets.connect(kafka_server.ws_url, subprotocols=["graphql-transport-ws"]) as ws:
         await ws.send(
-            json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {issue_token(settings, 2)}"}})
+            json.dumps(
+                {"type": "connection_init", "payload": {"Authorization": f"Bearer {issue_token(settings, '2')}"}}
+            )
         )
         assert json.loads(await ws.recv())["type"] == "connection_ack"
         await ws.send(

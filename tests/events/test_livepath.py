@@ -139,15 +139,15 @@ async def test_a_stalled_relay_ends_the_subscriptions_with_delivery_delayed_and_
 def _dispatcher(max_delay: float, buffer: int = 100) -> tuple[Dispatcher, list[int]]:
     loads: list[int] = []
 
-    async def members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]]:
+    async def members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
         loads.append(conversation_id)
-        return 50, list(range(1, 51))
+        return 50, [str(u) for u in range(1, 51)]
 
     return Dispatcher(MembershipCache(members), buffer=buffer, max_delay=max_delay), loads
 
 
 def _event(cid: int, seq: int) -> dict:
-    return {"type": "message.new", "conversationId": cid, "seq": seq, "senderId": 1, "body": "x"}
+    return {"type": "message.new", "conversationId": cid, "seq": seq, "senderId": "1", "body": "x"}
 
 
 async def _next(subscription) -> dict:
@@ -165,7 +165,7 @@ async def test_the_commit_time_travels_through_the_bus_beside_the_event_not_in_i
     try:
         await asyncio.wait_for(ready.wait(), 10)
         publisher = BusPublisher(bus)
-        async with dispatcher.subscribe(2, 1, "message.new") as sub:
+        async with dispatcher.subscribe("2", 1, "message.new") as sub:
             await publisher.publish([("1", _event(1, 1))], [time.time()])
             assert await _next(sub) == _event(1, 1)
             await bus.publish(orjson.dumps(_event(1, 2)).decode(), "1")  # no envelope: no commit time
@@ -184,7 +184,7 @@ async def test_the_commit_time_travels_through_the_bus_beside_the_event_not_in_i
 async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed():
     """A slow socket: the event sat in the subscription's buffer past the bound."""
     dispatcher, _ = _dispatcher(max_delay=0.3)
-    async with dispatcher.subscribe(2, 1, "message.new") as sub:
+    async with dispatcher.subscribe("2", 1, "message.new") as sub:
         await dispatcher.dispatch(_event(1, 1), time.time())
         assert (await _next(sub))["seq"] == 1  # in time
         await dispatcher.dispatch(_event(1, 2), time.time())
@@ -197,7 +197,7 @@ async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed(
             raise AssertionError("a late event was delivered")
     # Without a commit time (unknown) or without a bound, nothing is ever too late.
     unbounded, _ = _dispatcher(max_delay=0)
-    async with unbounded.subscribe(2, 1, "message.new") as sub:
+    async with unbounded.subscribe("2", 1, "message.new") as sub:
         await unbounded.dispatch(_event(1, 1), time.time() - 3600)
         await dispatcher.dispatch(_event(1, 2))
         assert (await _next(sub))["seq"] == 1
@@ -206,10 +206,12 @@ async def test_a_reader_that_takes_an_event_too_late_ends_with_delivery_delayed(
 async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_stays_bounded():
     dispatcher, loads = _dispatcher(max_delay=1.0, buffer=100)
     async with contextlib.AsyncExitStack() as stack:
-        readers = [await stack.enter_async_context(dispatcher.subscribe(uid, 1, "message.new")) for uid in range(2, 22)]
-        everyone = await stack.enter_async_context(dispatcher.subscribe(30, None, "message.new"))
-        bystander = await stack.enter_async_context(dispatcher.subscribe(2, 7, "message.new"))
-        outsider = await stack.enter_async_context(dispatcher.subscribe(99, None, "message.new"))  # not a member
+        readers = [
+            await stack.enter_async_context(dispatcher.subscribe(str(uid), 1, "message.new")) for uid in range(2, 22)
+        ]
+        everyone = await stack.enter_async_context(dispatcher.subscribe("30", None, "message.new"))
+        bystander = await stack.enter_async_context(dispatcher.subscribe("2", 7, "message.new"))
+        outsider = await stack.enter_async_context(dispatcher.subscribe("99", None, "message.new"))  # not a member
         await dispatcher.dispatch(_event(1, 0), time.time())  # fresh: delivered, and the members are known
         assert loads == [1]
         tasks = len(asyncio.all_tasks())
@@ -231,7 +233,7 @@ async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_sta
 
     # Membership not known here: every all-conversations subscriber may be a member, all end.
     dispatcher, loads = _dispatcher(max_delay=1.0)
-    async with dispatcher.subscribe(99, None, "message.new") as maybe:
+    async with dispatcher.subscribe("99", None, "message.new") as maybe:
         await dispatcher.dispatch(_event(1, 1), time.time() - 10)
         assert loads == [] and dispatcher.delayed == 1
         with pytest.raises(DeliveryDelayed):
@@ -239,7 +241,7 @@ async def test_a_stale_flood_is_shed_without_reads_or_tasks_and_every_buffer_sta
 
     # Fresh events flooding a reader that never reads: its buffer holds at most `buffer`.
     dispatcher, loads = _dispatcher(max_delay=1.0, buffer=100)
-    async with dispatcher.subscribe(2, 1, "message.new") as idle, dispatcher.subscribe(3, 1, "message.new") as fast:
+    async with dispatcher.subscribe("2", 1, "message.new") as idle, dispatcher.subscribe("3", 1, "message.new") as fast:
         got = []
         for start in range(0, 5_000, 100):  # a batch at most the buffer: the fast reader keeps up
             await dispatcher.dispatch_many([(_event(1, s), time.time()) for s in range(start + 1, start + 101)])

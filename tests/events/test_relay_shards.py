@@ -74,11 +74,11 @@ async def outbox_rows(database: Database) -> int:
 async def test_slots_are_a_fixed_hash_of_the_key_written_by_every_writer(database: Database) -> None:
     """The slot never depends on the shard count and must never change (pinned values): a
     conversation that moved slots could be relayed by two shards at once, out of order."""
-    group = await conversation_service.do_create_group(database, 1, "g", [2], max_members=10)
-    await do_send_message(database, 1, group, uuid.uuid4(), "hello")  # chat_send: message.new
-    await do_send_message(database, 2, group, uuid.uuid4(), "hi")  # and read.updated
-    await read_service.do_mark_read(database, 1, group, 2)  # the markRead statement
-    await conversation_service.do_add_members(database, 1, group, [3], max_members=10)  # outbox.append
+    group = await conversation_service.do_create_group(database, "1", "g", ["2"], max_members=10)
+    await do_send_message(database, "1", group, uuid.uuid4(), "hello")  # chat_send: message.new
+    await do_send_message(database, "2", group, uuid.uuid4(), "hi")  # and read.updated
+    await read_service.do_mark_read(database, "1", group, 2)  # the markRead statement
+    await conversation_service.do_add_members(database, "1", group, ["3"], max_members=10)  # outbox.append
     async with database.connection() as conn:
         rows = await conn.fetch("SELECT msg_key, slot, payload->>'type' AS type FROM outbox ORDER BY id")
         pinned = await conn.fetch(
@@ -219,7 +219,8 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
     all four shards within seconds, and every event reaches the topic, in order after
     dedupe, any duplicate being a re-send of the same event."""
     groups = [
-        await conversation_service.do_create_group(database, 1, f"g{i}", [2, 3], max_members=10) for i in range(40)
+        await conversation_service.do_create_group(database, "1", f"g{i}", ["2", "3"], max_members=10)
+        for i in range(40)
     ]
     steady, streamed = groups[:20], groups[20:]
     wakeup = RelayWakeup(database)  # what an API process does after a commit: pg_notify
@@ -228,7 +229,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
     relays = [ChatProcess(f"relay{i}", ["relay"], env, tmp_path) for i in (1, 2)]
     sent: dict[int, list[int]] = defaultdict(list)
 
-    async def send(group: int, sender: int) -> None:
+    async def send(group: int, sender: str) -> None:
         result = await do_send_message(database, sender, group, uuid.uuid4(), f"{sender}")
         sent[group].append(result.message.seq)
         wakeup.wake()
@@ -251,9 +252,9 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
             for i in itertools.count():
                 if handed_over.is_set() and i >= 20:
                     break
-                await send(group, 1 + i % 3)
+                await send(group, str(1 + i % 3))
                 await asyncio.sleep(0.05)
-            await read_service.do_mark_read(database, 2, group, len(sent[group]))
+            await read_service.do_mark_read(database, "2", group, len(sent[group]))
             wakeup.wake()
 
         writing = asyncio.gather(*(steady_sender(group) for group in steady))
@@ -280,7 +281,7 @@ async def test_two_relay_processes_share_the_shards_and_one_killed_is_taken_over
             for n in itertools.count():
                 if stop.is_set():
                     return
-                await send(streamed[(worker + n * 4) % len(streamed)], 1 + n % 3)
+                await send(streamed[(worker + n * 4) % len(streamed)], str(1 + n % 3))
 
         workers = [asyncio.create_task(stream(w)) for w in range(4)]
         try:

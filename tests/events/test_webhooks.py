@@ -46,7 +46,7 @@ def _policy(event: dict, attempt: int) -> str:
     """Every third message: refused (503), then too slow (past the timeout), then taken; what user
     4 sends: always refused (dead letters)."""
     data = event["data"]
-    if data["senderId"] == 4:
+    if data["senderId"] == "4":
         return "fail"
     if data["seq"] % 3 == 1:
         return {1: "fail", 2: "hang"}.get(attempt, "ok")
@@ -85,7 +85,7 @@ async def test_webhooks_survive_failures_and_timeouts_in_order_signed_and_dead_l
             doomed = await api.create_group(4, [5])
             receiver.policy = _policy
             async with await ws_connect(server, 2):  # user 2 online, user 1 not
-                await wait_until(lambda: server.runtime.presence.here(2), 5, "user 2 online")
+                await wait_until(lambda: server.runtime.presence.here("2"), 5, "user 2 online")
                 for _ in range(6):
                     await api.send(1, pair)
                     await api.send(2, pair)
@@ -117,7 +117,7 @@ async def test_webhooks_survive_failures_and_timeouts_in_order_signed_and_dead_l
                     str,
                     [
                         {"memberCount": 2, "offline": []},  # 1 -> pair: 2 is online
-                        {"memberCount": 2, "offline": [1]},  # 2 -> pair
+                        {"memberCount": 2, "offline": ["1"]},  # 2 -> pair
                         {"memberCount": 3, "bigGroup": True, "offline": None},  # 1 -> big: a notice
                     ],
                 )
@@ -131,7 +131,7 @@ async def test_webhooks_survive_failures_and_timeouts_in_order_signed_and_dead_l
             receiver.policy = lambda event, attempt: "ok"
             assert "queued again: 3" in await _cli("webhooks", "replay", "--all")
             await wait_until(lambda: len(receiver.taken_keys()) == 21, 10, "the 3 replayed messages taken")
-            dead_ids = {r.webhook_id for r in receiver.requests if r.event["data"]["senderId"] == 4}
+            dead_ids = {r.webhook_id for r in receiver.requests if r.event["data"]["senderId"] == "4"}
             assert len(dead_ids) == 3  # the same id before and after the replay
             seen = await metrics(http, server)
             assert seen["chatgql_webhooks_delivered_total"] >= 21

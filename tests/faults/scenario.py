@@ -916,7 +916,7 @@ async def read_stored(engine) -> tuple[list[dict], dict[int, int], dict[tuple[in
         ).all()
         last_seqs = dict((await conn.execute(text("SELECT id, last_seq FROM conversation"))).all())
         watermarks = {
-            (cid, uid): seq
+            (cid, int(uid)): seq  # the scenario's users are numbers; stored ids are their text
             for cid, uid, seq in (
                 await conn.execute(text("SELECT conversation_id, user_id, last_read_seq FROM conversation_member"))
             ).all()
@@ -964,7 +964,7 @@ async def read_changes(engine) -> ChangeState:
         for cid, change_seq, seq, kind, user in await rows(
             "SELECT conversation_id, change_seq, seq, kind, user_id FROM message_change"
         ):
-            state.log[(str(cid), change_seq)] = (seq, kind, user)
+            state.log[(str(cid), change_seq)] = (seq, kind, _user(user))
         for cid, seq, body, edited, deleted, deleted_by in await rows(
             "SELECT conversation_id, seq, body, edited_at IS NOT NULL, deleted_at IS NOT NULL, deleted_by FROM message"
         ):
@@ -972,14 +972,14 @@ async def read_changes(engine) -> ChangeState:
                 "body": body,
                 "edited": edited,
                 "deleted": deleted,
-                "deleted_by": deleted_by,
+                "deleted_by": _user(deleted_by),
             }
         for cid, seq, body in await rows(
             "SELECT conversation_id, seq, body FROM message_edit ORDER BY conversation_id, seq, change_seq"
         ):
             state.edits.setdefault((str(cid), seq), []).append(body)
         state.reactions = {
-            (str(c), s, u, e)
+            (str(c), s, _user(u), e)
             for c, s, u, e in await rows("SELECT conversation_id, seq, user_id, emoji FROM message_reaction")
         }
         state.counts = {
@@ -990,7 +990,7 @@ async def read_changes(engine) -> ChangeState:
             f"SELECT m.conversation_id, m.user_id, {OWN_READ}, GREATEST(m.delivered_seq, m.last_read_seq), m.muted,"
             " m.archived_seq IS NOT NULL, m.pinned_at IS NOT NULL FROM conversation_member m"
         ):
-            state.own[(str(cid), user)] = {
+            state.own[(str(cid), _user(user))] = {
                 "lastReadSeq": own_read,
                 "deliveredSeq": delivered,
                 "muted": muted,
@@ -998,6 +998,11 @@ async def read_changes(engine) -> ChangeState:
                 "pinned": pinned,
             }
     return state
+
+
+def _user(stored: str | None) -> int | None:
+    """A stored user id (text since 0014_text_user_ids) as the scenario names its users: numbers."""
+    return None if stored is None else int(stored)
 
 
 def as_sent(messages: list[dict], changed: set[tuple[str, int]], sent_bodies: dict[str, str]) -> None:

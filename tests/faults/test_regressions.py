@@ -86,8 +86,8 @@ async def test_a_subscription_taken_while_the_bus_feed_is_down_is_told_to_resync
     await feed_bus.connect()
     await publisher.connect()
 
-    async def members(conversation_id: int, subscribed: list[int]) -> tuple[int, list[int]]:
-        return 1, [1]  # (member_count, member ids)
+    async def members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
+        return 1, ["1"]  # (member_count, member ids)
 
     dispatcher = Dispatcher(MembershipCache(members), buffer=100)
     ready = asyncio.Event()
@@ -103,13 +103,13 @@ async def test_a_subscription_taken_while_the_bus_feed_is_down_is_told_to_resync
 
     try:
         await asyncio.wait_for(ready.wait(), 10)
-        async with dispatcher.subscribe(1, None, "message.new") as early:
+        async with dispatcher.subscribe("1", None, "message.new") as early:
             await publisher.publish(message(1))
             assert (await asyncio.wait_for(next_event(early), 10))["seq"] == 1
             proxy.refuse()  # the feed loses Redis
             with pytest.raises(StreamInterrupted):
                 await asyncio.wait_for(next_event(early), 30)
-        async with dispatcher.subscribe(1, None, "message.new") as late:  # subscribes again at once
+        async with dispatcher.subscribe("1", None, "message.new") as late:  # subscribes again at once
             await publisher.publish(message(2))  # nobody listens for the feed: lost for the live path
             await asyncio.sleep(0.5)
             proxy.restore()

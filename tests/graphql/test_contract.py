@@ -394,11 +394,12 @@ def _auth_cases(secret: str) -> dict[str, dict[str, str]]:
             "authorization": "Bearer " + _token({"sub": "7", "exp": later}, "another-secret-" + "x" * 32)
         },
         "expired": {"authorization": "Bearer " + _token({"sub": "7", "iat": now - 7200, "exp": now - 3600}, secret)},
-        "sub-not-a-number": {"authorization": "Bearer " + _token({"sub": "abc", "exp": later}, secret)},
+        # a user id is any string of 1..255 characters without control characters ("abc", "0", "-7" are)
+        "sub-control-character": {"authorization": "Bearer " + _token({"sub": "7\n", "exp": later}, secret)},
         "sub-missing": {"authorization": "Bearer " + _token({"exp": later}, secret)},
-        "sub-zero": {"authorization": "Bearer " + _token({"sub": "0", "exp": later}, secret)},
-        "sub-negative": {"authorization": "Bearer " + _token({"sub": "-7", "exp": later}, secret)},
-        "sub-beyond-int64": {"authorization": "Bearer " + _token({"sub": str(2**63), "exp": later}, secret)},
+        "sub-empty": {"authorization": "Bearer " + _token({"sub": "", "exp": later}, secret)},
+        "sub-nul": {"authorization": "Bearer " + _token({"sub": "\x00", "exp": later}, secret)},
+        "sub-256-characters": {"authorization": "Bearer " + _token({"sub": "u" * 256, "exp": later}, secret)},
         "alg-none": {"authorization": "Bearer " + jwt.encode({"sub": "7", "exp": later}, None, algorithm="none")},
         "tampered-payload": {"authorization": "Bearer " + _tampered(_token({"sub": "7", "exp": later}, secret))},
     }

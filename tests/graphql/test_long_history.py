@@ -38,7 +38,7 @@ def ends(connection: dict) -> tuple[str, str]:
 async def test_5000_messages_paged_forward_and_backward_are_each_seen_once_in_order(server, client, migrated_url):
     assert server.settings.max_catch_up == BOUND
     cid = await create_group(client, 1, [2])
-    await seed_history(migrated_url, int(cid), 1, TOTAL)
+    await seed_history(migrated_url, int(cid), "1", TOTAL)
 
     async def page(**arguments) -> dict:
         return (await client.data(QUERY, {"c": cid, **arguments}, user=2))["messages"]
@@ -90,7 +90,7 @@ async def test_a_cursor_far_behind_gets_the_page_right_after_it_with_gap_too_lon
     server, client, migrated_url
 ):
     cid = await create_group(client, 1, [2])
-    await seed_history(migrated_url, int(cid), 1, 1531)
+    await seed_history(migrated_url, int(cid), "1", 1531)
     # What a client saw jump to 1,432..1,531: the page after "100" is 101..200.
     for query, path in (
         (QUERY, ("messages",)),

@@ -132,7 +132,7 @@ async def test_a_delete_leaves_a_tombstone_erases_the_content_and_fixes_unread_c
                 text("SELECT body, deleted_by FROM message WHERE conversation_id = :c AND seq = 2"), {"c": int(cid)}
             )
         ).one()
-        assert tuple(row) == ("", 1)
+        assert tuple(row) == ("", "1")
         assert (await conn.execute(text("SELECT count(*) FROM message_edit"))).scalar() == 0  # erased, not hidden
     # user 2 had not read it: 3 unread now; user 3 had: still 1 (seq 4)
     c2, c3 = await conversation(api, 2, cid), await conversation(api, 3, cid)
@@ -186,7 +186,7 @@ async def test_unread_after_a_delete_is_kept_on_write_not_counted_over_history(a
                 {"c": int(cid)},
             )
         ).all()
-        assert [tuple(r) for r in rows] == [(1, 0), (2, 1)]  # the sender had read it: not counted
+        assert [tuple(r) for r in rows] == [("1", 0), ("2", 1)]  # the sender had read it: not counted
         plan = (
             await conn.execute(
                 text(
@@ -202,7 +202,7 @@ async def test_unread_after_a_delete_is_kept_on_write_not_counted_over_history(a
     async with engine.connect() as conn:
         assert (
             await conn.execute(
-                text("SELECT unread_deleted FROM conversation_member WHERE conversation_id = :c AND user_id = 2"),
+                text("SELECT unread_deleted FROM conversation_member WHERE conversation_id = :c AND user_id = '2'"),
                 {"c": int(cid)},
             )
         ).scalar() == 0
@@ -325,9 +325,9 @@ async def test_a_retry_of_a_message_edited_or_deleted_since_is_its_acknowledgeme
     database = await db.Database(migrated_url, max_size=1).open()
     try:  # the group-committed path: chat_send_batch
         items = [
-            (1, uuid.UUID(edited), "first", {}, {}),
-            (1, uuid.UUID(deleted), "x", {}, {}),
-            (1, uuid.UUID(edited), "else", {}, {}),
+            ("1", uuid.UUID(edited), "first", {}, {}),
+            ("1", uuid.UUID(deleted), "x", {}, {}),
+            ("1", uuid.UUID(edited), "else", {}, {}),
         ]
         async with database.transaction() as conn:
             rows = await messages.send_batch(conn, int(cid), items, MESSAGE_KEYS, READ_KEYS)

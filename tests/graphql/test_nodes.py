@@ -51,11 +51,12 @@ async def api(server, http) -> ChatApi:
 
 def test_ids_parse_back_to_what_they_name_and_nothing_else():
     assert ids.parse(ids.message_id(7, 42)) == ids.GlobalId("Message", (7, 42))
-    assert ids.parse(ids.member_id(7, 3)) == ids.GlobalId("Member", (7, 3))
-    assert ids.parse(ids.viewer_id(2**63 - 1)) == ids.GlobalId("Viewer", (2**63 - 1,))
+    assert ids.parse(ids.member_id(7, "3")) == ids.GlobalId("Member", (7,), "3")
+    assert ids.parse(ids.viewer_id(str(2**63 - 1))) == ids.GlobalId("Viewer", (), str(2**63 - 1))
+    assert ids.parse(ids.member_id(7, "auth0|a:b")) == ids.GlobalId("Member", (7,), "auth0|a:b")
     assert ids.parse("42") == ids.GlobalId("Conversation", (42,))
     # Opaque ids are never all digits, so they cannot collide with a conversation's id.
-    assert not any(i.isdigit() for i in (ids.message_id(1, 1), ids.member_id(1, 1), ids.viewer_id(1)))
+    assert not any(i.isdigit() for i in (ids.message_id(1, 1), ids.member_id(1, "1"), ids.viewer_id("1")))
     raw = lambda text: base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")  # noqa: E731
     refused = [
         "",
@@ -69,7 +70,9 @@ def test_ids_parse_back_to_what_they_name_and_nothing_else():
         raw("Message:01:2"),
         raw("Message:1:2:3"),
         raw("Nope:1:2"),
-        raw("Viewer:-1"),
+        raw("Viewer:"),  # not a user id: empty, a control character, 256 characters
+        raw("Viewer:a\nb"),
+        raw("Member:1:" + "u" * 256),
         raw("Viewer:1") + "==",
         raw(f"Member:{2**63}:1"),
         42,

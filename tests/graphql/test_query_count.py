@@ -247,7 +247,7 @@ query($c: ID!, $n: Int!) {
 
 
 async def test_history_page_of_200_with_seen_fields_runs_as_many_statements_as_a_page_of_10(server, engine, client):
-    members = list(range(2, 22))
+    members = [str(u) for u in range(2, 22)]  # seenBy is in text order: "10" before "2"
     (cid,) = await create_groups(client, 1, members, 1)
     await send_many(client, 1, cid, 250)
     for n, user in enumerate(members):  # watermarks spread over the history

@@ -228,7 +228,7 @@ async def test_a_duplicate_delivery_reaches_a_resumed_subscriber_once(server, ap
             "type": "message.new",
             "conversationId": int(cid),
             "seq": 1,
-            "senderId": 1,
+            "senderId": "1",
             "clientMsgId": "6f1c6a52-5a3e-4a43-9e0d-3b7d1f7c2a11",
             "body": "once",
             "createdAt": "2026-01-01T00:00:00+00:00",

@@ -40,9 +40,9 @@ def _context(request, authorization: str | None = None) -> Context:
 
 def test_a_websocket_viewer_is_unauthenticated_once_its_token_expired(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings(env="development")
-    token = issue_token(settings, 7, ttl_seconds=60)
+    token = issue_token(settings, "7", ttl_seconds=60)
     context = _context(_websocket(), f"Bearer {token}")
-    assert context.viewer_id == 7
+    assert context.viewer_id == "7"
     assert context.token_expires_at is not None and abs(context.token_expires_at - (time.time() + 60)) < 5
     later = context.token_expires_at + 0.001
     monkeypatch.setattr(context_module.time, "time", lambda: later)
@@ -54,17 +54,17 @@ def test_a_websocket_viewer_is_unauthenticated_once_its_token_expired(monkeypatc
 
 def test_an_http_request_keeps_no_expiry_of_its_own() -> None:
     settings = load_settings(env="development")
-    token = issue_token(settings, 7, ttl_seconds=60)
+    token = issue_token(settings, "7", ttl_seconds=60)
     scope = {"type": "http", "method": "POST", "path": "/graphql", "query_string": b""}
     scope["headers"] = [(b"authorization", f"Bearer {token}".encode())]
     context = _context(Request(scope))
-    assert context.viewer_id == 7
+    assert context.viewer_id == "7"
     assert context.token_expires_at is None  # a request is over in seconds: verified once is enough
 
 
 def test_token_expiry_reads_exp_and_nothing_else() -> None:
     settings = load_settings(env="development")
-    token = issue_token(settings, 7, ttl_seconds=120)
+    token = issue_token(settings, "7", ttl_seconds=120)
     expires = token_expiry(f"Bearer {token}")
     assert expires is not None and abs(expires - (time.time() + 120)) < 5
     assert token_expiry("Bearer not-a-token") is None

@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from chatgql.auth import issue_token, user_from_authorization
-from chatgql.errors import Unauthenticated
 from chatgql.jwks import KeySet
 from chatgql.settings import load_settings
 
@@ -144,7 +143,7 @@ async def test_es256_and_eddsa_tokens_of_the_provider_are_accepted(
 async def test_hs256_tokens_of_chatgql_keep_working_beside_the_provider(
     oidc_server: RunningServer, http: httpx.AsyncClient
 ) -> None:
-    assert await viewer(http, oidc_server, issue_token(oidc_server.settings, 77)) == "77"
+    assert await viewer(http, oidc_server, issue_token(oidc_server.settings, "77")) == "77"
 
 
 async def test_the_user_id_is_read_at_a_namespaced_claim_path(oidc_server: RunningServer, keycloak: Keycloak) -> None:
@@ -152,7 +151,7 @@ async def test_the_user_id_is_read_at_a_namespaced_claim_path(oidc_server: Runni
     assert claims(token)["https://hasura.io/jwt/claims"] == {"x-hasura-user-id": "1001"}
     keys = oidc_server.runtime.deps.keys
     hasura = load_settings(oidc_issuer=keycloak.issuer, oidc_audience=AUDIENCE, oidc_user_id_claim=HASURA_CLAIM)
-    assert user_from_authorization(hasura, f"Bearer {token}", keys) == 1001
+    assert user_from_authorization(hasura, f"Bearer {token}", keys) == "1001"
 
 
 # --- refused ---------------------------------------------------------------------------------
@@ -228,7 +227,7 @@ async def test_alg_none_and_hs_rs_confusion_are_refused(
     assert await refusal(http, oidc_server, rs512) == "the token's algorithm 'RS512' is not accepted here"
 
 
-async def test_a_claim_path_that_is_not_in_the_token_and_a_subject_that_is_not_decimal_are_refused(
+async def test_a_claim_path_that_is_not_in_the_token_is_refused_and_a_uuid_subject_is_the_user_id(
     oidc_server: RunningServer, keycloak: Keycloak, http: httpx.AsyncClient
 ) -> None:
     carol = await keycloak.token("carol")  # no chat id attribute: no chat_user_id claim
@@ -236,12 +235,12 @@ async def test_a_claim_path_that_is_not_in_the_token_and_a_subject_that_is_not_d
     assert await refusal(http, oidc_server, carol) == (
         "the token has no user id at chat_user_id (CHATGQL_OIDC_USER_ID_CLAIM)"
     )
-    # Keycloak's sub is a UUID: string user ids are a later item, refused clearly until then
+    # Keycloak's sub is a UUID: a user id as it is (string user ids, issue 22)
     alice = await keycloak.token("alice")
-    uuid.UUID(claims(alice)["sub"])
+    subject = claims(alice)["sub"]
+    uuid.UUID(subject)
     by_sub = load_settings(oidc_issuer=keycloak.issuer, oidc_audience=AUDIENCE, oidc_user_id_claim="sub")
-    with pytest.raises(Unauthenticated, match="the token's user id at sub is not a decimal user id"):
-        user_from_authorization(by_sub, f"Bearer {alice}", oidc_server.runtime.deps.keys)
+    assert user_from_authorization(by_sub, f"Bearer {alice}", oidc_server.runtime.deps.keys) == subject
 
 
 # --- the key endpoint ------------------------------------------------------------------------
@@ -304,7 +303,7 @@ async def test_a_slow_key_endpoint_does_not_block_other_requests(
         await wait_until(lambda: proxy.held >= 1 or waiting.done(), 30, "the fetch to reach the key endpoint")
         # the fetch waits at the endpoint; the server answers everyone else meanwhile
         assert await viewer(http, server, await keycloak.token("alice")) == "1001"
-        assert await viewer(http, server, issue_token(server.settings, 5)) == "5"
+        assert await viewer(http, server, issue_token(server.settings, "5")) == "5"
         assert not waiting.done()
         proxy.released.set()
         assert "does not publish" in await waiting

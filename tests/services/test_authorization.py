@@ -181,14 +181,14 @@ def bad_authorization(kind: str, secret: str) -> str | None:
     claims = {
         "expired": {"sub": str(OWNER), "iat": now - 7200, "exp": now - 60},
         "other-key": {"sub": str(OWNER), "exp": later},
-        "sub-not-numeric": {"sub": "owner", "exp": later},
+        "sub-not-a-user-id": {"sub": str(OWNER) + "\n", "exp": later},  # a control character
         "no-sub": {"exp": later},
     }[kind]
     key = "another-secret-that-is-not-the-servers-0123456789" if kind == "other-key" else secret
     return "Bearer " + _signed(claims, key)
 
 
-TOKEN_KINDS = ["expired", "other-key", "sub-not-numeric", "no-sub", "no-token"]
+TOKEN_KINDS = ["expired", "other-key", "sub-not-a-user-id", "no-sub", "no-token"]
 
 
 def test_the_bad_tokens_differ_from_a_good_one_only_in_what_makes_them_bad():
@@ -199,7 +199,7 @@ def test_the_bad_tokens_differ_from_a_good_one_only_in_what_makes_them_bad():
     settings = make_settings("postgresql://unused/unused")
     secret = settings.jwt_secret.get_secret_value()
     good = "Bearer " + _signed({"sub": str(OWNER), "exp": int(time.time()) + 60}, secret)
-    assert user_from_authorization(settings, good) == OWNER
+    assert user_from_authorization(settings, good) == str(OWNER)
     for kind in TOKEN_KINDS:
         with pytest.raises(Unauthenticated):
             user_from_authorization(settings, bad_authorization(kind, secret))

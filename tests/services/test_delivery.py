@@ -189,19 +189,19 @@ async def test_a_subscriber_gets_each_coalesced_move_once_and_the_final_state(se
         for cid in cids:
             for user in users:
                 answer = await delivered(api, user, cid, 0)  # moves nothing: the current value
-                state[(cid, user)] = answer["deliveredSeq"]
+                state[(cid, str(user))] = answer["deliveredSeq"]
         async with engine_of(server) as conn:
             raw = {
                 (str(r["conversation_id"]), r["user_id"]): r["delivered_seq"]
                 for r in await conn.fetch("SELECT conversation_id, user_id, delivered_seq FROM conversation_member")
             }
-        received: dict[tuple[str, int], list[int]] = {}
+        received: dict[tuple[str, str], list[int]] = {}
 
         def done(events: list[dict]) -> bool:
             received.clear()
             for e in events:
                 d = e["deliveryUpdated"]
-                received.setdefault((d["conversationId"], int(d["userId"])), []).append(d["deliveredSeq"])
+                received.setdefault((d["conversationId"], d["userId"]), []).append(d["deliveredSeq"])
             return all(received.get(key, [0])[-1] == raw[key] for key in state if raw[key] > 0)
 
         await op.collect_until(done, timeout=30)

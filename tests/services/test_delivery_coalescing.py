@@ -53,7 +53,7 @@ async def database(scratch: str) -> AsyncIterator[db.Database]:
         await database.close()
 
 
-async def group(database: db.Database, members: list[int], last_seq: int) -> int:
+async def group(database: db.Database, members: list[str], last_seq: int) -> int:
     async with database.transaction() as conn:
         cid = (await conversations.insert_conversation(conn, "GROUP", "g")).id
         await conversations.insert_members(conn, cid, [(m, "MEMBER") for m in members])
@@ -82,14 +82,14 @@ class Statements:
         return sum("UPDATE conversation_member" in q for q in self.queries)
 
 
-def mark(database, coalescer, user: int, items: list[tuple[int, int]]):
+def mark(database, coalescer, user: str, items: list[tuple[int, int]]):
     return do_mark_delivered(database, user, items, whole_up_to=WHOLE, max_items=500, coalescer=coalescer)
 
 
-async def delivery_events(database: db.Database) -> dict[tuple[int, int], list[int]]:
+async def delivery_events(database: db.Database) -> dict[tuple[int, str], list[int]]:
     async with database.connection() as conn:
         rows = await conn.fetch("SELECT payload FROM outbox WHERE payload->>'type' = 'delivery.updated' ORDER BY id")
-    found: dict[tuple[int, int], list[int]] = defaultdict(list)
+    found: dict[tuple[int, str], list[int]] = defaultdict(list)
     for row in rows:
         found[(row["payload"]["conversationId"], row["payload"]["userId"])].append(row["payload"]["deliveredSeq"])
     return found
@@ -98,9 +98,9 @@ async def delivery_events(database: db.Database) -> dict[tuple[int, int], list[i
 async def test_one_flush_merges_every_call_per_conversation_and_user(database) -> None:
     flushed: list[tuple[int, int]] = []
     coalescer = DeliveryCoalescer(database, whole_up_to=WHOLE, on_flush=lambda k, c: flushed.append((k, c)))
-    users = list(range(1, 9))
+    users = [str(u) for u in range(1, 9)]
     cids = [await group(database, users, last_seq=40) for _ in range(5)]
-    foreign = await group(database, [99], last_seq=3)
+    foreign = await group(database, ["99"], last_seq=3)
     statements = Statements()
     await statements.attach(database)
     coalescer.start()
@@ -114,7 +114,7 @@ async def test_one_flush_merges_every_call_per_conversation_and_user(database) -
                 for cid, seq in items:
                     asked[(cid, user)] = max(asked[(cid, user)], seq)
                 calls.append(mark(database, coalescer, user, items))
-        refused = mark(database, coalescer, 1, [(cids[0], 45), (foreign, 1)])  # not in foreign: all refused
+        refused = mark(database, coalescer, "1", [(cids[0], 45), (foreign, 1)])  # not in foreign: all refused
         results = await asyncio.gather(*calls, refused, return_exceptions=True)
     finally:
         await coalescer.close()
@@ -132,14 +132,14 @@ async def test_one_flush_merges_every_call_per_conversation_and_user(database) -
             assert r.delivered_seq == min(asked[(r.conversation_id, user)], 40), (user, r)
             assert r.advanced  # each ask is above the watermark the flush found (0)
     # The refused call wrote nothing: user 1's watermark in cids[0] is the others' merged value.
-    assert events[(cids[0], 1)] == [min(asked[(cids[0], 1)], 40)]
+    assert events[(cids[0], "1")] == [min(asked[(cids[0], "1")], 40)]
 
 
 async def test_delivered_and_read_racing_from_two_devices_per_user(database) -> None:
     delivered_flushes: list[tuple[int, int]] = []
     deliver = DeliveryCoalescer(database, whole_up_to=WHOLE, on_flush=lambda k, c: delivered_flushes.append((k, c)))
     read = ReadCoalescer(database)
-    users = list(range(1, 7))
+    users = [str(u) for u in range(1, 7)]
     cids = [await group(database, users, last_seq=5) for _ in range(4)]
     top = dict.fromkeys(cids, 5)
     asked_delivered: dict[tuple[int, int], int] = defaultdict(int)
@@ -171,9 +171,9 @@ async def test_delivered_and_read_racing_from_two_devices_per_user(database) -> 
 
     calls = 0
 
-    async def device(user: int, number: int) -> None:
+    async def device(user: str, number: int) -> None:
         nonlocal calls
-        rng = random.Random(user * 10 + number)
+        rng = random.Random(int(user) * 10 + number)
         floor: dict[int, int] = {}
         for _ in range(25):
             if rng.random() < 0.7:

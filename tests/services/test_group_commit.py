@@ -49,7 +49,7 @@ KEYS = {"message_keys": MESSAGE_KEYS, "read_keys": READ_KEYS}  # the keys chat_s
 
 
 def authorization(user: int) -> dict[str, str]:
-    return {"authorization": f"Bearer {issue_token(TOKENS, user)}"}
+    return {"authorization": f"Bearer {issue_token(TOKENS, str(user))}"}
 
 
 async def post(http: httpx.AsyncClient, url: str, user: int, query: str, variables: dict) -> dict:
@@ -83,7 +83,7 @@ async def fetch(engine, sql: str, **params) -> list:
         return list(await conn.execute(text(sql), params))
 
 
-def item(conversation_id: int, sender: int, cmid: uuid.UUID, body: str) -> SendItem:
+def item(conversation_id: int, sender: str, cmid: uuid.UUID, body: str) -> SendItem:
     new = events.MessageNew(conversation_id=conversation_id, sender_id=sender, client_msg_id=cmid, body=body).payload()
     read = events.ReadUpdated(conversation_id=conversation_id, user_id=sender).payload()
     return SendItem(sender, cmid, body, new, read)
@@ -109,20 +109,20 @@ async def test_a_batch_answers_and_writes_what_the_same_sends_one_by_one_would(m
             {"c": [one, batched]},
         )
     a, b, c, d = (uuid.uuid4() for _ in range(4))
-    before = [(1, a, "first"), (2, b, "second")]  # stored before the batch
+    before = [("1", a, "first"), ("2", b, "second")]  # stored before the batch
     batch = [
-        (3, c, "third"),
-        (1, a, "first"),  # duplicate of a stored message
-        (2, a, "not first"),  # conflict with a stored message
-        (3, c, "third"),  # duplicate of an earlier item
-        (1, c, "third"),  # conflict with an earlier item (other sender)
-        (3, c, "3rd"),  # conflict with an earlier item (other body)
-        (9, d, "stranger"),  # not a member: claims nothing...
-        (2, d, "fourth"),  # ...so this one stores d
-        (2, uuid.uuid4(), "fifth"),
-        (1, uuid.uuid4(), "sixth"),
-        (3, uuid.uuid4(), "seventh"),
-        (3, uuid.uuid4(), "eighth"),
+        ("3", c, "third"),
+        ("1", a, "first"),  # duplicate of a stored message
+        ("2", a, "not first"),  # conflict with a stored message
+        ("3", c, "third"),  # duplicate of an earlier item
+        ("1", c, "third"),  # conflict with an earlier item (other sender)
+        ("3", c, "3rd"),  # conflict with an earlier item (other body)
+        ("9", d, "stranger"),  # not a member: claims nothing...
+        ("2", d, "fourth"),  # ...so this one stores d
+        ("2", uuid.uuid4(), "fifth"),
+        ("1", uuid.uuid4(), "sixth"),
+        ("3", uuid.uuid4(), "seventh"),
+        ("3", uuid.uuid4(), "eighth"),
     ]
     # One transaction, read before it ends: the session server's relay drains committed outbox rows.
     database = await Database(migrated_url, max_size=1).open()
@@ -175,7 +175,7 @@ async def test_a_batch_answers_and_writes_what_the_same_sends_one_by_one_would(m
     assert state[one] == state[batched]
     messages_, watermarks, last_seq, outbox = state[batched]
     assert last_seq == 8 and [m.seq for m in messages_] == list(range(1, 9))
-    assert [tuple(w) for w in watermarks] == [(1, 6), (2, 5), (3, 8)]
+    assert [tuple(w) for w in watermarks] == [("1", 6), ("2", 5), ("3", 8)]
     kinds = [(e["type"], e.get("seq", e.get("lastReadSeq"))) for e in outbox]
     assert [s for t, s in kinds if t == events.MESSAGE_NEW] == list(range(1, 9))
     # read.updated right after a send that also read others' messages (chat_send's rule)
@@ -201,9 +201,9 @@ async def test_queued_sends_go_in_arrival_order_in_batches_of_at_most_the_bound(
     try:
         async with engine.connect() as blocker:
             await blocker.execute(text("SELECT 1 FROM conversation WHERE id = :c FOR UPDATE"), {"c": cid})
-            first = asyncio.create_task(do_send_message(database, 1, cid, uuid.uuid4(), "first", batcher=batcher))
+            first = asyncio.create_task(do_send_message(database, "1", cid, uuid.uuid4(), "first", batcher=batcher))
             await until(lambda: backends(engine, "chat_send"))
-            sends = [(1 + k % 3, uuid.uuid4(), f"m{k}") for k in range(20)]
+            sends = [(str(1 + k % 3), uuid.uuid4(), f"m{k}") for k in range(20)]
             tasks = [
                 asyncio.create_task(do_send_message(database, sender, cid, cmid, body, batcher=batcher))
                 for sender, cmid, body in sends
@@ -254,7 +254,7 @@ async def test_fifty_racing_retries_queued_into_one_batch_store_one_message(serv
 
 PROCESSES = 3
 MESSAGES = 300
-MEMBERS = list(range(1, 31))
+MEMBERS = [str(u) for u in range(1, 31)]
 
 
 @pytest.fixture
@@ -398,7 +398,7 @@ async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_eac
             continue
         assert "errors" not in answer, answer
         sent = answer["data"]["sendMessage"]
-        assert (sent["message"]["seq"], int(sent["message"]["senderId"]), sent["message"]["body"]) == (
+        assert (sent["message"]["seq"], sent["message"]["senderId"], sent["message"]["body"]) == (
             row.seq,
             row.sender_id,
             row.body,
@@ -471,7 +471,7 @@ async def test_a_batch_whose_backend_is_killed_stores_nothing_and_every_caller_r
 
     async with engine.connect() as blocker:
         await blocker.execute(
-            text("SELECT 1 FROM conversation_member WHERE conversation_id = :c AND user_id = 1 FOR UPDATE"),
+            text("SELECT 1 FROM conversation_member WHERE conversation_id = :c AND user_id = '1' FOR UPDATE"),
             {"c": int(cid)},
         )
         first = asyncio.create_task(send(*sends[0]))
@@ -530,7 +530,7 @@ async def test_send_batches_and_markread_flushes_racing_on_the_same_members_neve
     async def send_batches() -> None:
         nonlocal stored
         for _ in range(12):
-            senders = rng.sample(range(1, members + 1), members)
+            senders = [str(u) for u in rng.sample(range(1, members + 1), members)]
             items = [item(cid, sender, uuid.uuid4(), "b") for sender in senders]
             try:
                 async with database.connection() as conn:
@@ -541,8 +541,8 @@ async def test_send_batches_and_markread_flushes_racing_on_the_same_members_neve
 
     async def flush_reads() -> None:
         for _ in range(30):
-            users = sorted(rng.sample(range(1, members + 1), members // 2))
-            event = events.ReadUpdated(conversation_id=cid, user_id=0).payload()
+            users = sorted(str(u) for u in rng.sample(range(1, members + 1), members // 2))
+            event = events.ReadUpdated(conversation_id=cid, user_id="0").payload()
             try:
                 async with database.connection() as conn:
                     await reads.advance_watermarks(

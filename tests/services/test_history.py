@@ -583,7 +583,7 @@ async def seen_state(client, user: int, cid: str, first: int = 2) -> dict[int, d
 
 
 async def test_seen_by_counts_other_members_at_or_past_the_seq_ascending_by_id(client):
-    # Ids chosen so that text order (10 < 100 < 9) differs from numeric order.
+    # Ids chosen so that text order (10 < 100 < 9), the order of user ids, differs from numeric order.
     cid = await create_group(client, 1, [100, 9, 10])
     await send_many(client, 1, cid, 3)
     state = await seen_state(client, 1, cid)
@@ -599,9 +599,9 @@ async def test_seen_by_counts_other_members_at_or_past_the_seq_ascending_by_id(c
     await mark_read(client, 9, cid, 1)
     state = await seen_state(client, 1, cid, first=2)
     assert state[1]["seenByCount"] == 3
-    assert state[1]["seenBy"] == ["9", "10", "100"]
-    assert state[1]["all"] == ["9", "10", "100"]
-    assert state[1]["few"] == ["9", "10"]
+    assert state[1]["seenBy"] == ["10", "100", "9"]
+    assert state[1]["all"] == ["10", "100", "9"]
+    assert state[1]["few"] == ["10", "100"]
     assert state[1]["seen"] is True
     assert (state[2]["seenByCount"], state[2]["seenBy"], state[2]["few"], state[2]["seen"]) == (
         2,
@@ -612,7 +612,7 @@ async def test_seen_by_counts_other_members_at_or_past_the_seq_ascending_by_id(c
     assert (state[3]["seenByCount"], state[3]["seenBy"], state[3]["seen"]) == (1, ["10"], False)
 
     one = await seen_state(client, 1, cid, first=1)
-    assert one[1]["few"] == ["9"]
+    assert one[1]["few"] == ["10"]
 
 
 async def test_seen_by_never_counts_the_sender(client):

@@ -157,7 +157,7 @@ async def test_mark_read_racing_mark_unread_from_two_devices_ends_as_one_order_o
         if coalesced:
             await asyncio.gather(api.mark_read(2, cid, 5), mark_unread(api, 2, cid, 3))
         else:
-            await asyncio.gather(do_mark_read(database, 2, int(cid), 5), do_mark_unread(database, 2, int(cid), 3))
+            await asyncio.gather(do_mark_read(database, "2", int(cid), 5), do_mark_unread(database, "2", int(cid), 3))
         final = await conversation(api, 2, cid)
         assert (final["lastReadSeq"], final["unreadCount"]) in {(5, 0), (2, 3)}, final
         assert final["members"][1]["lastReadSeq"] == 5  # the watermark others see never moved

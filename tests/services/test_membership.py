@@ -85,7 +85,7 @@ async def test_a_mute_until_a_time_ends_by_itself(server, http, engine):
 
     async with engine.begin() as conn:
         await conn.execute(
-            text("UPDATE conversation_member SET muted_until = now() - interval '1 s' WHERE user_id = 2")
+            text("UPDATE conversation_member SET muted_until = now() - interval '1 s' WHERE user_id = '2'")
         )
     assert await totals(api, 2) == {"totalUnread": 1, "unreadConversations": 1}
     conv = await api.data("query($c: ID!) { conversation(id: $c) { muted mutedUntil } }", {"c": cid}, user=2)

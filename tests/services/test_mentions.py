@@ -94,7 +94,7 @@ async def test_edits_and_deletes_can_keep_the_counts_exact(server, http, migrate
     database = await db.Database(migrated_url, max_size=1).open()
     try:
         async with database.transaction() as conn:
-            await mentions.replace_txn(conn, int(cid), 1, [3])  # edited: 2 mentioned no more, 3 now
+            await mentions.replace_txn(conn, int(cid), 1, ["3"])  # edited: 2 mentioned no more, 3 now
         assert await state(api, 2, cid) == (0, 0)
         assert await state(api, 3, cid) == (1, 1)
         async with database.transaction() as conn:

@@ -138,7 +138,7 @@ async def test_fifty_concurrent_retries_of_one_client_msg_id_store_exactly_one_m
         cid=int(cid),
         m=uuid.UUID(cmid),
     )
-    assert [(r.seq, r.sender_id, r.body) for r in stored] == [(2, 1, "same body")]
+    assert [(r.seq, r.sender_id, r.body) for r in stored] == [(2, "1", "same body")]
     assert await message_seqs(engine, cid) == [1, 2]
     assert await scalar(engine, "SELECT last_seq FROM conversation WHERE id = :cid", cid=int(cid)) == 2
 
@@ -166,13 +166,13 @@ async def test_reused_client_msg_id_by_another_sender_is_conflict_and_writes_not
     assert await send_error(quiet.client, 2, cid, "same text", cmid) == "CONFLICT"
 
     stored = await rows(quiet.engine, "SELECT seq, sender_id FROM message WHERE conversation_id = :cid", cid=int(cid))
-    assert [(r.seq, r.sender_id) for r in stored] == [(1, 1)]
+    assert [(r.seq, r.sender_id) for r in stored] == [(1, "1")]
     assert await outbox(quiet.engine) == outbox_before
     # The other sender's watermark did not move either.
     assert (
         await scalar(
             quiet.engine,
-            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = 2",
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = '2'",
             cid=int(cid),
         )
         == 0
@@ -214,7 +214,7 @@ async def test_two_hundred_concurrent_sends_get_seqs_exactly_1_to_200(client, bu
     # Each answer names the row that was stored for its clientMsgId.
     by_cmid = {str(r.client_msg_id): (r.seq, r.sender_id, r.body) for r in stored}
     for i, answer in enumerate(answers):
-        assert by_cmid[cmids[i]] == (answer["message"]["seq"], senders[i % 4], f"m{i}")
+        assert by_cmid[cmids[i]] == (answer["message"]["seq"], str(senders[i % 4]), f"m{i}")
     async with wave(burst_server) as fresh:
         conv = (await fresh.data(CONVERSATION, {"id": cid}, user=2))["conversation"]
     assert conv["lastSeq"] == 200
@@ -277,7 +277,7 @@ async def test_sending_marks_earlier_messages_from_others_as_read(client, engine
     assert (
         await scalar(
             engine,
-            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = 2",
+            "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = '2'",
             cid=int(cid),
         )
         == 3
@@ -304,7 +304,7 @@ async def test_send_writes_one_message_new_outbox_row_with_the_whole_message(qui
         "type": "message.new",
         "conversationId": int(cid),
         "seq": 1,
-        "senderId": 1,
+        "senderId": "1",
         "clientMsgId": cmid,
         "body": "héllo \U0001f600",
     }
@@ -350,7 +350,7 @@ async def test_send_after_unread_messages_from_others_also_writes_read_updated(q
 
     reads = await outbox(quiet.engine, "read.updated")
     assert [(r.msg_key, r.payload) for r in reads] == [
-        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": 1, "lastReadSeq": 3})
+        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": "1", "lastReadSeq": 3})
     ]
     news = await outbox(quiet.engine, "message.new")
     assert [n.payload["seq"] for n in news] == [1, 2, 3]
@@ -380,7 +380,7 @@ async def test_send_by_non_member_is_not_found_and_stores_nothing(client, engine
     assert await send_error(client, 3, cid) == "NOT_FOUND"
     assert await message_seqs(engine, cid) == []
     assert await scalar(engine, "SELECT last_seq FROM conversation WHERE id = :cid", cid=int(cid)) == 0
-    assert await scalar(engine, "SELECT count(*) FROM conversation_member WHERE user_id = 3") == 0
+    assert await scalar(engine, "SELECT count(*) FROM conversation_member WHERE user_id = '3'") == 0
 
 
 @pytest.mark.parametrize("cid", ["999999", "9223372036854775807"], ids=["unused", "largest-id"])

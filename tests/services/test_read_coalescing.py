@@ -57,7 +57,7 @@ SEND = (
 CREATE_GROUP = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
 
 SENDER = 1  # sends, never marks read (a send raises the sender's own watermark, with no read.updated)
-READERS = list(range(101, 109))
+READERS = [str(u) for u in range(101, 109)]
 DEVICES = 3
 CONVERSATIONS = 3
 CALLS_PER_DEVICE = 14
@@ -149,7 +149,7 @@ async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_
             await send(cid)
 
     tokens = {
-        (user, device): f"Bearer {issue_token(server.settings, user, ttl_seconds=3600 * (device + 1))}"
+        (user, device): f"Bearer {issue_token(server.settings, str(user), ttl_seconds=3600 * (device + 1))}"
         for user in READERS
         for device in range(DEVICES)
     }
@@ -179,8 +179,8 @@ async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_
         answers.append(answer)
         return answer
 
-    async def device(user: int, number: int) -> None:
-        rng = random.Random(user * 10 + number)
+    async def device(user: str, number: int) -> None:
+        rng = random.Random(int(user) * 10 + number)
         previous: dict[int, int] = {}
         for _ in range(CALLS_PER_DEVICE):
             cid = rng.choice(cids)
@@ -312,7 +312,7 @@ async def database(scratch: str) -> AsyncIterator[db.Database]:
         await database.close()
 
 
-async def group(database: db.Database, members: list[int], last_seq: int) -> int:
+async def group(database: db.Database, members: list[str], last_seq: int) -> int:
     async with database.transaction() as conn:
         cid = (await conversations.insert_conversation(conn, "GROUP", "g")).id
         await conversations.insert_members(conn, cid, [(m, "MEMBER") for m in members])
@@ -333,19 +333,19 @@ async def coalescer(database: db.Database) -> AsyncIterator[tuple[ReadCoalescer,
 
 async def test_one_flush_answers_members_and_gives_not_found_to_the_non_member_alone(database, coalescer) -> None:
     coalescer, flushed = coalescer
-    cid = await group(database, [1, 2], last_seq=50)
-    other = await group(database, [3], last_seq=5)
+    cid = await group(database, ["1", "2"], last_seq=50)
+    other = await group(database, ["3"], last_seq=5)
 
     with pytest.raises(BadUserInput):  # a bad seq never reaches a flush
-        await do_mark_read(database, 1, cid, -1, coalescer=coalescer)
+        await do_mark_read(database, "1", cid, -1, coalescer=coalescer)
     results = await asyncio.gather(
-        do_mark_read(database, 1, cid, 40, coalescer=coalescer),
-        do_mark_read(database, 1, cid, 30, coalescer=coalescer),  # same key, lower: merged, the watermark goes to 40
-        do_mark_read(database, 2, cid, 99, coalescer=coalescer),  # clamped to 50
-        do_mark_read(database, 9, cid, 10, coalescer=coalescer),  # not a member
-        do_mark_read(database, 1, other, 1, coalescer=coalescer),  # not a member of that one
-        do_mark_read(database, 3, 424242, 1, coalescer=coalescer),  # no such conversation
-        do_mark_read(database, 3, other, 5, coalescer=coalescer),
+        do_mark_read(database, "1", cid, 40, coalescer=coalescer),
+        do_mark_read(database, "1", cid, 30, coalescer=coalescer),  # same key, lower: merged, the watermark goes to 40
+        do_mark_read(database, "2", cid, 99, coalescer=coalescer),  # clamped to 50
+        do_mark_read(database, "9", cid, 10, coalescer=coalescer),  # not a member
+        do_mark_read(database, "1", other, 1, coalescer=coalescer),  # not a member of that one
+        do_mark_read(database, "3", 424242, 1, coalescer=coalescer),  # no such conversation
+        do_mark_read(database, "3", other, 5, coalescer=coalescer),
         return_exceptions=True,
     )
 
@@ -362,18 +362,19 @@ async def test_one_flush_answers_members_and_gives_not_found_to_the_non_member_a
 
     # A second flush: 35 is below the watermark (40) it found: not advanced; 45 moves it.
     again = await asyncio.gather(
-        do_mark_read(database, 1, cid, 35, coalescer=coalescer), do_mark_read(database, 1, cid, 45, coalescer=coalescer)
+        do_mark_read(database, "1", cid, 35, coalescer=coalescer),
+        do_mark_read(database, "1", cid, 45, coalescer=coalescer),
     )
     assert [(r.last_read_seq, r.advanced) for r in again] == [(45, False), (45, True)]
-    nothing = await do_mark_read(database, 1, cid, 45, coalescer=coalescer)
+    nothing = await do_mark_read(database, "1", cid, 45, coalescer=coalescer)
     assert (nothing.last_read_seq, nothing.advanced) == (45, False)
     async with database.connection() as conn:
         rows = await conn.fetch("SELECT msg_key, payload FROM outbox ORDER BY id")
     assert [(r["msg_key"], r["payload"]["userId"], r["payload"]["lastReadSeq"]) for r in rows] == [
-        (str(cid), 1, 40),
-        (str(cid), 2, 50),
-        (str(other), 3, 5),
-        (str(cid), 1, 45),
+        (str(cid), "1", 40),
+        (str(cid), "2", 50),
+        (str(other), "3", 5),
+        (str(cid), "1", 45),
     ]
     assert all(r["payload"]["type"] == events.READ_UPDATED for r in rows)
 
@@ -382,21 +383,21 @@ async def test_a_failed_flush_fails_every_caller_as_an_uncoalesced_mark_read_fai
     database, coalescer, scratch
 ) -> None:
     coalescer, flushed = coalescer
-    cid = await group(database, [1, 2], last_seq=50)
+    cid = await group(database, ["1", "2"], last_seq=50)
     # Another transaction holds user 1's member row: a flush that must move it waits on the lock
     # until the database's lock_timeout (300 ms) cancels it.
     holder = await asyncpg.connect(db.dsn(scratch))
     try:
         await holder.execute("BEGIN")
         await holder.execute(
-            "SELECT 1 FROM conversation_member WHERE conversation_id = $1 AND user_id = 1 FOR UPDATE", cid
+            "SELECT 1 FROM conversation_member WHERE conversation_id = $1 AND user_id = '1' FOR UPDATE", cid
         )
         with pytest.raises(asyncpg.LockNotAvailableError):
-            await do_mark_read(database, 1, cid, 10)  # uncoalesced: today's failure
+            await do_mark_read(database, "1", cid, 10)  # uncoalesced: today's failure
         results = await asyncio.gather(
-            do_mark_read(database, 1, cid, 10, coalescer=coalescer),
-            do_mark_read(database, 1, cid, 20, coalescer=coalescer),
-            do_mark_read(database, 2, cid, 30, coalescer=coalescer),  # not locked, but in the same statement
+            do_mark_read(database, "1", cid, 10, coalescer=coalescer),
+            do_mark_read(database, "1", cid, 20, coalescer=coalescer),
+            do_mark_read(database, "2", cid, 30, coalescer=coalescer),  # not locked, but in the same statement
             return_exceptions=True,
         )
         assert [type(r) for r in results] == [asyncpg.LockNotAvailableError] * 3
@@ -406,10 +407,16 @@ async def test_a_failed_flush_fails_every_caller_as_an_uncoalesced_mark_read_fai
         await holder.close()
     async with database.connection() as conn:
         assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
-        assert tuple(await reads.watermark(conn, cid, 2)) == (0, 50, 0, 0)  # last_read_seq, last_seq, own_read, deleted
+        assert tuple(await reads.watermark(conn, cid, "2")) == (
+            0,
+            50,
+            0,
+            0,
+        )  # last_read_seq, last_seq, own_read, deleted
     # The lock is gone: the retries succeed.
     retried = await asyncio.gather(
-        do_mark_read(database, 1, cid, 20, coalescer=coalescer), do_mark_read(database, 2, cid, 30, coalescer=coalescer)
+        do_mark_read(database, "1", cid, 20, coalescer=coalescer),
+        do_mark_read(database, "2", cid, 30, coalescer=coalescer),
     )
     assert [(r.last_read_seq, r.advanced) for r in retried] == [(20, True), (30, True)]
 
@@ -421,8 +428,8 @@ async def test_a_key_raised_by_another_process_while_the_flush_waits_for_its_loc
     flush's snapshot (which saw 0) and before its lock. This one, asking 20, does not move it
     and answers 30 as the viewer's own read position too, not the snapshot's 0 (the fault
     suite's read storm on two workers saw a markRead answer 0 for a seq it had read)."""
-    cid = await group(database, [1], last_seq=50)
-    event = events.ReadUpdated(conversation_id=cid, user_id=1).payload()
+    cid = await group(database, ["1"], last_seq=50)
+    event = events.ReadUpdated(conversation_id=cid, user_id="1").payload()
     async with database.pool.acquire() as other, database.pool.acquire() as flush_conn:
         raising = other.transaction()
         await raising.start()
@@ -430,7 +437,7 @@ async def test_a_key_raised_by_another_process_while_the_flush_waits_for_its_loc
         await flush_conn.execute("SET lock_timeout = 0")  # the scratch database's 300 ms would end the wait
         try:
             flush = asyncio.create_task(
-                reads.advance_watermarks(flush_conn, [cid], [1], [20], [event], events.READ_KEYS)
+                reads.advance_watermarks(flush_conn, [cid], ["1"], [20], [event], events.READ_KEYS)
             )
             async with database.connection() as watch:
                 while not await watch.fetchval(

@@ -91,9 +91,9 @@ async def read_events(engine: AsyncEngine, cid: str, user: int, after_id: int) -
         rows = await conn.execute(
             text(
                 "SELECT payload FROM outbox WHERE id > :after AND msg_key = :key "
-                "AND payload->>'type' = 'read.updated' AND (payload->>'userId')::bigint = :uid ORDER BY id"
+                "AND payload->>'type' = 'read.updated' AND payload->>'userId' = :uid ORDER BY id"
             ),
-            {"after": after_id, "key": cid, "uid": user},
+            {"after": after_id, "key": cid, "uid": str(user)},
         )
         return [row.payload["lastReadSeq"] for row in rows]
 
@@ -103,7 +103,7 @@ async def read_events(engine: AsyncEngine, cid: str, user: int, after_id: int) -
 
 def device_tokens(settings: Any, user: int, devices: int) -> list[str]:
     """Distinct valid tokens of one user, one per device (they differ by expiry)."""
-    tokens = [issue_token(settings, user, ttl_seconds=3600 * (d + 1)) for d in range(devices)]
+    tokens = [issue_token(settings, str(user), ttl_seconds=3600 * (d + 1)) for d in range(devices)]
     assert len(set(tokens)) == devices
     return tokens
 
@@ -149,7 +149,7 @@ async def test_mark_read_storm_5_devices_x_40_ends_at_min_of_max_seq_and_last_se
             races.engine,
             "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :c AND user_id = :u",
             c=int(cid),
-            u=reader,
+            u=str(reader),
         )
         == final
     )
@@ -192,7 +192,7 @@ async def test_mark_read_storm_while_messages_arrive_never_passes_last_seq_and_e
         races.engine,
         "SELECT last_read_seq FROM conversation_member WHERE conversation_id = :c AND user_id = :u",
         c=int(cid),
-        u=reader,
+        u=str(reader),
     )
     last_seq = await scalar(races.engine, "SELECT last_seq FROM conversation WHERE id = :c", c=int(cid))
     assert last_seq == 60
@@ -304,7 +304,7 @@ async def monitor_member_count(engine: AsyncEngine, cid: str, stop: asyncio.Even
     return seen
 
 
-async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[int, int], list[tuple[int, int]]]:
+async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[str, int], list[tuple[int, str]]]:
     """(last_seq, {member: last_read_seq}, [(seq, sender)]) of cid, in one snapshot."""
     async with engine.connect() as conn, conn.begin():
         await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
@@ -329,7 +329,7 @@ async def db_state(engine: AsyncEngine, cid: str) -> tuple[int, dict[int, int], 
 
 async def assert_read_state_consistent(
     races: Quiet, cid: str, viewer: int, *, check_every_member: bool, seen_by_first: int
-) -> dict[int, int]:
+) -> dict[str, int]:
     """The invariants of (b), recomputed from the database, once everything has settled."""
     last_seq, members, messages = await db_state(races.engine, cid)
     client = races.client
@@ -341,7 +341,7 @@ async def assert_read_state_consistent(
     roster = (await client.data(ROSTER, {"c": cid}, user=viewer))["conversation"]
     assert roster["lastSeq"] == last_seq
     assert roster["memberCount"] == len(members) == len(roster["members"])
-    assert {int(m["userId"]): m["lastReadSeq"] for m in roster["members"]} == members
+    assert {m["userId"]: m["lastReadSeq"] for m in roster["members"]} == members
     assert [m["role"] for m in roster["members"]].count("OWNER") == 1
 
     # Each member's own view: unreadCount == lastSeq - lastReadSeq.
@@ -370,9 +370,9 @@ async def assert_read_state_consistent(
     for node, (seq, sender) in zip(got, messages, strict=True):
         seen_by = sorted(u for u, w in members.items() if u != sender and w >= seq)
         others = len(members) - (sender in members)
-        assert int(node["senderId"]) == sender
+        assert node["senderId"] == sender
         assert node["seenByCount"] == len(seen_by), (seq, node["seenByCount"], len(seen_by))
-        assert [int(u) for u in node["seenBy"]] == seen_by[:seen_by_first], seq
+        assert node["seenBy"] == seen_by[:seen_by_first], seq  # text order
         assert node["seen"] == (others > 0 and len(seen_by) == others), (seq, node["seen"])
     return members
 
@@ -400,7 +400,7 @@ async def test_membership_churn_racing_sends_and_reads_keeps_member_count_unread
     assert min(result.done[k] for k in ("add", "remove", "leave", "send", "read")) >= 5, result.done
     assert result.done["send"] >= 25, result.done
     members = await assert_read_state_consistent(races, cid, owner, check_every_member=True, seen_by_first=1000)
-    assert owner in members and keeper in members
+    assert str(owner) in members and str(keeper) in members
 
 
 async def test_membership_churn_at_the_1000_member_limit_never_passes_1000_and_stays_consistent(races):

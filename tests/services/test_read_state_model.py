@@ -185,7 +185,7 @@ async def test_archive_racing_new_messages_never_hides_a_message_the_archive_did
                 await conn.execute(
                     text(
                         "SELECT m.archived_seq, c.last_seq FROM conversation_member m JOIN conversation c"
-                        " ON c.id = m.conversation_id WHERE m.conversation_id = :c AND m.user_id = 2"
+                        " ON c.id = m.conversation_id WHERE m.conversation_id = :c AND m.user_id = '2'"
                     ),
                     {"c": int(cid)},
                 )

@@ -68,11 +68,11 @@ async def mark_error(client: GraphQLClient, user: int | None, cid: Any, seq: Any
     return error_code(await client.error(MARK_READ, {"cid": cid, "seq": seq}, user=user))
 
 
-async def watermark(engine: AsyncEngine, cid: str, user: int) -> int | None:
+async def watermark(engine: AsyncEngine, cid: str, user: int | str) -> int | None:
     async with engine.connect() as conn:
         result = await conn.execute(
             text("SELECT last_read_seq FROM conversation_member WHERE conversation_id = :cid AND user_id = :uid"),
-            {"cid": int(cid), "uid": user},
+            {"cid": int(cid), "uid": str(user)},
         )
         return result.scalar_one_or_none()
 
@@ -214,8 +214,8 @@ async def test_read_updated_outbox_row_is_written_once_per_advance_and_never_for
 
     events = await read_events(quiet.engine)
     assert [(e.msg_key, e.payload) for e in events] == [
-        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": 1, "lastReadSeq": 2}),
-        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": 1, "lastReadSeq": 5}),
+        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": "1", "lastReadSeq": 2}),
+        (cid, {"type": "read.updated", "conversationId": int(cid), "userId": "1", "lastReadSeq": 5}),
     ]
 
 
@@ -249,7 +249,7 @@ async def test_concurrent_advances_write_one_read_updated_each_in_increasing_ord
 
 def device_tokens(settings, user: int, devices: int) -> list[str]:
     """Distinct valid tokens of one user, one per device (they differ by expiry)."""
-    return [issue_token(settings, user, ttl_seconds=3600 * (d + 1)) for d in range(devices)]
+    return [issue_token(settings, str(user), ttl_seconds=3600 * (d + 1)) for d in range(devices)]
 
 
 async def storm(

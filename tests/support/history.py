@@ -12,7 +12,7 @@ from chatgql.store import messages
 PER_TRANSACTION = 1000
 
 
-async def seed_history(database_url: str, conversation_id: int, sender_id: int, count: int, prefix: str = "m") -> None:
+async def seed_history(database_url: str, conversation_id: int, sender_id: str, count: int, prefix: str = "m") -> None:
     """`count` messages from sender_id (a member) into an empty conversation, bodies f"{prefix}{seq}";
     seqs, lastSeq, the sender's watermark and the outbox as the API would leave them."""
     database = await Database(database_url, max_size=1).open()

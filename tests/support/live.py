@@ -330,7 +330,7 @@ class Operation:
 
 
 def bearer(settings: Settings, user_id: int) -> str:
-    return f"Bearer {issue_token(settings, user_id)}"
+    return f"Bearer {issue_token(settings, str(user_id))}"
 
 
 async def ws_connect(server: Any, user_id: int, protocol: str = TRANSPORT_WS, **kwargs: Any) -> WsClient:

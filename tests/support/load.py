@@ -141,7 +141,7 @@ class Api:
 
     def authorization(self, user: int) -> str:
         if user not in self._tokens:
-            self._tokens[user] = f"Bearer {issue_token(self._settings, user)}"
+            self._tokens[user] = f"Bearer {issue_token(self._settings, str(user))}"
         return self._tokens[user]
 
     async def call(self, user: int, query: str, variables: dict) -> dict:

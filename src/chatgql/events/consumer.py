@@ -17,7 +17,8 @@ bus, acknowledged by Redis. So a process killed at any point has committed only
 what reached its subscribers or the bus, and the group's next consumer starts
 after that (what was handed on but not committed yet comes again: at least once,
 which subscribers dedupe by seq). Partitions taken away by a rebalance get their
-handed-on offsets committed first.
+handed-on offsets committed first (for at most FINAL_COMMIT_SECONDS: what was not
+committed then comes again).
 
 What waits here is bounded: aiokafka buffers at most one fetch per partition
 (max_partition_fetch_bytes each, FETCH_MAX_BYTES a request), and the loop holds
@@ -48,8 +49,13 @@ MAX_PARTITION_FETCH_BYTES = 1024 * 1024
 FETCH_MAX_BYTES = 16 * 1024 * 1024
 # The committer commits at most this often (what was handed on meanwhile goes in one commit).
 COMMIT_INTERVAL_SECONDS = 0.1
-# How long a consumer that stops waits for its last commit.
+# How long a consumer that stops waits for its last commit, and a rebalance for the commit of the
+# partitions it takes away: aiokafka's commit retries for as long as Kafka answers with a retriable
+# error or not at all, and once the consumer is closing it no longer looks for a coordinator, so a
+# commit under way then never ends. What was not committed comes again (at least once).
 FINAL_COMMIT_SECONDS = 5.0
+# How long a consumer's stop() may take after that; past it the consumer is left behind (logged).
+STOP_SECONDS = 15.0
 
 
 class Sink(Protocol):
@@ -141,7 +147,7 @@ class FanoutConsumer:
                         await committer
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._commit(consumer), FINAL_COMMIT_SECONDS)
-                await consumer.stop()
+                await _stop(consumer)
 
     async def _consume(self, consumer: AIOKafkaConsumer, committer: asyncio.Task) -> None:
         loop = asyncio.get_running_loop()
@@ -207,15 +213,30 @@ class FanoutConsumer:
             self.committed.update(offsets)
 
 
+async def _stop(consumer: AIOKafkaConsumer) -> None:
+    """consumer.stop(), bounded: it waits for aiokafka's coordination task, which runs the revoke
+    listener; every wait of ours in there is bounded, and this bounds the rest, so that a process
+    whose Kafka is away or moving its partitions still shuts down. Past STOP_SECONDS the wait is
+    cancelled (which ends the coordination task) and the consumer is left to the process's exit."""
+    try:
+        await asyncio.wait_for(consumer.stop(), STOP_SECONDS)
+    except TimeoutError:
+        log.warning("Kafka consumer did not stop within %s s; left behind", STOP_SECONDS)
+
+
 class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, owner: FanoutConsumer, consumer: AIOKafkaConsumer) -> None:
         self._owner = owner
         self._consumer = consumer
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        """Commit what was handed on of the partitions going away, before they go."""
+        """Commit what was handed on of the partitions going away, before they go.
+
+        Bounded (FINAL_COMMIT_SECONDS): this runs in aiokafka's coordination task, which the
+        consumer's stop() waits for, and a commit that a closing consumer runs to a coordinator it
+        lost never ends; stop() hung on it, even after Kafka came back."""
         try:
-            await self._owner._commit(self._consumer, set(revoked))
+            await asyncio.wait_for(self._owner._commit(self._consumer, set(revoked)), FINAL_COMMIT_SECONDS)
         except Exception:
             log.info("could not commit before a rebalance; those records will come again", exc_info=True)
         for tp in revoked:

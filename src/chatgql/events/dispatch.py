@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 # (conversation id, user ids subscribed here) -> (member_count, member ids): every member's id when
 # member_count <= the threshold, else only the members among the ids given; None: no such conversation.
-MemberLoader = Callable[[int, list[int]], Awaitable[tuple[int, list[int]] | None]]
+MemberLoader = Callable[[int, list[str]], Awaitable[tuple[int, list[str]] | None]]
 
 
 class SubscriberOverflow(LimitExceeded):
@@ -108,7 +108,7 @@ class Subscription:
     )
 
     def __init__(
-        self, user_id: int, conversation_id: int | None, event_type: str, buffer: int, max_delay: float = 0.0
+        self, user_id: str, conversation_id: int | None, event_type: str, buffer: int, max_delay: float = 0.0
     ) -> None:
         self.user_id = user_id
         self.conversation_id = conversation_id
@@ -223,11 +223,11 @@ class Members:
 
     __slots__ = ("member_count", "complete", "ids", "asked", "version")
 
-    def __init__(self, member_count: int, complete: bool, ids: set[int]) -> None:
+    def __init__(self, member_count: int, complete: bool, ids: set[str]) -> None:
         self.member_count = member_count
         self.complete = complete
         self.ids = ids
-        self.asked: set[int] = set()
+        self.asked: set[str] = set()
         self.version = -1
 
 
@@ -247,7 +247,7 @@ class MembershipCache:
         self._entries: OrderedDict[int, Members] = OrderedDict()
         self._generation = 0
 
-    async def members(self, conversation_id: int, subscribed: Callable[[], Iterable[int]], version: int) -> Members:
+    async def members(self, conversation_id: int, subscribed: Callable[[], Iterable[str]], version: int) -> Members:
         """The conversation's Members, knowing about every user subscribed() names (asked only
         when version, the dispatcher's subscriber version, changed since the last time)."""
         found = self._entries.get(conversation_id)
@@ -352,8 +352,8 @@ class Dispatcher:
         # subscriptions they were for end with DeliveryDelayed. 0: no bound.
         self.max_delay = max_delay
         # conversation id -> user id -> that user's subscriptions to the conversation
-        self._by_conversation: dict[int, dict[int, set[Subscription]]] = {}
-        self._by_user: dict[int, set[Subscription]] = {}
+        self._by_conversation: dict[int, dict[str, set[Subscription]]] = {}
+        self._by_user: dict[str, set[Subscription]] = {}
         self._version = 0  # grows whenever a user is subscribed anew (big groups ask about them)
         self._coalescer = ReadCoalescer(read_interval, self._deliver_coalesced)
         self._tasks: set[asyncio.Task] = set()
@@ -367,7 +367,7 @@ class Dispatcher:
             len(s) for s in self._by_user.values()
         )
 
-    def subscribe(self, user_id: int, conversation_id: int | None, event_type: str) -> _Registration:
+    def subscribe(self, user_id: str, conversation_id: int | None, event_type: str) -> _Registration:
         """`async with dispatcher.subscribe(...) as subscription: async for event in subscription: ...`"""
         sub = Subscription(user_id, conversation_id, event_type, self._buffer, self.max_delay)
         return _Registration(self, sub, self._interest)
@@ -394,8 +394,8 @@ class Dispatcher:
                 if cid is not None and not index:
                     del self._by_conversation[cid]
 
-    def _subscribed(self, conversation_id: int) -> Callable[[], Iterable[int]]:
-        def users() -> Iterable[int]:
+    def _subscribed(self, conversation_id: int) -> Callable[[], Iterable[str]]:
+        def users() -> Iterable[str]:
             by_conversation = self._by_conversation.get(conversation_id, {})
             yield from by_conversation
             yield from (uid for uid in self._by_user if uid not in by_conversation)
@@ -417,6 +417,7 @@ class Dispatcher:
 
     async def dispatch(self, event: dict, committed_at: float | None = None) -> None:
         self.dispatched += 1
+        events.with_text_user_ids(event)  # an event of before 0014_text_user_ids: its numbers as text
         cid = event["conversationId"]
         kind = event["type"]
         if kind in (events.MEMBERS_ADDED, events.MEMBER_REMOVED):
@@ -478,13 +479,13 @@ class Dispatcher:
                         ended += 1
         self.delayed += ended
 
-    def _offer_user(self, cid: int, user_id: int, kind: str, stamped: Stamped) -> None:
+    def _offer_user(self, cid: int, user_id: str, kind: str, stamped: Stamped) -> None:
         for subs in (self._by_conversation.get(cid, {}).get(user_id, ()), self._by_user.get(user_id, ())):
             for sub in subs:
                 if sub.event_type == kind:
                     self._offer(sub, stamped)
 
-    def _deliver(self, cid: int, kind: str, stamped: Stamped, members: Members, skip: int | None = None) -> None:
+    def _deliver(self, cid: int, kind: str, stamped: Stamped, members: Members, skip: str | None = None) -> None:
         ids = members.ids
         offer = self._offer
         for uid, subs in self._by_conversation.get(cid, {}).items():

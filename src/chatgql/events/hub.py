@@ -21,7 +21,7 @@ subscriptions with the resync error and connects again. In the supervisor itself
 reaches the hub without the socket (LocalHubBackend).
 
 Frames, both ways: a 4-byte big-endian length, then a kind byte and its fields, NUL-separated.
-    worker -> hub   S channel | U channel | P channel message | T action user rate burst | W
+    worker -> hub   S channel | U channel | P channel message | T action rate burst user | W
                     | H (the supervisor's health)
     hub -> worker   A (a subscription taken) | R taken retry_after (a rate-limit answer)
                     | D trouble (empty: healthy) | M channel message
@@ -188,9 +188,9 @@ class Hub:
                     channel, _, message = body[1:].partition(_SEP)
                     self.publish(channel.decode(), message)
                     continue
-                fields = body[1:].split(_SEP)
+                fields = body[1:].split(_SEP, 3)  # a user id comes last: whatever it holds, it is one field
                 if kind == b"T":
-                    action, user, rate, burst = fields
+                    action, rate, burst, user = fields
                     wait = self.take(action.decode(), user.decode(), float(rate), int(burst))
                     self._send(peer, _frame(b"R", b"1", b"0") if wait is None else _frame(b"R", b"0", _text(wait)))
                 elif kind == b"S":
@@ -414,7 +414,7 @@ class HubStore:
         try:
             connection = await asyncio.wait_for(self._open(), self.timeout)
             taken, retry_after = await connection.request(
-                _frame(b"T", action.encode(), _text(user_id), _text(rate), _text(burst)), self.timeout
+                _frame(b"T", action.encode(), _text(rate), _text(burst), _text(user_id)), self.timeout
             )
         except asyncio.CancelledError:
             raise

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, ClassVar, Literal, TypeVar, get_type_hints
 from uuid import UUID
 
-from ..models import MessageRecord, SentMessage
+from ..models import MessageRecord, SentMessage, UserId
 
 PRODUCER: Literal["producer"] = "producer"
 STORE: Literal["store"] = "store"
@@ -54,6 +54,16 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _user_id(value: Any) -> Any:
+    """A user id read back: text as it is; a number (an event written before user ids were text,
+    migration 0014_text_user_ids, still in the outbox or on Kafka) as its decimal text, the same id."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _user_ids(value: Any) -> Any:
+    return [_user_id(v) for v in value] if isinstance(value, list) else value
+
+
 def _nullable(codec: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else codec(value)
 
@@ -62,6 +72,8 @@ def _nullable(codec: Callable[[Any], Any]) -> Callable[[Any], Any]:
 _CODECS: dict[Any, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     UUID: (str, UUID),
     datetime: (datetime.isoformat, datetime.fromisoformat),
+    UserId: (_same, _user_id),
+    list[UserId]: (_same, _user_ids),
 }
 
 
@@ -87,6 +99,7 @@ class Event:
     # (name, key, encode or None, optional: left out when None)
     _PRODUCED: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None, bool], ...]]
     _READ: ClassVar[tuple[tuple[str, str, Callable[[Any], Any] | None, bool], ...]]  # ..., decode, required
+    _USER_KEYS: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]]  # (key, decode) of the user id fields
     conversation_id: int
 
     @classmethod
@@ -152,7 +165,7 @@ REGISTRY: dict[str, type[Event]] = {}
 
 def register(cls: type[E]) -> type[E]:
     """Record an event kind's wire fields and file it under its type."""
-    hints = get_type_hints(cls)
+    hints = get_type_hints(cls, include_extras=True)  # UserId is Annotated: kept, for its codec
     wires = []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         base = hints[f.name]
@@ -164,10 +177,11 @@ def register(cls: type[E]) -> type[E]:
         encode, decode = _CODECS.get(base, (_same, _same))
         default = None if f.default is dataclasses.MISSING else f.default
         filled_by = f.metadata.get("filled_by", PRODUCER)
-        if nullable and filled_by == PRODUCER and encode is not _same:  # a producer's None stays None
+        if nullable and filled_by == PRODUCER and (encode, decode) != (_same, _same):  # None stays None
             encode, decode = _nullable(encode), _nullable(decode)
         wires.append(WireField(f.name, _camel(f.name), filled_by, encode, decode, default))
     cls.FIELDS = tuple(wires)
+    cls._USER_KEYS = tuple((w.key, w.decode) for w in wires if _is_user_id(hints[w.name]))
     # Required: the store's fields and the producer's that have no default (a producer's optional field may be null).
     optional_keys = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}  # type: ignore[arg-type]
     cls._PRODUCED = tuple(
@@ -188,6 +202,23 @@ def register(cls: type[E]) -> type[E]:
         raise ValueError(f"two event kinds are called {cls.TYPE}")
     REGISTRY[cls.TYPE] = cls
     return cls
+
+
+def _is_user_id(hint: Any) -> bool:
+    return hint in (UserId, list[UserId]) or UserId in getattr(hint, "__args__", ())
+
+
+def with_text_user_ids(data: dict[str, Any]) -> dict[str, Any]:
+    """data with its user ids as text, in place: a consumer that routes raw dicts (the dispatcher, the
+    webhook deliverer) calls it first, so an event written before 0014_text_user_ids (numbers) names
+    the same users as one written after. Unknown types are left as they are."""
+    cls = REGISTRY.get(data.get("type"))  # type: ignore[arg-type]
+    if cls is not None:
+        for key, decode in cls._USER_KEYS:
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                data[key] = decode(value)
+    return data
 
 
 def parse(data: dict[str, Any]) -> Event:
@@ -215,7 +246,7 @@ class ReadUpdated(Event):
 
     TYPE: ClassVar[str] = "read.updated"
     conversation_id: int
-    user_id: int
+    user_id: UserId
     last_read_seq: int | None = stored()
     coalesced: bool = dispatched(False)
     moves: int = dispatched(1)
@@ -226,7 +257,7 @@ class ReadUpdated(Event):
 class MembersAdded(Event):
     TYPE: ClassVar[str] = "member.added"
     conversation_id: int
-    user_ids: list[int]
+    user_ids: list[UserId]
 
 
 @register
@@ -234,7 +265,7 @@ class MembersAdded(Event):
 class MemberRemoved(Event):
     TYPE: ClassVar[str] = "member.removed"
     conversation_id: int
-    user_id: int
+    user_id: UserId
 
 
 # The member's own state (read state, issue 21): events for the member's own devices only (OWN).
@@ -250,7 +281,7 @@ class MembershipUpdated(Event):
     TYPE: ClassVar[str] = "membership.updated"
     OWN: ClassVar[bool] = True
     conversation_id: int
-    user_id: int
+    user_id: UserId
     muted: bool
     archived: bool
     pinned: bool
@@ -268,8 +299,8 @@ class ConversationUpdated(Event):
     TYPE: ClassVar[str] = "conversation.updated"
     conversation_id: int
     change: str
-    user_id: int
-    member_id: int
+    user_id: UserId
+    member_id: UserId
     title: str
     role: str
 
@@ -285,7 +316,7 @@ class DeliveryUpdated(Event):
 
     TYPE: ClassVar[str] = "delivery.updated"
     conversation_id: int
-    user_id: int
+    user_id: UserId
     delivered_seq: int | None = stored()
 
 
@@ -298,7 +329,7 @@ class Typing(Event):
 
     TYPE: ClassVar[str] = "typing"
     conversation_id: int
-    user_id: int
+    user_id: UserId
     until_ms: int
 
 
@@ -313,7 +344,7 @@ class MessageChange(MessageRecord, Event):
     TYPE: ClassVar[str]
     KIND: ClassVar[str]  # message_change.kind and GraphQL's MessageChangeKind
     change_seq: int
-    user_id: int | None = None  # left out of the JSON when None
+    user_id: UserId | None = None  # left out of the JSON when None
     reason: str | None = None  # the operator's change: ERASE or RETENTION (message_change.reason)
 
 

@@ -46,7 +46,7 @@ from ..db import Database
 from ..store import conversations, health
 from ..store import webhooks as queue
 from .presence import Presence
-from .types import MESSAGE_NEW, REGISTRY, TYPING
+from .types import MESSAGE_NEW, REGISTRY, TYPING, with_text_user_ids
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ class Deliverer:
         return f"HTTP {response.status_code}"
 
     async def _body(self, database: Database, row: Any) -> str:
-        event = orjson.loads(row["payload"])
+        event = with_text_user_ids(orjson.loads(row["payload"]))  # the body names users by text ids
         out: dict[str, Any] = {
             "type": event["type"],
             "timestamp": datetime.fromtimestamp(row["created"], UTC).isoformat(),

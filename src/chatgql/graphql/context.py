@@ -70,7 +70,7 @@ class Context:
     response: Response | WebSocket | None = None
     # Set by Strawberry from the websocket connection_init payload.
     connection_params: dict[str, Any] | None = None
-    _viewer: int | Unauthenticated | None = field(default=None, repr=False)
+    _viewer: str | Unauthenticated | None = field(default=None, repr=False)
     # A websocket's live subscriptions' prices per event, by ws_operation token.
     subscription_costs: dict[object, int] = field(default_factory=dict, repr=False)
     # A websocket's: when its token expires (then its viewer is UNAUTHENTICATED, and the handler
@@ -97,7 +97,7 @@ class Context:
         return self.request.headers.get("authorization")
 
     @property
-    def viewer_id(self) -> int:
+    def viewer_id(self) -> str:
         """The caller's user id; UNAUTHENTICATED without a valid bearer token."""
         if self._viewer is None:
             try:

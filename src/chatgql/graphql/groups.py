@@ -14,7 +14,7 @@ from strawberry.types import Info
 
 from ..errors import NotFound
 from ..services import groups
-from ..services.checks import check_id, check_text
+from ..services.checks import check_id, check_text, check_user_id
 from .loaders import Loaders
 from .queries import load_conversation
 from .types import _EVENT_CONVERSATION, Conversation, Member, MemberRole, RemoveMemberPayload
@@ -65,7 +65,7 @@ class GroupMutation:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        member = check_id(user_id, "userId")
+        member = check_user_id(user_id, "userId")
         await groups.do_set_member_role(ctx.database, viewer, cid, member, role.value)
         ctx.forget_conversation(cid)
         row = await ctx.fresh_loaders().member.load((cid, member))

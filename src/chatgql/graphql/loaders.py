@@ -33,7 +33,7 @@ class SeenKey:
 
     conversation_id: int
     seq: int
-    sender_id: int
+    sender_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class DeliveredKey:
 
     conversation_id: int
     seq: int
-    sender_id: int
+    sender_id: str
     whole_up_to: int
 
 
@@ -57,8 +57,8 @@ class DeliveredKey:
 class SeenByKey:
     conversation_id: int
     seq: int
-    sender_id: int
-    after: int  # user id, exclusive
+    sender_id: str
+    after: str  # user id, exclusive ("": from the first)
     limit: int
 
 
@@ -67,14 +67,14 @@ class ReactedByKey:
     conversation_id: int
     seq: int
     emoji: str
-    after: int  # user id, exclusive
+    after: str  # user id, exclusive ("": from the first)
     limit: int
 
 
 @dataclass(frozen=True, slots=True)
 class MemberPageKey:
     conversation_id: int
-    after: int  # user id, exclusive
+    after: str  # user id, exclusive ("": from the first)
     limit: int
 
 
@@ -125,7 +125,7 @@ class _Loader(DataLoader):
 
 
 class Loaders:
-    def __init__(self, database: Database, viewer_id: int, shared: EventReads | None = None) -> None:
+    def __init__(self, database: Database, viewer_id: str, shared: EventReads | None = None) -> None:
         """shared: a subscription event's shared reads (EventReads), instead of this request's own."""
         # The loaders call a _Reads' methods, not this object's: a loader holding a bound method
         # of the Loaders that holds it would make every request's loaders a reference cycle.
@@ -194,16 +194,16 @@ class _SharedReads:
         async with self._database.connection() as conn:
             rows = await conversations.seen_state(conn, [(cid, lo, hi) for cid, (lo, hi) in ranges.items()], senders)
         buckets: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        lowest: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        sender_marks: dict[tuple[int, int], int] = {}
+        lowest: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        sender_marks: dict[tuple[int, str], int] = {}
         for row in rows:
-            cid, kind, a, b = row["cid"], row["kind"], row["a"], row["b"]
+            cid, kind, u, a, b = row["cid"], row["kind"], row["u"], row["a"], row["b"]
             if kind == "h":
                 buckets[cid].append((a, b))
             elif kind == "l":
-                lowest[cid].append((b, a))
+                lowest[cid].append((b, u))
             else:
-                sender_marks[(cid, a)] = b
+                sender_marks[(cid, u)] = b
         # readers[cid]: (ascending watermarks, members at or above each): a count is one bisect
         readers: dict[int, tuple[list[int], list[int]]] = {}
         for cid, found in buckets.items():
@@ -247,26 +247,26 @@ class _SharedReads:
             answers.append(Seen(count, bool(others) and count == len(others)))
         return answers
 
-    async def load_mentions(self, keys: Sequence[tuple[int, int]]) -> list[list[int]]:
+    async def load_mentions(self, keys: Sequence[tuple[int, int]]) -> list[list[str]]:
         """The user ids each (conversation_id, seq) mentions, ascending: one statement."""
         async with self._database.connection() as conn:
             rows = await mentions.of_messages(conn, keys)
-        found: dict[tuple[int, int], list[int]] = defaultdict(list)
+        found: dict[tuple[int, int], list[str]] = defaultdict(list)
         for row in rows:
             found[(row["conversation_id"], row["seq"])].append(row["user_id"])
         return [found.get(key, []) for key in keys]
 
-    async def load_seen_by(self, keys: Sequence[SeenByKey]) -> list[list[int]]:
+    async def load_seen_by(self, keys: Sequence[SeenByKey]) -> list[list[str]]:
         async with self._database.connection() as conn:
             rows = await conversations.seen_by_pages(
                 conn, [(k.conversation_id, k.seq, k.sender_id, k.after, k.limit) for k in keys]
             )
-        found: list[list[int]] = [[] for _ in keys]
+        found: list[list[str]] = [[] for _ in keys]
         for row in rows:
             found[row["i"] - 1].append(row["user_id"])
         return found
 
-    async def load_members(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
+    async def load_members(self, keys: Sequence[tuple[int, str]]) -> list[Row | None]:
         """Membership rows by (conversation_id, user_id); None where not a member."""
         async with self._database.connection() as conn:
             rows = await conversations.member_rows(conn, keys)
@@ -279,7 +279,7 @@ class _Reads:
 
     __slots__ = ("_database", "_viewer_id")
 
-    def __init__(self, database: Database, viewer_id: int) -> None:
+    def __init__(self, database: Database, viewer_id: str) -> None:
         self._database = database
         self._viewer_id = viewer_id
 
@@ -353,12 +353,12 @@ class _Reads:
             found[row["i"] - 1].append(row)
         return found
 
-    async def _load_reacted_by(self, keys: Sequence[ReactedByKey]) -> list[list[int]]:
+    async def _load_reacted_by(self, keys: Sequence[ReactedByKey]) -> list[list[str]]:
         async with self._database.connection() as conn:
             rows = await reactions.reacted_by_pages(
                 conn, [(k.conversation_id, k.seq, k.emoji, k.after, k.limit) for k in keys]
             )
-        found: list[list[int]] = [[] for _ in keys]
+        found: list[list[str]] = [[] for _ in keys]
         for row in rows:
             found[row["i"] - 1].append(row["user_id"])
         return found
@@ -370,11 +370,11 @@ class _Reads:
         counts = {row["conversation_id"]: row["unread_mentions"] for row in rows}
         return [counts.get(cid, 0) for cid in ids]
 
-    async def load_total_unread_mentions(self, keys: Sequence[tuple[int, bool]]) -> list[int]:
+    async def load_total_unread_mentions(self, keys: Sequence[tuple[str, bool]]) -> list[int]:
         """(user_id, count_muted) -> unread mentions over all of the user's conversations."""
         async with self._database.connection() as conn:
             return [await mentions.total_unread(conn, uid, count_muted=muted) for uid, muted in keys]
 
-    async def _load_viewer_totals(self, user_ids: Sequence[int]) -> list[Row]:
+    async def _load_viewer_totals(self, user_ids: Sequence[str]) -> list[Row]:
         async with self._database.connection() as conn:
             return [await conversations.viewer_totals(conn, uid) for uid in user_ids]

@@ -12,7 +12,7 @@ from strawberry.types import Info
 from ..errors import BadUserInput
 from ..services import changes as change_service
 from ..services import conversations as conversation_service
-from ..services.checks import check_attachments, check_id, check_ids, check_seq, check_text
+from ..services.checks import check_attachments, check_id, check_seq, check_text, check_user_id, check_user_ids
 from ..services.messages import do_send_message
 from ..services.reads import do_mark_read
 from . import ids
@@ -43,7 +43,7 @@ class Mutation(ReadStateMutation, GroupMutation):
     async def create_direct_conversation(self, info: Info, user_id: ID) -> Conversation:
         ctx = info.context
         viewer = ctx.viewer_id
-        other = check_id(user_id, "userId")
+        other = check_user_id(user_id, "userId")
         await ctx.deps.limits.check("createDirectConversation", viewer)
         cid = await conversation_service.do_create_direct_conversation(
             ctx.database, viewer, other, policy=ctx.deps.membership_policy
@@ -58,7 +58,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         settings = ctx.settings
         viewer = ctx.viewer_id
         title = check_text(title, "title", max_chars=settings.max_title_chars)
-        members = check_ids(
+        members = check_user_ids(
             member_ids, "memberId", limit=min(settings.max_group_members, settings.max_members_per_call)
         )
         await ctx.deps.limits.check("createGroup", viewer)
@@ -79,7 +79,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         settings = ctx.settings
-        users = check_ids(user_ids, "userId", limit=min(settings.max_group_members, settings.max_members_per_call))
+        users = check_user_ids(user_ids, "userId", limit=min(settings.max_group_members, settings.max_members_per_call))
         await ctx.deps.limits.check("addMembers", viewer)
         await conversation_service.do_add_members(
             ctx.database,
@@ -96,9 +96,9 @@ class Mutation(ReadStateMutation, GroupMutation):
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
-        target = check_id(user_id, "userId")
+        target = check_user_id(user_id, "userId")
         await conversation_service.do_remove_member(ctx.database, viewer, cid, target)
-        return RemoveMemberPayload(conversation_id=ID(str(cid)), user_id=ID(str(target)))
+        return RemoveMemberPayload(conversation_id=ID(str(cid)), user_id=ID(target))
 
     @strawberry.mutation(
         description="Idempotent on (conversationId, clientMsgId). Returns only after the message is durably stored."
@@ -154,7 +154,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         mentioned = (
             None
             if mentions is strawberry.UNSET or mentions is None
-            else check_ids(mentions, "mention", limit=ctx.settings.max_mentions)
+            else check_user_ids(mentions, "mention", limit=ctx.settings.max_mentions)
         )
         await ctx.deps.limits.check("sendMessage", viewer)
         result = await do_send_message(

@@ -31,7 +31,7 @@ async def load_node(info: Info, text: str) -> Node | None:
     loaders = info.context.loaders
     viewer = info.context.viewer_id
     if found.type_name == "Viewer":
-        return Viewer(user_id=ID(str(viewer))) if found.keys[0] == viewer else None
+        return Viewer(user_id=ID(viewer)) if found.user_id == viewer else None
     conversation_id = found.keys[0]
     if found.type_name == "Conversation":
         row = await loaders.conversation.load(conversation_id)
@@ -44,7 +44,7 @@ async def load_node(info: Info, text: str) -> Node | None:
         )
         return Message.from_row(message) if row is not None and message is not None else None
     row, member = await asyncio.gather(
-        loaders.conversation.load(conversation_id), loaders.member.load((conversation_id, found.keys[1]))
+        loaders.conversation.load(conversation_id), loaders.member.load((conversation_id, str(found.user_id)))
     )
     member = member if row is not None else None
     return Member.from_row(member) if member is not None else None

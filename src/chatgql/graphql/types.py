@@ -134,7 +134,7 @@ class Member(Node):
 
     @strawberry.field(metadata=PER_EVENT, description="Globally unique and stable; opaque.")
     def id(self) -> ID:
-        return ID(ids.member_id(self.conversation_id, int(self.user_id)))
+        return ID(ids.member_id(self.conversation_id, str(self.user_id)))
 
     @strawberry.field
     def role(self, info: Info) -> MemberRole:
@@ -152,7 +152,7 @@ class Member(Node):
         if self.loaders is None and self.new_loaders is not None:
             self.loaders = self.new_loaders()
         loaders = self.loaders or info.context.loaders
-        row = await loaders.member.load((self.conversation_id, int(self.user_id)))
+        row = await loaders.member.load((self.conversation_id, str(self.user_id)))
         if row is None:  # left since the event
             raise conversation_not_found(self.conversation_id)
         self.row = row
@@ -275,7 +275,7 @@ class Message(Node):
         return ID(ids.message_id(int(self.conversation_id), self.seq))
 
     def _seen_key(self) -> SeenKey:
-        return SeenKey(int(self.conversation_id), self.seq, int(self.sender_id))
+        return SeenKey(int(self.conversation_id), self.seq, str(self.sender_id))
 
     @strawberry.field(metadata=PER_EVENT, description="Members other than the sender whose lastReadSeq >= seq.")
     async def seen_by_count(self, info: Info) -> int:
@@ -283,7 +283,7 @@ class Message(Node):
 
     @strawberry.field(
         metadata=PER_EVENT,
-        description="User ids of those members, at most `first` of them, ascending. "
+        description='User ids of those members, at most `first` of them, ascending in text order (byte by byte: "10" before "9"). '
         "after (additive): only user ids above it; page with after = the last id of the previous "
         "page. first is capped at CHATGQL_MEMBERS_PAGE_MAX (default 1,000).",
     )
@@ -291,7 +291,7 @@ class Message(Node):
         after_id, limit = check_member_page(
             100 if first is None else first, _given(after), default=100, cap=info.context.settings.members_page_max
         )
-        key = SeenByKey(int(self.conversation_id), self.seq, int(self.sender_id), after_id, limit)
+        key = SeenByKey(int(self.conversation_id), self.seq, str(self.sender_id), after_id, limit)
         return [ID(str(uid)) for uid in await self._loaders(info).seen_by.load(key)]
 
     @strawberry.field(
@@ -356,7 +356,7 @@ class Message(Node):
         return [ReactionSummary(emoji=r["emoji"], count=r["count"], reacted_by_viewer=r["mine"]) for r in rows]
 
     @strawberry.field(
-        description="Who reacted with `emoji`: user ids ascending, at most `first` (default 100, capped by "
+        description="Who reacted with `emoji`: user ids ascending in text order, at most `first` (default 100, capped by "
         "CHATGQL_MEMBERS_PAGE_MAX), above `after`; page with after = the last id of the previous page."
     )
     async def reacted_by(
@@ -386,7 +386,9 @@ class Message(Node):
             for row in rows
         ]
 
-    @strawberry.field(description="The members this message mentions (sendMessage(mentions:)), ascending.")
+    @strawberry.field(
+        description="The members this message mentions (sendMessage(mentions:)), ascending in text order."
+    )
     async def mentions(self, info: Info) -> list[ID]:
         found = await self._loaders(info).mentions.load((int(self.conversation_id), self.seq))
         return [ID(str(uid)) for uid in found]
@@ -394,7 +396,7 @@ class Message(Node):
     # Delivered receipts (markDelivered; read implies delivered). Big groups: services/delivery.py.
     def _delivered_key(self, info: Info) -> DeliveredKey:
         whole = info.context.settings.big_group_threshold
-        return DeliveredKey(int(self.conversation_id), self.seq, int(self.sender_id), whole)
+        return DeliveredKey(int(self.conversation_id), self.seq, str(self.sender_id), whole)
 
     @strawberry.field(
         description="True when every member other than the sender has it delivered (markDelivered) or read "
@@ -665,7 +667,7 @@ class Conversation(Node):
         return await info.context.loaders.member_count.load(int(self.id))
 
     @strawberry.field(
-        description="Members ascending by user id. Additive arguments: at most `first` of them "
+        description='Members ascending by user id in text order (byte by byte: "10" before "9"). Additive arguments: at most `first` of them '
         "(default and cap: CHATGQL_MEMBERS_PAGE_MAX, 1,000 unless configured: every member of a group of "
         "the default maximum size), after the user id `after`. Page a bigger group with after = the last "
         "userId of the previous page, until a page is shorter than first; memberCount says how many in all."
@@ -775,27 +777,27 @@ class Viewer(Node):
 
     @strawberry.field(description="Globally unique and stable; opaque.")
     def id(self) -> ID:
-        return ID(ids.viewer_id(int(self.user_id)))
+        return ID(ids.viewer_id(str(self.user_id)))
 
     @strawberry.field(description="The viewer's default for private read receipts (updateViewerSettings).")
     async def private_receipts(self, info: Info) -> bool:
-        return await private_receipts_of(info.context.database, int(self.user_id))
+        return await private_receipts_of(info.context.database, str(self.user_id))
 
     @strawberry.field(description="Sum of unreadCount over the viewer's conversations that are not muted.")
     async def total_unread(self, info: Info) -> Long:
-        return (await info.context.loaders.viewer_totals.load(int(self.user_id))).total_unread
+        return (await info.context.loaders.viewer_totals.load(str(self.user_id))).total_unread
 
     @strawberry.field(
         description="Sum of unreadMentions over the viewer's conversations; muted ones count too unless "
         "CHATGQL_MUTED_MENTIONS_COUNT is false."
     )
     async def total_unread_mentions(self, info: Info) -> int:
-        key = (int(self.user_id), info.context.settings.muted_mentions_count)
+        key = (str(self.user_id), info.context.settings.muted_mentions_count)
         return await info.context.loaders.total_unread_mentions.load(key)
 
     @strawberry.field(description="How many of the viewer's conversations that are not muted have unreadCount > 0.")
     async def unread_conversations(self, info: Info) -> int:
-        return (await info.context.loaders.viewer_totals.load(int(self.user_id))).unread_conversations
+        return (await info.context.loaders.viewer_totals.load(str(self.user_id))).unread_conversations
 
 
 @strawberry.type

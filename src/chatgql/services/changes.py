@@ -31,7 +31,7 @@ def change_event(
     kind: type[MessageChange],
     row: Row,
     change_seq: int,
-    user_id: int | None,
+    user_id: str | None,
     reason: str | None = None,
     **extra: Any,
 ) -> MessageChange:
@@ -52,7 +52,7 @@ class ChangeResult:
     change_seq: int | None  # None: nothing changed (the same body again)
 
 
-async def _locked_message(conn: Connection, conversation_id: int, seq: int, viewer_id: int) -> tuple[Row, Row]:
+async def _locked_message(conn: Connection, conversation_id: int, seq: int, viewer_id: str) -> tuple[Row, Row]:
     conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
     if conv is None or conv.role is None:
         raise conversation_not_found(conversation_id)
@@ -63,7 +63,7 @@ async def _locked_message(conn: Connection, conversation_id: int, seq: int, view
 
 
 async def do_edit_message(
-    database: Database, viewer_id: int, conversation_id: int, seq: int, body: str, *, window_seconds: float = 0
+    database: Database, viewer_id: str, conversation_id: int, seq: int, body: str, *, window_seconds: float = 0
 ) -> ChangeResult:
     """The sender replaces the body of their message (within window_seconds of sending when > 0).
 
@@ -89,7 +89,7 @@ async def do_edit_message(
     return ChangeResult(edited, change_seq)
 
 
-async def do_delete_message(database: Database, viewer_id: int, conversation_id: int, seq: int) -> ChangeResult:
+async def do_delete_message(database: Database, viewer_id: str, conversation_id: int, seq: int) -> ChangeResult:
     """The sender, or a group's OWNER or ADMIN, makes the message a tombstone at its seq (tombstone_txn).
     Deleting a tombstone again is CONFLICT (reason ALREADY_DELETED); anyone else: FORBIDDEN."""
     check_seq(seq)
@@ -108,7 +108,7 @@ async def tombstone_txn(
     conn: Connection,
     conversation_id: int,
     seqs: Sequence[int],
-    deleted_by: int | None,
+    deleted_by: str | None,
     reason: str | None = None,
 ) -> list[tuple[Row, int]]:
     """The one delete path (deleteMessage, the operator's erase and retention: services/erase.py), under the
@@ -131,7 +131,7 @@ async def tombstone_txn(
 
 async def do_react(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     conversation_id: int,
     seq: int,
     emoji: str,
@@ -177,7 +177,7 @@ class ChangesPage:
 
 async def read_changes(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     cursors: Sequence[tuple[int, int]],
     limit: int | None,
     *,
@@ -217,7 +217,7 @@ class ChangeReplay:
 
 async def read_change_replay(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     cursors: Sequence[tuple[int, int]],
     *,
     bound: int,

@@ -14,18 +14,45 @@ _DECIMAL_ID = re.compile(r"[1-9][0-9]{0,18}")
 
 
 def check_id(value: object, what: str = "id") -> int:
-    """A positive 64-bit integer written in decimal (conversation and user ids)."""
+    """A positive 64-bit integer written in decimal (conversation ids; user ids: check_user_id)."""
     text = str(value)
     if not _DECIMAL_ID.fullmatch(text) or int(text) > MAX_ID:
         raise BadUserInput(f"{what} must be a positive 64-bit integer in decimal, got {text[:40]!r}")
     return int(text)
 
 
-def check_ids(values: Iterable[object], what: str, *, limit: int) -> list[int]:
-    """Distinct ids in first-seen order; more than `limit` of them is LIMIT_EXCEEDED."""
-    seen: dict[int, None] = {}
+MAX_USER_ID_CHARS = 255
+# No control characters (C0, DEL, C1) and no lone surrogates (not text PostgreSQL can store).
+_USER_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,%d}" % MAX_USER_ID_CHARS)
+
+
+def is_user_id(value: object) -> bool:
+    """Whether value is a user id: a str of 1..255 characters without control characters."""
+    return isinstance(value, str) and _USER_ID.fullmatch(value) is not None
+
+
+def check_user_id(value: object, what: str = "userId") -> str:
+    """A user id: the identity provider's subject, an opaque string of 1..255 characters with no
+    control characters (a UUID, `auth0|5f7c…`, a Firebase UID, `user_2N…`, or a decimal id of
+    before). Compared as given: byte for byte, case-sensitive, never trimmed."""
+    if isinstance(value, str) and _USER_ID.fullmatch(value):
+        return value
+    if not isinstance(value, str):
+        raise BadUserInput(f"{what} must be a string")
+    if not value:
+        raise BadUserInput(f"{what} must not be empty")
+    if len(value) > MAX_USER_ID_CHARS:
+        raise BadUserInput(f"{what} is longer than {MAX_USER_ID_CHARS} characters")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise BadUserInput(f"{what} is not valid Unicode text")
+    raise BadUserInput(f"{what} must not contain control characters")
+
+
+def check_user_ids(values: Iterable[object], what: str, *, limit: int) -> list[str]:
+    """Distinct user ids in first-seen order; more than `limit` of them is LIMIT_EXCEEDED."""
+    seen: dict[str, None] = {}
     for value in values:
-        seen[check_id(value, what)] = None
+        seen[check_user_id(value, what)] = None
         if len(seen) > limit:
             raise LimitExceeded(f"at most {limit} {what}s in one call")
     return list(seen)
@@ -91,14 +118,15 @@ def check_message_page(first: int | None, after: str | None, last: int | None, b
     return PageRequest(after_seq, before_seq, check_page_size(last, "last"), from_end=True)
 
 
-def check_member_page(first: int | None, after: object | None, *, default: int, cap: int) -> tuple[int, int]:
-    """(after_user_id, limit) for a list of members ascending by user id (Conversation.members,
-    Message.seenBy): first defaults to `default`, a first above `cap` is capped to it, a negative one
-    is BAD_USER_INPUT; after is a user id (exclusive), none: from the start."""
+def check_member_page(first: int | None, after: object | None, *, default: int, cap: int) -> tuple[str, int]:
+    """(after_user_id, limit) for a list of members ascending by user id in text order, byte by byte
+    (Conversation.members, Message.seenBy: "10" before "9"): first defaults to `default`, a first
+    above `cap` is capped to it, a negative one is BAD_USER_INPUT; after is a user id (exclusive),
+    none: from the start ("", before every user id)."""
     limit = default if first is None else first
     if limit < 0:
         raise BadUserInput("first must not be negative")
-    return (0 if after is None else check_id(after, "after")), min(limit, cap)
+    return ("" if after is None else check_user_id(after, "after")), min(limit, cap)
 
 
 # url, mime_type, name, size_bytes, width, height: one attachment's metadata (the bytes live elsewhere)

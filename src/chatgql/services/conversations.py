@@ -29,7 +29,7 @@ class _LostRace(Exception):
 
 
 async def do_create_direct_conversation(
-    database: Database, viewer_id: int, other_id: int, *, policy: MembershipPolicy = ALLOW_ALL
+    database: Database, viewer_id: str, other_id: str, *, policy: MembershipPolicy = ALLOW_ALL
 ) -> int:
     """The one DIRECT conversation of two users, created on first call (if the policy allows).
 
@@ -61,9 +61,9 @@ async def do_create_direct_conversation(
 
 async def do_create_group(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     title: str,
-    member_ids: list[int],
+    member_ids: list[str],
     *,
     max_members: int,
     max_per_day: int = 0,
@@ -89,7 +89,7 @@ async def do_create_group(
         return created.id
 
 
-async def _check_groups_per_day_txn(conn: Connection, viewer_id: int, max_per_day: int) -> None:
+async def _check_groups_per_day_txn(conn: Connection, viewer_id: str, max_per_day: int) -> None:
     """LIMIT_EXCEEDED (retryAfter: until the oldest of them is a day old) once the viewer
     created max_per_day groups in the last 24 hours; the lock lasts until commit."""
     await conversations.lock_group_quota_txn(conn, viewer_id)
@@ -103,7 +103,7 @@ async def _check_groups_per_day_txn(conn: Connection, viewer_id: int, max_per_da
         )
 
 
-async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int) -> Row:
+async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: str) -> Row:
     """Lock a group whose members are about to change; the viewer must be in it."""
     conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
     if conv is None or conv.role is None:
@@ -114,7 +114,7 @@ async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int
 
 
 async def check_add_members(
-    database: Database, viewer_id: int, conversation_id: int, user_ids: list[int], *, policy: MembershipPolicy
+    database: Database, viewer_id: str, conversation_id: int, user_ids: list[str], *, policy: MembershipPolicy
 ) -> None:
     """Before the transaction: the viewer must be in the group (NOT_FOUND otherwise, as everywhere),
     and the policy must allow the people not in it yet. do_add_members checks the membership
@@ -131,9 +131,9 @@ async def check_add_members(
 
 async def do_add_members(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     conversation_id: int,
-    user_ids: list[int],
+    user_ids: list[str],
     *,
     max_members: int,
     policy: MembershipPolicy = ALLOW_ALL,
@@ -160,7 +160,7 @@ async def do_add_members(
         await _emit_txn(database, conn, MembersAdded(conversation_id=conversation_id, user_ids=added))
 
 
-async def do_remove_member(database: Database, viewer_id: int, conversation_id: int, user_id: int) -> None:
+async def do_remove_member(database: Database, viewer_id: str, conversation_id: int, user_id: str) -> None:
     """Anyone may leave a group (services.groups.do_leave_group); only an OWNER may remove others."""
     if user_id == viewer_id:
         await do_leave_group(database, viewer_id, conversation_id)

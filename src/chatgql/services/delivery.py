@@ -18,7 +18,7 @@ from .delivery_coalescing import DeliveredResult, DeliveryCoalescer
 
 async def do_mark_delivered(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     items: list[tuple[int, int]],
     *,
     whole_up_to: int,

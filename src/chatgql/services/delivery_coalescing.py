@@ -28,7 +28,7 @@ from ..events.types import DELIVERY_KEYS
 from ..store import delivery
 from .coalescing import Coalescer
 
-Key = tuple[int, int]  # (conversation_id, user_id)
+Key = tuple[int, str]  # (conversation_id, user_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class DeliveredResult:
 
 @dataclass(slots=True)
 class _Call:
-    viewer_id: int
+    viewer_id: str
     items: list[tuple[int, int]]  # (conversation_id, seq), conversation ids distinct
     events: list[dict]  # DeliveryUpdated payloads, one per item
     future: asyncio.Future[list[DeliveredResult]]
@@ -65,7 +65,7 @@ class DeliveryCoalescer(Coalescer[list[_Call], _Written]):
         self._pending: list[_Call] = []
 
     async def mark_delivered(
-        self, viewer_id: int, items: list[tuple[int, int]], events: list[dict]
+        self, viewer_id: str, items: list[tuple[int, int]], events: list[dict]
     ) -> list[DeliveredResult]:
         """One result per item, after the flush this call joins committed."""
         future: asyncio.Future[list[DeliveredResult]] = self._new_future()

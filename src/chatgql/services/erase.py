@@ -46,7 +46,7 @@ class _Run:
 
 
 async def erase_user(
-    database: Database, user_id: int, *, batch_size: int = 500, on_batch: OnBatch | None = None
+    database: Database, user_id: str, *, batch_size: int = 500, on_batch: OnBatch | None = None
 ) -> int:
     """Tombstone every message user_id sent, in every conversation (left ones too); returns how many."""
     run = _Run(on_batch)

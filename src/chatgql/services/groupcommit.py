@@ -37,7 +37,7 @@ STORED = "stored"  # chat_send's outcome for a message it stored (and whose even
 
 
 class SendItem(NamedTuple):
-    sender_id: int
+    sender_id: str
     client_msg_id: UUID
     body: str
     message_event: dict  # MessageNew's payload (chat_send adds its store fields, MESSAGE_KEYS)

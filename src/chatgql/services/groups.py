@@ -25,7 +25,7 @@ async def _emit_txn(database: Database, conn: Connection, *events: Event) -> Non
     database.events_written(conn)
 
 
-async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int, what: str) -> Row:
+async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: str, what: str) -> Row:
     """The group, locked; NOT_FOUND unless the viewer is in it, FORBIDDEN for a DIRECT chat."""
     conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
     if conv is None or conv.role is None:
@@ -35,7 +35,7 @@ async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: int
     return conv
 
 
-async def do_rename_group(database: Database, viewer_id: int, conversation_id: int, title: str) -> None:
+async def do_rename_group(database: Database, viewer_id: str, conversation_id: int, title: str) -> None:
     """The OWNER or an ADMIN renames a group (title already checked)."""
     async with database.transaction() as conn:
         conv = await _lock_group_txn(conn, conversation_id, viewer_id, "be renamed")
@@ -56,7 +56,7 @@ async def do_rename_group(database: Database, viewer_id: int, conversation_id: i
         )
 
 
-async def do_leave_group(database: Database, viewer_id: int, conversation_id: int) -> int | None:
+async def do_leave_group(database: Database, viewer_id: str, conversation_id: int) -> str | None:
     """The viewer leaves a group; returns the new OWNER's id when the OWNER left (None otherwise)."""
     async with database.transaction() as conn:
         conv = await _lock_group_txn(conn, conversation_id, viewer_id, "be left")
@@ -65,7 +65,7 @@ async def do_leave_group(database: Database, viewer_id: int, conversation_id: in
         if conv.role == OWNER:
             new_owner = await conversations.promote_if_ownerless(conn, conversation_id)
 
-        def change(kind: str, member: int, role: str) -> ConversationUpdated:
+        def change(kind: str, member: str, role: str) -> ConversationUpdated:
             return ConversationUpdated(
                 conversation_id=conversation_id,
                 change=kind,
@@ -84,7 +84,7 @@ async def do_leave_group(database: Database, viewer_id: int, conversation_id: in
         return new_owner
 
 
-async def do_set_member_role(database: Database, viewer_id: int, conversation_id: int, user_id: int, role: str) -> None:
+async def do_set_member_role(database: Database, viewer_id: str, conversation_id: int, user_id: str, role: str) -> None:
     """The OWNER or an ADMIN sets a member's role (see the module docstring for who may do what)."""
     if role not in ROLES:
         raise BadUserInput(f"role must be one of {', '.join(ROLES)}")
@@ -104,7 +104,7 @@ async def do_set_member_role(database: Database, viewer_id: int, conversation_id
         if current == OWNER:  # the OWNER demoting themselves: a group keeps its OWNER
             raise BadUserInput("the OWNER hands ownership on by making another member OWNER")
 
-        def change(member: int, new_role: str) -> ConversationUpdated:
+        def change(member: str, new_role: str) -> ConversationUpdated:
             return ConversationUpdated(
                 conversation_id=conversation_id,
                 change=ROLE_CHANGED,

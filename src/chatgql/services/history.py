@@ -60,7 +60,7 @@ def check_cursors(cursors: Sequence[tuple[int, int]], max_cursors: int, *, withi
         check_seq(after, field)
 
 
-async def visible_conversations(conn: Connection, viewer_id: int, cursors: Sequence[tuple[int, int]]) -> dict[int, Row]:
+async def visible_conversations(conn: Connection, viewer_id: str, cursors: Sequence[tuple[int, int]]) -> dict[int, Row]:
     """The cursors' conversations as the viewer sees them (store.conversations.for_viewer), by id;
     NOT_FOUND for the first one the viewer is not a member of."""
     visible = {row.id: row for row in await conversations.for_viewer(conn, [c for c, _ in cursors], viewer_id)}
@@ -72,7 +72,7 @@ async def visible_conversations(conn: Connection, viewer_id: int, cursors: Seque
 
 async def read_sync(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     cursors: Sequence[tuple[int, int]],
     limit: int | None,
     *,
@@ -146,7 +146,7 @@ class Replay:
 
 async def read_replay(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     cursors: Sequence[tuple[int, int]],
     *,
     bound: int,

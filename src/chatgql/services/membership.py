@@ -46,7 +46,7 @@ def check_settings(change: SettingsChange) -> SettingsChange:
     )
 
 
-def own_event(conversation_id: int, user_id: int, row: Row) -> MembershipUpdated:
+def own_event(conversation_id: int, user_id: str, row: Row) -> MembershipUpdated:
     """The membership.updated event of a member's row (store.conversations.VIEWER_COLUMNS)."""
     return MembershipUpdated(
         conversation_id=conversation_id,
@@ -59,7 +59,7 @@ def own_event(conversation_id: int, user_id: int, row: Row) -> MembershipUpdated
 
 
 async def do_update_membership(
-    database: Database, viewer_id: int, conversation_id: int, change: SettingsChange
+    database: Database, viewer_id: str, conversation_id: int, change: SettingsChange
 ) -> None:
     """Change the viewer's own settings of a conversation they are in (NOT_FOUND otherwise), and
     tell the viewer's devices (membership.updated, for the viewer only). Nothing asked: nothing
@@ -88,7 +88,7 @@ async def do_update_membership(
         database.events_written(conn)
 
 
-async def do_mark_unread(database: Database, viewer_id: int, conversation_id: int, from_seq: int) -> Row:
+async def do_mark_unread(database: Database, viewer_id: str, conversation_id: int, from_seq: int) -> Row:
     """The viewer's own unread starts again at from_seq (1..lastSeq, else BAD_USER_INPUT); it never
     makes anything read (a from_seq past the viewer's own read position changes nothing). What
     others see (the watermark behind seen / seenBy) does not move. The viewer's devices are told
@@ -107,7 +107,7 @@ async def do_mark_unread(database: Database, viewer_id: int, conversation_id: in
         return row
 
 
-async def raise_own_read(database: Database, viewer_id: int, conversation_id: int, seq: int) -> int | None:
+async def raise_own_read(database: Database, viewer_id: str, conversation_id: int, seq: int) -> int | None:
     """markRead's part during a markUnread rewind (services/reads.py): the own read position rises to
     min(seq, lastSeq), ending the rewind at the watermark, and the viewer's devices are told. Returns
     the new own read position; None when nothing rose (no rewind any more)."""
@@ -120,13 +120,13 @@ async def raise_own_read(database: Database, viewer_id: int, conversation_id: in
         return int(row["own_read"])
 
 
-async def do_set_private_receipts(database: Database, viewer_id: int, private: bool) -> None:
+async def do_set_private_receipts(database: Database, viewer_id: str, private: bool) -> None:
     """The viewer's default for private read receipts, applied to every conversation where they did not
     choose otherwise (updateMembership(privateReceipts:)). One transaction."""
     async with database.transaction() as conn:
         await membership.set_private_receipts(conn, viewer_id, private)
 
 
-async def private_receipts_of(database: Database, user_id: int) -> bool:
+async def private_receipts_of(database: Database, user_id: str) -> bool:
     async with database.connection() as conn:
         return (await membership.private_receipts(conn, [user_id])).get(user_id, False)

@@ -9,7 +9,7 @@ from .changes import GROUP_ADMINS
 
 
 async def mentions_txn(
-    conn: Connection, conversation_id: int, seq: int, mentioned: list[int], everyone: bool, sender_id: int
+    conn: Connection, conversation_id: int, seq: int, mentioned: list[str], everyone: bool, sender_id: str
 ) -> None:
     """Store a new message's mentions, in its send's transaction; BAD_USER_INPUT for a non-member.
     everyone: every other member of the group is mentioned (a row each, counted as a direct mention is),

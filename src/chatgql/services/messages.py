@@ -24,7 +24,7 @@ class SendResult:
 
 async def do_send_message(
     database: Database,
-    sender_id: int,
+    sender_id: str,
     conversation_id: int,
     client_msg_id: UUID,
     body: str,
@@ -32,7 +32,7 @@ async def do_send_message(
     batcher: SendBatcher | None = None,
     reply_to: int | None = None,
     attachments: Sequence[Attachment] = (),
-    mentions: list[int] | None = None,
+    mentions: list[str] | None = None,
     mention_everyone: bool = False,
 ) -> SendResult:
     """Store a message and its message.new event in one transaction (DESIGN.md, "Sending").
@@ -99,7 +99,7 @@ async def _send_with_extras(
     item: SendItem,
     reply_to: int | None,
     attachments: Sequence[Attachment],
-    mentioned: list[int],
+    mentioned: list[str],
     everyone: bool,
 ) -> Row:
     """chat_send, the quoted message's count, the attachments and the mentions (members only, else

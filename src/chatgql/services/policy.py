@@ -28,8 +28,8 @@ class MembershipRequest:
     """actor_id wants user_ids (never actor_id itself) in a conversation of kind;
     conversation_id is None when the call creates it."""
 
-    actor_id: int
-    user_ids: Sequence[int]
+    actor_id: str
+    user_ids: Sequence[str]
     kind: Literal["DIRECT", "GROUP"]
     conversation_id: int | None = None
 
@@ -66,8 +66,8 @@ def load_policy(path: str | None, settings: Any) -> MembershipPolicy:
 
 async def check_may_add(
     policy: MembershipPolicy,
-    actor_id: int,
-    user_ids: Sequence[int],
+    actor_id: str,
+    user_ids: Sequence[str],
     kind: Literal["DIRECT", "GROUP"],
     conversation_id: int | None = None,
 ) -> None:

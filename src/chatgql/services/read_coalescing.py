@@ -35,7 +35,7 @@ from ..store import reads
 from .checks import check_seq
 from .coalescing import Coalescer
 
-Key = tuple[int, int]  # (conversation_id, user_id)
+Key = tuple[int, str]  # (conversation_id, user_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class MarkReadResult:
 
 
 async def mark_read_alone(
-    database: Database, viewer_id: int, conversation_id: int, seq: int, event: dict
+    database: Database, viewer_id: str, conversation_id: int, seq: int, event: dict
 ) -> MarkReadResult:
     """One markRead, one statement: the watermark update and its read.updated event (`event`,
     ReadUpdated's payload) are one transaction; the event is written only when the watermark moved."""
@@ -96,7 +96,7 @@ class ReadCoalescer(Coalescer[_Batch, list[Row]]):
         super().__init__(database, **options)
         self._pending: _Batch = {}
 
-    async def mark_read(self, viewer_id: int, conversation_id: int, seq: int, event: dict) -> MarkReadResult:
+    async def mark_read(self, viewer_id: str, conversation_id: int, seq: int, event: dict) -> MarkReadResult:
         """do_mark_read's answer, from the flush this call joins (see the module docstring).
         event: ReadUpdated's payload for (conversation_id, viewer_id)."""
         check_seq(seq)

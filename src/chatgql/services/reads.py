@@ -12,7 +12,7 @@ from .read_coalescing import MarkReadResult, ReadCoalescer, mark_read_alone
 
 
 async def do_mark_read(
-    database: Database, viewer_id: int, conversation_id: int, seq: int, *, coalescer: ReadCoalescer | None = None
+    database: Database, viewer_id: str, conversation_id: int, seq: int, *, coalescer: ReadCoalescer | None = None
 ) -> MarkReadResult:
     """Raise the viewer's watermark to min(seq, lastSeq); never lower it.
 

@@ -36,7 +36,7 @@ def _split_prefix(text: str) -> tuple[str, str | None]:
 
 async def search_messages(
     database: Database,
-    viewer_id: int,
+    viewer_id: str,
     query: str,
     *,
     first: int | None,

@@ -17,7 +17,7 @@ from ..store import membership
 
 
 async def check_typing(
-    database: Database, viewer_id: int, conversation_id: int, *, seconds: float, whole_up_to: int
+    database: Database, viewer_id: str, conversation_id: int, *, seconds: float, whole_up_to: int
 ) -> tuple[Typing, bool]:
     """(the typing event, whether to publish it): NOT_FOUND unless the viewer is a member; not
     published in a big group."""

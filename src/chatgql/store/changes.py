@@ -23,7 +23,7 @@ async def lock_message_txn(conn: Connection, conversation_id: int, seq: int) -> 
     )
 
 
-async def record_change_txn(conn: Connection, conversation_id: int, seq: int, kind: str, user_id: int) -> int:
+async def record_change_txn(conn: Connection, conversation_id: int, seq: int, kind: str, user_id: str) -> int:
     """Take the conversation's next change seq and log what it changed; returns the change seq."""
     return (await record_changes_txn(conn, conversation_id, [seq], kind, user_id))[seq]
 
@@ -33,7 +33,7 @@ async def record_changes_txn(
     conversation_id: int,
     seqs: Sequence[int],
     kind: str,
-    user_id: int | None,
+    user_id: str | None,
     reason: str | None = None,
 ) -> dict[int, int]:
     """The next len(seqs) change seqs, one per message in the order given, each logged; seq -> change seq.
@@ -81,7 +81,7 @@ async def edit_txn(conn: Connection, conversation_id: int, seq: int, change_seq:
 
 
 async def tombstone_txn(
-    conn: Connection, conversation_id: int, seqs: Sequence[int], deleted_by: int | None
+    conn: Connection, conversation_id: int, seqs: Sequence[int], deleted_by: str | None
 ) -> list[Row]:
     """Make the messages among seqs that are not deleted yet tombstones: body, edit history, attachments, reactions
     and mentions erased, deletedAt/deletedBy set (deleted_by None: the operator). For every member whose watermark
@@ -193,7 +193,7 @@ async def after_many(conn: Connection, cursors: Sequence[tuple[int, int, int]]) 
 # The operator's erases (services/erase.py): what to tombstone, found in bounded reads.
 
 
-async def conversations_with_messages_of(conn: Connection, sender_id: int) -> list[int]:
+async def conversations_with_messages_of(conn: Connection, sender_id: str) -> list[int]:
     """The conversations where sender_id has messages not deleted yet. No index serves a sender across
     conversations: one scan of the message table, once per erase (then index ranges per conversation)."""
     rows = await conn.fetch(
@@ -209,7 +209,7 @@ async def lock_conversation_txn(conn: Connection, conversation_id: int) -> int |
 
 
 async def seqs_of_sender_txn(
-    conn: Connection, conversation_id: int, sender_id: int, after: int, limit: int
+    conn: Connection, conversation_id: int, sender_id: str, after: int, limit: int
 ) -> list[int]:
     """Up to limit seqs after `after` of sender_id's messages not deleted yet, ascending (the primary key's range)."""
     rows = await conn.fetch(

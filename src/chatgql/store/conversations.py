@@ -62,7 +62,7 @@ DEFAULT_INBOX = InboxFilter()
 InboxKey = tuple[datetime, int, datetime | None]
 
 
-async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: int) -> Row | None:
+async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: str) -> Row | None:
     """Lock the conversation row (sends and membership changes queue up on it).
 
     Returns (type, title, last_seq, member_count, now, role) where role is the caller's
@@ -85,7 +85,7 @@ async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: i
     )
 
 
-async def insert_conversation(conn: Connection, type_: str, title: str | None, created_by: int | None = None) -> Row:
+async def insert_conversation(conn: Connection, type_: str, title: str | None, created_by: str | None = None) -> Row:
     return await conn.fetchrow(
         "INSERT INTO conversation (type, title, created_by) VALUES ($1, $2, $3) RETURNING id, created_at",
         type_,
@@ -97,13 +97,13 @@ async def insert_conversation(conn: Connection, type_: str, title: str | None, c
 _GROUP_QUOTA_LOCK = 7261303  # advisory lock namespace (two-key form): one user's group creations, one at a time
 
 
-async def lock_group_quota_txn(conn: Connection, user_id: int) -> None:
+async def lock_group_quota_txn(conn: Connection, user_id: str) -> None:
     """Serialize user_id's group creations until the transaction ends, so that two
     concurrent ones (in any process) cannot both pass the daily count."""
-    await conn.execute("SELECT pg_advisory_xact_lock($1, hashint8($2))", _GROUP_QUOTA_LOCK, user_id)
+    await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _GROUP_QUOTA_LOCK, user_id)
 
 
-async def groups_created_since(conn: Connection, user_id: int, seconds: float) -> Row:
+async def groups_created_since(conn: Connection, user_id: str, seconds: float) -> Row:
     """(count, oldest_age) of the GROUPs user_id created in the last `seconds`;
     oldest_age: how many seconds ago the oldest of them was created (None without any)."""
     return await conn.fetchrow(
@@ -122,9 +122,9 @@ async def groups_created_since(conn: Connection, user_id: int, seconds: float) -
 async def insert_members(
     conn: Connection,
     conversation_id: int,
-    members: Sequence[tuple[int, str]],
+    members: Sequence[tuple[str, str]],
     last_read_seq: int = 0,
-) -> list[int]:
+) -> list[str]:
     """Add (user_id, role) pairs; ids already present are skipped. Returns the ids added."""
     if not members:
         return []
@@ -132,7 +132,7 @@ async def insert_members(
         """
         INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq, receipts_private)
         SELECT $1, u.user_id, u.role, $4, coalesce(s.private_receipts, false)
-          FROM unnest($2::bigint[], $3::text[]) AS u(user_id, role)
+          FROM unnest($2::text[], $3::text[]) AS u(user_id, role)
           LEFT JOIN user_setting s ON s.user_id = u.user_id  -- private read receipts by default (0011b)
         ON CONFLICT (conversation_id, user_id) DO NOTHING
         RETURNING user_id
@@ -145,16 +145,16 @@ async def insert_members(
     return sorted(row.user_id for row in rows)
 
 
-async def member_ids_among(conn: Connection, conversation_id: int, user_ids: Iterable[int]) -> set[int]:
+async def member_ids_among(conn: Connection, conversation_id: int, user_ids: Iterable[str]) -> set[str]:
     rows = await conn.fetch(
-        "SELECT user_id FROM conversation_member WHERE conversation_id = $1 AND user_id = ANY($2::bigint[])",
+        "SELECT user_id FROM conversation_member WHERE conversation_id = $1 AND user_id = ANY($2::text[])",
         conversation_id,
         list(user_ids),
     )
     return {row.user_id for row in rows}
 
 
-async def delete_member(conn: Connection, conversation_id: int, user_id: int) -> str | None:
+async def delete_member(conn: Connection, conversation_id: int, user_id: str) -> str | None:
     """Remove a member; returns the role they had, or None if they were not a member."""
     return await conn.fetchval(
         "DELETE FROM conversation_member WHERE conversation_id = $1 AND user_id = $2 RETURNING role",
@@ -163,7 +163,7 @@ async def delete_member(conn: Connection, conversation_id: int, user_id: int) ->
     )
 
 
-async def promote_if_ownerless(conn: Connection, conversation_id: int) -> int | None:
+async def promote_if_ownerless(conn: Connection, conversation_id: int) -> str | None:
     """When no OWNER remains, make the longest-standing ADMIN the OWNER, or with no ADMIN the
     longest-standing member; returns their id."""
     return await conn.fetchval(
@@ -181,13 +181,13 @@ async def promote_if_ownerless(conn: Connection, conversation_id: int) -> int | 
     )
 
 
-async def find_direct(conn: Connection, user_low: int, user_high: int) -> int | None:
+async def find_direct(conn: Connection, user_low: str, user_high: str) -> int | None:
     return await conn.fetchval(
         "SELECT conversation_id FROM direct_pair WHERE user_low = $1 AND user_high = $2", user_low, user_high
     )
 
 
-async def claim_direct_pair(conn: Connection, user_low: int, user_high: int, conversation_id: int) -> bool:
+async def claim_direct_pair(conn: Connection, user_low: str, user_high: str, conversation_id: int) -> bool:
     """Record conversation_id as the pair's chat. False when another one got there first."""
     claimed = await conn.fetchval(
         """
@@ -203,7 +203,7 @@ async def claim_direct_pair(conn: Connection, user_low: int, user_high: int, con
     return claimed is not None
 
 
-async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id: int) -> list[Row]:
+async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id: str) -> list[Row]:
     """The conversations among ids that user_id is a member of, with the viewer's watermark."""
     return await conn.fetch(
         f"""
@@ -219,7 +219,7 @@ async def for_viewer(conn: Connection, conversation_ids: Sequence[int], user_id:
 
 async def inbox_page(
     conn: Connection,
-    user_id: int,
+    user_id: str,
     limit: int,
     after: InboxKey | None,
     only: InboxFilter = DEFAULT_INBOX,
@@ -235,7 +235,7 @@ async def inbox_page(
 
 
 def _inbox_page_query(
-    user_id: int, limit: int, after: InboxKey | None, only: InboxFilter, settings: bool = True
+    user_id: str, limit: int, after: InboxKey | None, only: InboxFilter, settings: bool = True
 ) -> tuple[str, list[object]]:
     """The inbox page's SELECT and its arguments ($1 user, $2 limit, then the keyset and filters).
     One statement whatever the filters: they are conditions on the rows the page reads anyway
@@ -281,7 +281,7 @@ def _inbox_page_query(
 
 async def inbox_page_with_last_messages(
     conn: Connection,
-    user_id: int,
+    user_id: str,
     limit: int,
     after: InboxKey | None,
     only: InboxFilter = DEFAULT_INBOX,
@@ -332,7 +332,7 @@ def last_message_fields(lifecycle: bool = True) -> tuple[str, ...]:
     return _LAST_MESSAGE_FIELDS[lifecycle]
 
 
-async def viewer_totals(conn: Connection, user_id: int) -> Row:
+async def viewer_totals(conn: Connection, user_id: str) -> Row:
     """(total_unread, unread_conversations) over the viewer's conversations that are not muted."""
     return await conn.fetchrow(
         f"""
@@ -354,13 +354,13 @@ async def member_counts(conn: Connection, conversation_ids: Sequence[int]) -> di
     return {row.id: row.member_count for row in rows}
 
 
-async def member_pages(conn: Connection, pages: Sequence[tuple[int, int, int]]) -> list[Row]:
+async def member_pages(conn: Connection, pages: Sequence[tuple[int, str, int]]) -> list[Row]:
     """(conversation_id, after_user_id, limit) -> members with user_id > after, ascending, at most
     limit of them; one statement for every page (each a range of the primary key)."""
     return await conn.fetch(
         """
         SELECT p.i, m.conversation_id, m.user_id, m.role, m.last_read_seq, m.joined_at
-          FROM unnest($1::bigint[], $2::bigint[], $3::int[]) WITH ORDINALITY AS p(cid, after, lim, i)
+          FROM unnest($1::bigint[], $2::text[], $3::int[]) WITH ORDINALITY AS p(cid, after, lim, i)
           CROSS JOIN LATERAL (
                 SELECT * FROM conversation_member m
                  WHERE m.conversation_id = p.cid AND m.user_id > p.after
@@ -373,12 +373,12 @@ async def member_pages(conn: Connection, pages: Sequence[tuple[int, int, int]]) 
     )
 
 
-async def member_rows(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
+async def member_rows(conn: Connection, keys: Sequence[tuple[int, str]]) -> list[Row]:
     """The membership rows of (conversation_id, user_id) pairs that are members."""
     return await conn.fetch(
         """
         SELECT m.conversation_id, m.user_id, m.role, m.last_read_seq, m.joined_at
-          FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, uid)
+          FROM unnest($1::bigint[], $2::text[]) AS k(cid, uid)
           JOIN conversation_member m ON m.conversation_id = k.cid AND m.user_id = k.uid
         """,
         [cid for cid, _ in keys],
@@ -388,37 +388,37 @@ async def member_rows(conn: Connection, keys: Sequence[tuple[int, int]]) -> list
 
 # "Seen" questions about messages lo..hi of a conversation, answered from conversation_member_read_idx
 # (0007) by index-only scans, whatever the group's size:
-#  'h' rows (w, n): n members with LEAST(last_read_seq, hi) = w, among those with last_read_seq >= lo: the
+#  'h' rows (a, b) = (w, n): n members with LEAST(last_read_seq, hi) = w, among those with last_read_seq >= lo: the
 #      members who have read seq (lo <= seq <= hi) are the sum of n over w >= seq (at most hi - lo + 1 rows);
-#  'l' rows (user_id, last_read_seq): the two lowest watermarks: the lowest among the members other than a
+#  'l' rows (u, b) = (user_id, last_read_seq): the two lowest watermarks: the lowest among the members other than a
 #      sender is one of them (seen: every other member has read seq);
-#  's' rows (user_id, last_read_seq): the senders' own watermarks (a sender is not counted as a reader).
+#  's' rows (u, b) = (user_id, last_read_seq): the senders' own watermarks (a sender is not counted as a reader).
 SEEN_STATE_SQL = """
 WITH k AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS k(cid, lo, hi))
-SELECT k.cid, 'h' AS kind, h.w AS a, h.n AS b
+SELECT k.cid, 'h' AS kind, NULL::text AS u, h.w AS a, h.n AS b
   FROM k CROSS JOIN LATERAL (
         SELECT LEAST(m.last_read_seq, k.hi) AS w, count(*) AS n
           FROM conversation_member m
          WHERE m.conversation_id = k.cid AND m.last_read_seq >= k.lo
          GROUP BY 1) h
 UNION ALL
-SELECT k.cid, 'l', l.user_id, l.last_read_seq
+SELECT k.cid, 'l', l.user_id, NULL, l.last_read_seq
   FROM k CROSS JOIN LATERAL (
         SELECT m.user_id, m.last_read_seq FROM conversation_member m
          WHERE m.conversation_id = k.cid
          ORDER BY m.last_read_seq LIMIT 2) l
 UNION ALL
-SELECT m.conversation_id, 's', m.user_id, m.last_read_seq
-  FROM unnest($4::bigint[], $5::bigint[]) AS s(cid, uid)
+SELECT m.conversation_id, 's', m.user_id, NULL, m.last_read_seq
+  FROM unnest($4::bigint[], $5::text[]) AS s(cid, uid)
   JOIN conversation_member m ON m.conversation_id = s.cid AND m.user_id = s.uid
 """
 
 
 async def seen_state(
-    conn: Connection, ranges: Sequence[tuple[int, int, int]], senders: Sequence[tuple[int, int]]
+    conn: Connection, ranges: Sequence[tuple[int, int, int]], senders: Sequence[tuple[int, str]]
 ) -> list[Row]:
     """ranges: (conversation_id, lo, hi) seqs; senders: (conversation_id, sender_id). Rows
-    (cid, kind, a, b) as SEEN_STATE_SQL says; O(members who read lo) index entries, not O(members)."""
+    (cid, kind, u, a, b) as SEEN_STATE_SQL says; O(members who read lo) index entries, not O(members)."""
     return await conn.fetch(
         SEEN_STATE_SQL,
         [cid for cid, _, _ in ranges],
@@ -429,14 +429,14 @@ async def seen_state(
     )
 
 
-async def seen_by_pages(conn: Connection, keys: Sequence[tuple[int, int, int, int, int]]) -> list[Row]:
+async def seen_by_pages(conn: Connection, keys: Sequence[tuple[int, int, str, str, int]]) -> list[Row]:
     """(conversation_id, seq, sender_id, after_user_id, limit) -> rows (i, user_id): the members other
     than the sender with last_read_seq >= seq and user_id > after, ascending, at most limit; one
     statement. Each page reads O(readers of seq) index entries (as seenByCount does), not O(members)."""
     return await conn.fetch(
         """
         SELECT k.i, s.user_id
-          FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[])
+          FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::int[])
                WITH ORDINALITY AS k(cid, seq, sender, after, lim, i)
           CROSS JOIN LATERAL (
                 -- The readers from conversation_member_read_idx, then the first `lim` of them: without
@@ -458,7 +458,7 @@ async def seen_by_pages(conn: Connection, keys: Sequence[tuple[int, int, int, in
     )
 
 
-async def live_members(conn: Connection, conversation_id: int, whole_up_to: int, among: Sequence[int]) -> Row | None:
+async def live_members(conn: Connection, conversation_id: int, whole_up_to: int, among: Sequence[str]) -> Row | None:
     """(member_count, user_ids) for the live path: every member's id when the conversation has at most
     whole_up_to members; above that only the members among `among` (the users subscribed in this
     process), so the answer is bounded by subscribers, never by members. None: no such conversation."""
@@ -468,7 +468,7 @@ async def live_members(conn: Connection, conversation_id: int, whole_up_to: int,
                CASE WHEN c.member_count <= $2
                     THEN ARRAY(SELECT m.user_id FROM conversation_member m WHERE m.conversation_id = c.id)
                     ELSE ARRAY(SELECT m.user_id FROM conversation_member m
-                                WHERE m.conversation_id = c.id AND m.user_id = ANY($3::bigint[]))
+                                WHERE m.conversation_id = c.id AND m.user_id = ANY($3::text[]))
                END AS user_ids
           FROM conversation c
          WHERE c.id = $1

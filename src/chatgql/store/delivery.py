@@ -15,7 +15,7 @@ DELIVERED = "GREATEST(m.delivered_seq, m.last_read_seq)"
 
 async def advance_delivered(
     conn: Connection,
-    user_id: int,
+    user_id: str,
     conversation_ids: list[int],
     seqs: list[int],
     events: list[dict],
@@ -89,12 +89,12 @@ async def delivered_marks(conn: Connection, conversation_ids: Sequence[int], who
     )
 
 
-async def members_of(conn: Connection, conversation_ids: list[int], user_ids: list[int]) -> set[tuple[int, int]]:
+async def members_of(conn: Connection, conversation_ids: list[int], user_ids: list[str]) -> set[tuple[int, int]]:
     """Which of the (conversation, user) keys are memberships."""
     rows = await conn.fetch(
         """
         SELECT m.conversation_id, m.user_id
-          FROM unnest($1::bigint[], $2::bigint[]) AS r(cid, uid)
+          FROM unnest($1::bigint[], $2::text[]) AS r(cid, uid)
           JOIN conversation_member m ON m.conversation_id = r.cid AND m.user_id = r.uid
         """,
         conversation_ids,
@@ -106,7 +106,7 @@ async def members_of(conn: Connection, conversation_ids: list[int], user_ids: li
 async def advance_delivered_many(
     conn: Connection,
     conversation_ids: list[int],
-    user_ids: list[int],
+    user_ids: list[str],
     seqs: list[int],
     events: list[dict],
     whole_up_to: int,
@@ -123,7 +123,7 @@ async def advance_delivered_many(
     return await conn.fetch(
         f"""
         WITH req AS (
-            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
+            SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
         ), snap AS (
             SELECT r.cid, r.uid, r.event, c.last_seq, c.member_count, LEAST(r.seq, c.last_seq) AS target,
                    {DELIVERED} AS current, m.receipts_private AS private

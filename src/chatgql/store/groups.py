@@ -9,7 +9,7 @@ async def set_title_txn(conn: Connection, conversation_id: int, title: str) -> N
     await conn.execute("UPDATE conversation SET title = $2 WHERE id = $1", conversation_id, title)
 
 
-async def role_txn(conn: Connection, conversation_id: int, user_id: int) -> str | None:
+async def role_txn(conn: Connection, conversation_id: int, user_id: str) -> str | None:
     """user_id's role, its row locked until the transaction ends; None when not a member."""
     return await conn.fetchval(
         "SELECT role FROM conversation_member WHERE conversation_id = $1 AND user_id = $2 FOR UPDATE",
@@ -18,7 +18,7 @@ async def role_txn(conn: Connection, conversation_id: int, user_id: int) -> str 
     )
 
 
-async def set_role_txn(conn: Connection, conversation_id: int, user_id: int, role: str) -> None:
+async def set_role_txn(conn: Connection, conversation_id: int, user_id: str, role: str) -> None:
     await conn.execute(
         "UPDATE conversation_member SET role = $3 WHERE conversation_id = $1 AND user_id = $2",
         conversation_id,

@@ -11,7 +11,7 @@ from .conversations import OWN_READ, VIEWER_COLUMNS
 async def update_settings_txn(
     conn: Connection,
     conversation_id: int,
-    user_id: int,
+    user_id: str,
     *,
     muted: bool | None,
     muted_until: datetime | None,
@@ -61,7 +61,7 @@ async def update_settings_txn(
     )
 
 
-async def is_member(conn: Connection, conversation_id: int, user_id: int) -> bool:
+async def is_member(conn: Connection, conversation_id: int, user_id: str) -> bool:
     return bool(
         await conn.fetchval(
             "SELECT 1 FROM conversation_member WHERE conversation_id = $1 AND user_id = $2", conversation_id, user_id
@@ -69,7 +69,7 @@ async def is_member(conn: Connection, conversation_id: int, user_id: int) -> boo
     )
 
 
-async def mark_unread_txn(conn: Connection, conversation_id: int, user_id: int, from_seq: int) -> Row | None:
+async def mark_unread_txn(conn: Connection, conversation_id: int, user_id: str, from_seq: int) -> Row | None:
     """The member's own unread starts again at from_seq (never later than it starts now): own_read_seq
     = min(from_seq - 1, own read position), valid while the public watermark stays where it is
     (own_read_below). The watermark others see does not move. Returns the member's row
@@ -89,7 +89,7 @@ async def mark_unread_txn(conn: Connection, conversation_id: int, user_id: int, 
     )
 
 
-async def raise_own_read_txn(conn: Connection, conversation_id: int, user_id: int, seq: int) -> Row | None:
+async def raise_own_read_txn(conn: Connection, conversation_id: int, user_id: str, seq: int) -> Row | None:
     """markRead during a rewind (markUnread) that did not move the public watermark: the own read
     position rises to min(seq, lastSeq), and the rewind ends once it reaches the watermark. With
     private receipts (0011b) markRead never moves the watermark: the own position rises past it. Returns
@@ -113,7 +113,7 @@ async def raise_own_read_txn(conn: Connection, conversation_id: int, user_id: in
     )
 
 
-async def member_count_if_member(conn: Connection, conversation_id: int, user_id: int) -> int | None:
+async def member_count_if_member(conn: Connection, conversation_id: int, user_id: str) -> int | None:
     """The conversation's member_count when user_id is a member of it; None otherwise."""
     return await conn.fetchval(
         """
@@ -126,7 +126,7 @@ async def member_count_if_member(conn: Connection, conversation_id: int, user_id
     )
 
 
-async def set_private_receipts(conn: Connection, user_id: int, private: bool) -> None:
+async def set_private_receipts(conn: Connection, user_id: str, private: bool) -> None:
     """The user's default (user_setting), applied to every membership without a choice of its own."""
     await conn.execute(
         """
@@ -144,8 +144,8 @@ async def set_private_receipts(conn: Connection, user_id: int, private: bool) ->
     )
 
 
-async def private_receipts(conn: Connection, user_ids: list[int]) -> dict[int, bool]:
+async def private_receipts(conn: Connection, user_ids: list[str]) -> dict[str, bool]:
     rows = await conn.fetch(
-        "SELECT user_id, private_receipts FROM user_setting WHERE user_id = ANY($1::bigint[])", user_ids
+        "SELECT user_id, private_receipts FROM user_setting WHERE user_id = ANY($1::text[])", user_ids
     )
     return {row["user_id"]: row["private_receipts"] for row in rows}

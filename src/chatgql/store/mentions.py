@@ -13,12 +13,12 @@ from ..db import Connection, Row
 from .conversations import MUTED, OWN_READ
 
 
-async def insert_txn(conn: Connection, conversation_id: int, seq: int, user_ids: Sequence[int]) -> None:
+async def insert_txn(conn: Connection, conversation_id: int, seq: int, user_ids: Sequence[str]) -> None:
     if user_ids:
         await conn.execute(
             """
             INSERT INTO message_mention (conversation_id, user_id, seq)
-            SELECT $1, u, $2 FROM unnest($3::bigint[]) AS u
+            SELECT $1, u, $2 FROM unnest($3::text[]) AS u
             ON CONFLICT DO NOTHING
             """,
             conversation_id,
@@ -27,7 +27,7 @@ async def insert_txn(conn: Connection, conversation_id: int, seq: int, user_ids:
         )
 
 
-async def insert_everyone_txn(conn: Connection, conversation_id: int, seq: int, sender_id: int) -> None:
+async def insert_everyone_txn(conn: Connection, conversation_id: int, seq: int, sender_id: str) -> None:
     """An everyone-mention: a row for each member but the sender (one index entry each, as a direct mention)."""
     await conn.execute(
         """
@@ -41,7 +41,7 @@ async def insert_everyone_txn(conn: Connection, conversation_id: int, seq: int, 
     )
 
 
-async def replace_txn(conn: Connection, conversation_id: int, seq: int, user_ids: Sequence[int]) -> None:
+async def replace_txn(conn: Connection, conversation_id: int, seq: int, user_ids: Sequence[str]) -> None:
     """An edited message's mentions are now user_ids (those gone stop counting at once)."""
     await delete_txn(conn, conversation_id, [seq])
     await insert_txn(conn, conversation_id, seq, user_ids)
@@ -70,7 +70,7 @@ async def of_messages(conn: Connection, keys: Sequence[tuple[int, int]]) -> list
     )
 
 
-async def unread_counts(conn: Connection, user_id: int, conversation_ids: Sequence[int]) -> list[Row]:
+async def unread_counts(conn: Connection, user_id: str, conversation_ids: Sequence[int]) -> list[Row]:
     """(conversation_id, unread_mentions) of user_id in the conversations among ids they are in."""
     return await conn.fetch(
         f"""
@@ -86,7 +86,7 @@ async def unread_counts(conn: Connection, user_id: int, conversation_ids: Sequen
     )
 
 
-async def total_unread(conn: Connection, user_id: int, *, count_muted: bool) -> int:
+async def total_unread(conn: Connection, user_id: str, *, count_muted: bool) -> int:
     """user_id's unread mentions over all their conversations (muted ones too when count_muted):
     one index range per conversation."""
     muted = "" if count_muted else f" AND NOT {MUTED}"

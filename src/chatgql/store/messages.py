@@ -17,7 +17,7 @@ async def send(
     conn: Connection,
     *,
     conversation_id: int,
-    sender_id: int,
+    sender_id: str,
     client_msg_id: UUID,
     body: str,
     message_event: dict,
@@ -50,7 +50,7 @@ async def send(
 async def send_batch(
     conn: Connection,
     conversation_id: int,
-    items: Sequence[tuple[int, UUID, str, dict, dict]],
+    items: Sequence[tuple[str, UUID, str, dict, dict]],
     message_keys: Sequence[str],
     read_keys: Sequence[str],
 ) -> list[Row]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from ..db import Connection, Row
 
 
-async def add_txn(conn: Connection, conversation_id: int, seq: int, user_id: int, emoji: str, max_emojis: int) -> str:
+async def add_txn(conn: Connection, conversation_id: int, seq: int, user_id: str, emoji: str, max_emojis: int) -> str:
     """Add user_id's emoji to the message: 'added', 'present' (already there: nothing written) or
     'too_many' (a new emoji on a message that has max_emojis distinct ones: nothing written)."""
     if await conn.fetchval(
@@ -53,7 +53,7 @@ async def add_txn(conn: Connection, conversation_id: int, seq: int, user_id: int
     return "added"
 
 
-async def remove_txn(conn: Connection, conversation_id: int, seq: int, user_id: int, emoji: str) -> bool:
+async def remove_txn(conn: Connection, conversation_id: int, seq: int, user_id: str, emoji: str) -> bool:
     """Remove user_id's emoji from the message; False when it was not there (nothing written)."""
     return await conn.fetchval(
         """
@@ -85,7 +85,7 @@ async def erase_txn(conn: Connection, conversation_id: int, seqs: Sequence[int])
         )
 
 
-async def summaries(conn: Connection, keys: Sequence[tuple[int, int]], viewer_id: int) -> list[Row]:
+async def summaries(conn: Connection, keys: Sequence[tuple[int, int]], viewer_id: str) -> list[Row]:
     """Per message (conversation_id, seq): rows (conversation_id, seq, emoji, count, mine) in the order each
     emoji first appeared; `mine`: the viewer reacted with it. Reads the stored counts, never the reactions."""
     return await conn.fetch(
@@ -104,13 +104,13 @@ async def summaries(conn: Connection, keys: Sequence[tuple[int, int]], viewer_id
     )
 
 
-async def reacted_by_pages(conn: Connection, keys: Sequence[tuple[int, int, str, int, int]]) -> list[Row]:
+async def reacted_by_pages(conn: Connection, keys: Sequence[tuple[int, int, str, str, int]]) -> list[Row]:
     """(conversation_id, seq, emoji, after_user_id, limit) -> rows (i, user_id): who reacted with the emoji,
     user ids above after, ascending, at most limit; one statement."""
     return await conn.fetch(
         """
         SELECT k.i, r.user_id
-          FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::int[])
+          FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::int[])
                WITH ORDINALITY AS k(cid, seq, emoji, after, lim, i)
           CROSS JOIN LATERAL (
                 SELECT user_id FROM message_reaction

@@ -13,7 +13,7 @@ from .conversations import OWN_READ, UNREAD_DELETED
 
 
 async def advance_watermark(
-    conn: Connection, conversation_id: int, user_id: int, seq: int, event: dict, keys: Sequence[str]
+    conn: Connection, conversation_id: int, user_id: str, seq: int, event: dict, keys: Sequence[str]
 ) -> Row | None:
     """The monotonic, clamped update of DESIGN.md, and its read.updated outbox
     row, in one statement (so one transaction even in autocommit).
@@ -30,7 +30,7 @@ async def advance_watermark(
         WITH moved AS (
             UPDATE conversation_member m SET last_read_seq = LEAST($3::bigint, c.last_seq)
               FROM conversation c
-             WHERE c.id = m.conversation_id AND m.conversation_id = $1::bigint AND m.user_id = $2::bigint
+             WHERE c.id = m.conversation_id AND m.conversation_id = $1::bigint AND m.user_id = $2::text
                AND m.last_read_seq < LEAST($3::bigint, c.last_seq)
                AND NOT m.receipts_private  -- private receipts: the own read position only (services/reads.py)
             RETURNING m.last_read_seq, c.last_seq, m.unread_deleted
@@ -49,7 +49,7 @@ async def advance_watermark(
     )
 
 
-async def watermark(conn: Connection, conversation_id: int, user_id: int) -> Row | None:
+async def watermark(conn: Connection, conversation_id: int, user_id: str) -> Row | None:
     """(last_read_seq, last_seq, own_read, unread_deleted) for a member; None when user_id is not a member.
     own_read: the member's own read position (below last_read_seq after a markUnread); unread_deleted:
     the deleted messages above it."""
@@ -68,7 +68,7 @@ async def watermark(conn: Connection, conversation_id: int, user_id: int) -> Row
 async def advance_watermarks(
     conn: Connection,
     conversation_ids: list[int],
-    user_ids: list[int],
+    user_ids: list[str],
     seqs: list[int],
     events: list[dict],
     keys: Sequence[str],
@@ -99,7 +99,7 @@ async def advance_watermarks(
     return await conn.fetch(
         f"""
         WITH req AS (
-            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
+            SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::jsonb[]) AS r(cid, uid, seq, event)
         ), snap AS (
             SELECT r.cid, r.uid, r.event, m.last_read_seq, c.last_seq, LEAST(r.seq, c.last_seq) AS target,
                    {OWN_READ} AS own_read, m.receipts_private AS private, {UNREAD_DELETED} AS unread_deleted

@@ -52,7 +52,7 @@ async def parse_query(conn: Connection, text: str, prefix: str | None = None) ->
 
 async def hits(
     conn: Connection,
-    viewer_id: int,
+    viewer_id: str,
     tsquery: str,
     limit: int,
     before: tuple[datetime, int, int] | None = None,
@@ -82,7 +82,7 @@ async def hits(
 
 
 async def any_hit_from(
-    conn: Connection, viewer_id: int, tsquery: str, key: tuple[datetime, int, int], conversation_id: int | None = None
+    conn: Connection, viewer_id: str, tsquery: str, key: tuple[datetime, int, int], conversation_id: int | None = None
 ) -> bool:
     """Whether a hit as new as the hit key or newer exists (what hits(before=key) leaves out)."""
     only = "" if conversation_id is None else "AND cm.conversation_id = $6"

@@ -57,7 +57,7 @@ class EventDifferential(Differential):
             source = {
                 "conversationId": 1,
                 "seq": 1,
-                "senderId": 2,
+                "senderId": "2",
                 "clientMsgId": client_msg_id,
                 "body": "hello 1",
                 "createdAt": "2026-01-01T00:00:00+00:00",
