@@ -47,17 +47,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import suppress
+from functools import partial
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected as SendAfterClose
 from strawberry.http.exceptions import WebSocketDisconnected
+from strawberry.types.execution import PreExecutionError
 from websockets.exceptions import InvalidState
 
 from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..errors import Unauthenticated
 from ..ratelimit import Bucket
 from .context import Context, ws_operation
+from .parked import PARKING, Parked, after, parkable
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +226,46 @@ def _forget(message: Any) -> None:
         message.clear()
 
 
+class _Parking:
+    """Parkable operations (parked.py) for a handler: their state while they are open, by id."""
+
+    view: Any
+    context: Any
+    _parked: dict[str, Parked] | None = None
+
+    def _parking(self, query: Any, operation_name: Any, slot: object, ready: Any) -> Parked | None:
+        """A Parked for an operation that may park (kept by id), else None: it runs as before."""
+        accepted = getattr(self.view, "accepted", None)
+        if accepted is None or not isinstance(query, str) or not isinstance(operation_name, str | None):
+            return None
+        if not parkable(accepted.get(query), operation_name):
+            return None
+        return Parked(ready, slot)
+
+    def _keep_parked(self, operation_id: str, parked: Parked) -> None:
+        if self._parked is None:
+            self._parked = {}
+        self._parked[operation_id] = parked
+
+    def _open_parked(self, operation_id: str) -> Parked | None:
+        """The operation's Parked if it is open and not stopped."""
+        parked = self._parked.get(operation_id) if self._parked is not None else None
+        return None if parked is None or parked.stopped else parked
+
+    async def _end_parked(self, operation_id: str, parked: Parked) -> None:
+        """The parkable operation is over: out of the Dispatcher, its price let go."""
+        parked.stopped = True
+        if self._parked is not None and self._parked.get(operation_id) is parked:
+            del self._parked[operation_id]
+            if not self._parked:
+                self._parked = None
+        self.context.subscription_costs.pop(parked.slot, None)
+        await parked.end()
+
+    def _stays_parked(self, parked: Parked | None) -> bool:
+        return parked is not None and parked.parked and not parked.stopped
+
+
 class _Gone:
     """send_message that says "the socket is gone" one way: Strawberry's WebSocketDisconnected."""
 
@@ -234,7 +278,7 @@ class _Gone:
             raise WebSocketDisconnected from error
 
 
-class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Context, None]):
+class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[Context, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -276,18 +320,66 @@ class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Conte
             return
         await super().handle_subscribe(message)
 
-    async def run_operation(self, operation: Any) -> None:
+    async def run_operation(
+        self, operation: Any, parked: Parked | None = None, previous: asyncio.Task | None = None
+    ) -> None:
         """An operation's task. One whose client went ends without an exception: a task that keeps
         its exception keeps the traceback, whose frames hold the operation, whose task it is (a
-        cycle, holding the whole connection; frozen, it would stay for good: collector.py)."""
-        slot = object()
+        cycle, holding the whole connection; frozen, it would stay for good: collector.py).
+
+        A parkable operation (parked.py) runs here at its subscribe and again at each event it is
+        woken for (parked: its state, previous: its run before, which finishes sending first). A
+        run that parked sends no `complete`: while parked the operation counts as completed for
+        Strawberry's Operation (what it would send is dropped; nothing is sent while parked), and
+        it has no task."""
+        if parked is None:
+            slot = object()
+            parked = self._parking(operation.query, operation.operation_name, slot, None)
+            if parked is not None:
+                parked._ready = partial(self._wake_parked, operation)
+                parked.operation = operation
+                self._keep_parked(operation.id, parked)
+        else:
+            slot = parked.slot
+            operation.completed = False
         ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
+        PARKING.set(parked)
         try:
+            await after(previous)
             await super().run_operation(operation)
         except WebSocketDisconnected:
             pass  # logged at debug by handle_task_exception
         finally:
-            self.context.subscription_costs.pop(slot, None)
+            if self._stays_parked(parked):
+                if operation.task is asyncio.current_task():
+                    operation.task = None  # idle: no task until the next event
+            elif parked is not None:
+                await self._end_parked(operation.id, parked)
+            else:
+                self.context.subscription_costs.pop(slot, None)
+
+    def _wake_parked(self, operation: Any) -> None:
+        """An event (or the end) for a parked operation: run it again."""
+        parked = self._open_parked(operation.id)
+        operations: dict[str, Any] = self.operations
+        if parked is None or operations.get(operation.id) is not operation:
+            return  # ended meanwhile, or its id taken by another
+        run: Any = operation  # (not narrowed by the check above)
+        task = asyncio.create_task(self.run_operation(run, parked, run.task))
+        run.task = task
+        task.add_done_callback(self._task_done)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        """complete from the client, or the socket closed: a parked operation has no task to cancel."""
+        parked = self._open_parked(operation_id)
+        if parked is not None:
+            parked.stopped = True  # a run under way ends it instead of parking
+            operation = self.operations.get(operation_id)
+            if operation is not None and operation.task is None:
+                del self.operations[operation_id]
+                await self._end_parked(operation_id, parked)
+                return
+        await super().cleanup_operation(operation_id)
 
     async def handle_task_exception(self, error: Exception) -> None:
         """An operation's task failed: an ERROR with its traceback, unless its client just went."""
@@ -297,7 +389,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Conte
         await super().handle_task_exception(error)
 
 
-class LegacyWSHandler(_Gone, _Pending, _Session, LegacyWSHandlerBase[Context, None]):
+class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[Context, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None
@@ -343,17 +435,108 @@ class LegacyWSHandler(_Gone, _Pending, _Session, LegacyWSHandlerBase[Context, No
                 return
         await super().handle_start(message)
 
-    async def handle_async_results(self, *args: Any, **kwargs: Any) -> None:
+    async def handle_async_results(
+        self,
+        operation_id: str,
+        query: str,
+        operation_name: str | None,
+        variables: dict[str, object] | None,
+        parked: Parked | None = None,
+        previous: asyncio.Task | None = None,
+    ) -> None:
         """An operation's task: it ends quietly when its client went (nobody awaits a task that ended on its
-        own, so its exception would be asyncio's "Task exception was never retrieved" ERROR)."""
-        slot = object()
+        own, so its exception would be asyncio's "Task exception was never retrieved" ERROR).
+
+        A parkable operation (parked.py) runs in _run_parkable, at its start and again at each event
+        it is woken for (parked: its state; previous: its run before, which finishes sending first)."""
+        if parked is None:
+            slot = object()
+            ready = partial(self._wake_parked, operation_id, query, operation_name, variables)
+            parked = self._parking(query, operation_name, slot, ready)
+            if parked is not None:
+                self._keep_parked(operation_id, parked)
+        else:
+            slot = parked.slot
         ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
+        PARKING.set(parked)
         try:
-            await super().handle_async_results(*args, **kwargs)
+            if parked is None:
+                await super().handle_async_results(operation_id, query, operation_name, variables)
+            else:
+                await after(previous)
+                await self._run_parkable(operation_id, query, operation_name, variables, parked)
         except WebSocketDisconnected:
             log.debug("subscription ended: its client closed the socket")
         finally:
-            self.context.subscription_costs.pop(slot, None)
+            if parked is None:
+                self.context.subscription_costs.pop(slot, None)
+            elif not self._stays_parked(parked):
+                await self._end_parked(operation_id, parked)
+
+    async def _run_parkable(
+        self,
+        operation_id: str,
+        query: str,
+        operation_name: str | None,
+        variables: dict[str, object] | None,
+        parked: Parked,
+    ) -> None:
+        """Strawberry's handle_async_results (the same messages), but a run that parked sends no
+        `complete` and leaves the operation open: its entry in `tasks` (this task, done) stays."""
+        try:
+            result_source = await self.schema.subscribe(
+                query=query,
+                variable_values=variables,
+                operation_name=operation_name,
+                context_value=self.context,
+                root_value=self.root_value,
+            )
+            self.subscriptions[operation_id] = result_source
+            is_first_result = True
+            async for result in result_source:
+                if is_first_result and isinstance(result, PreExecutionError):
+                    assert result.errors
+                    payload = result.errors[0].formatted
+                    await self.send_message({"type": "error", "id": operation_id, "payload": payload})
+                    return
+                await self.send_data_message(result, operation_id)
+                is_first_result = False
+            if self._stays_parked(parked):
+                return
+            await self.send_message({"type": "complete", "id": operation_id})
+        except asyncio.CancelledError:
+            await self.send_message({"type": "complete", "id": operation_id})
+        finally:
+            self.subscriptions.pop(operation_id, None)
+            if not self._stays_parked(parked) and self.tasks.get(operation_id) is asyncio.current_task():
+                del self.tasks[operation_id]
+
+    def _wake_parked(
+        self, operation_id: str, query: str, operation_name: str | None, variables: dict[str, object] | None
+    ) -> None:
+        """An event (or the end) for a parked operation: run it again."""
+        parked = self._open_parked(operation_id)
+        if parked is None or operation_id not in self.tasks:
+            return
+        previous = self.tasks[operation_id]
+        run = self.handle_async_results(operation_id, query, operation_name, variables, parked, previous)
+        self.tasks[operation_id] = asyncio.create_task(run)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        """stop from the client, or the socket closed: a parked operation has no task to cancel; it
+        gets the `complete` its cancelled task would have sent."""
+        parked = self._open_parked(operation_id)
+        if parked is not None:
+            parked.stopped = True  # a run under way ends it instead of parking
+            task = self.tasks.get(operation_id)
+            if task is not None and task.done():
+                del self.tasks[operation_id]
+                self.subscriptions.pop(operation_id, None)
+                await self._end_parked(operation_id, parked)
+                with suppress(Exception):
+                    await self.send_message({"type": "complete", "id": operation_id})
+                return
+        await super().cleanup_operation(operation_id)
 
     def _cancel_deadline(self) -> None:
         if self._init_deadline is not None:

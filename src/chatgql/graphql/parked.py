@@ -1,0 +1,128 @@
+"""Idle subscriptions without a task: memory per idle websocket.
+
+A subscription run the ordinary way is a task waiting in a chain of async
+generators (Strawberry's result stream and its extension runner, graphql-core's
+subscribe executor and its map iterator, the resolver), about 10 KB of frames
+and objects per subscription, for as long as it waits, which for most of a chat's
+subscriptions is nearly always.
+
+A parked subscription keeps only its place in the Dispatcher (events/dispatch.py,
+Subscription.park) and this small object. The websocket handlers
+(handshake.py) run it as any other operation, through the whole pipeline
+(schema.stream / schema.subscribe: the accepted document, its price, the
+resolver's checks and registration); when the resolver finds nothing to deliver
+it parks the Dispatcher subscription and returns, and the handler sends nothing
+more (no `complete`): the operation stays open with no task. The next event (or
+the subscription's failure: overflow, delivery delay, the member removed, the
+stream interrupted) calls `ready`, and the handler runs the same pipeline again
+for it: the resolver takes what was buffered (take(), never waiting), yields it
+(each executed, shared and sent as before), and parks again when the buffer is
+empty, or raises the failure, which ends the operation as it would have. Only
+the registration (and the cost the subscription holds on its websocket) lives
+across runs; every event is executed by a pipeline of its own, as every event
+already got an executor of its own.
+
+Which operations: a subscription whose single root field is messageNew without
+`cursors` (resume replays first: its state lives in the resolver's frame), in
+a document that was accepted before (prepared.py: parsed and validated, shared
+by every subscriber of the same text). Every other operation runs as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+from graphql import FieldNode, OperationDefinitionNode, OperationType
+
+from ..events.dispatch import ENDED, Subscription
+
+# Root fields whose resolver can park (subscriptions.py), and the arguments that keep it from parking.
+PARKABLE_FIELDS = {"messageNew": frozenset({"cursors"})}
+
+
+def parkable(document: Any, operation_name: str | None) -> bool:
+    """Whether the operation may park: a subscription of one root field of PARKABLE_FIELDS, no
+    directive on it, none of the arguments that keep it from parking."""
+    if document is None:
+        return False
+    found = None
+    for definition in document.definitions:
+        if not isinstance(definition, OperationDefinitionNode):
+            continue
+        if operation_name is None or (definition.name is not None and definition.name.value == operation_name):
+            if found is not None:
+                return False  # several operations: graphql-core says which error
+            found = definition
+    if found is None or found.operation is not OperationType.SUBSCRIPTION or found.directives:
+        return False
+    selections = found.selection_set.selections
+    if len(selections) != 1 or not isinstance(selections[0], FieldNode):
+        return False
+    field = selections[0]
+    excluded = PARKABLE_FIELDS.get(field.name.value)
+    if excluded is None or field.directives:
+        return False
+    return not any(argument.name.value in excluded for argument in field.arguments or ())
+
+
+class Parked:
+    """One parkable operation's state across its runs (the handler keeps it while the operation is open)."""
+
+    __slots__ = ("registration", "parked", "stopped", "slot", "operation", "_ready")
+
+    def __init__(self, ready: Callable[[], None] | None, slot: object) -> None:
+        self._ready = ready
+        # graphql-transport-ws: Strawberry's Operation, marked completed while parked (handshake.py)
+        self.operation: Any = None
+        self.slot = slot  # the operation's ws_operation token (its price is held under it)
+        self.registration: Any = None  # events.dispatch._Registration, once the resolver registered
+        self.parked = False  # the last run ended by parking (the operation stays open)
+        self.stopped = False  # the operation ended (complete, stop, socket closed): never park again
+
+    @property
+    def subscription(self) -> Subscription | None:
+        return None if self.registration is None else self.registration.subscription
+
+    async def events(self, register: Callable[[], Awaitable[Any]]) -> AsyncIterator[dict]:
+        """What the resolver iterates: the buffered events, then it parks (the generator ends).
+        register() makes the Dispatcher registration, at the first run only."""
+        self.parked = False
+        if self.registration is None:
+            registration = await register()
+            await registration.__aenter__()
+            self.registration = registration
+        sub = self.registration.subscription
+        while True:
+            event = sub.take()  # raises the subscription's failure
+            if event is ENDED:
+                return
+            if event is None:
+                if not self.stopped and self._ready is not None:
+                    self.parked = True
+                    if self.operation is not None:
+                        self.operation.completed = True
+                    sub.park(self._ready)
+                return
+            yield event
+
+    async def end(self) -> None:
+        """The operation is over: out of the Dispatcher (once)."""
+        self.stopped = True
+        self.parked = False
+        registration, self.registration = self.registration, None
+        if registration is not None:
+            registration.subscription.unpark()
+            await registration.__aexit__(None, None, None)
+
+
+# The Parked of the operation the current task runs (set by handshake.py's handlers for parkable operations).
+PARKING: ContextVar[Parked | None] = ContextVar("PARKING", default=None)
+
+
+async def after(previous: asyncio.Task | None) -> None:
+    """Wait for an operation's previous run to finish (its last message sent) before the next one sends."""
+    if previous is not None and not previous.done() and previous is not asyncio.current_task():
+        await asyncio.wait([previous])
