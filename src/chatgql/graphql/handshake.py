@@ -48,7 +48,6 @@ import asyncio
 import logging
 import time
 from contextlib import suppress
-from functools import partial
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -61,7 +60,7 @@ from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancell
 from ..errors import Unauthenticated
 from ..ratelimit import Bucket
 from .context import Context, ws_operation
-from .parked import PARKING, Parked, after, parkable
+from .parked import IDLE, PARKING, Parked, after, parkable
 
 log = logging.getLogger(__name__)
 
@@ -233,19 +232,23 @@ class _Parking:
     context: Any
     _parked: dict[str, Parked] | None = None
 
-    def _parking(self, query: Any, operation_name: Any, slot: object, ready: Any) -> Parked | None:
+    def _parking(
+        self, operation_id: str, query: Any, operation_name: Any, slot: object, operation: Any
+    ) -> Parked | None:
         """A Parked for an operation that may park (kept by id), else None: it runs as before."""
         accepted = getattr(self.view, "accepted", None)
         if accepted is None or not isinstance(query, str) or not isinstance(operation_name, str | None):
             return None
         if not parkable(accepted.get(query), operation_name):
             return None
-        return Parked(ready, slot)
-
-    def _keep_parked(self, operation_id: str, parked: Parked) -> None:
+        parked = Parked(self._wake_parked, slot, operation)
         if self._parked is None:
             self._parked = {}
         self._parked[operation_id] = parked
+        return parked
+
+    def _wake_parked(self, parked: Parked) -> None:
+        raise NotImplementedError
 
     def _open_parked(self, operation_id: str) -> Parked | None:
         """The operation's Parked if it is open and not stopped."""
@@ -334,11 +337,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         it has no task."""
         if parked is None:
             slot = object()
-            parked = self._parking(operation.query, operation.operation_name, slot, None)
-            if parked is not None:
-                parked._ready = partial(self._wake_parked, operation)
-                parked.operation = operation
-                self._keep_parked(operation.id, parked)
+            parked = self._parking(operation.id, operation.query, operation.operation_name, slot, operation)
         else:
             slot = parked.slot
             operation.completed = False
@@ -358,11 +357,15 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
             else:
                 self.context.subscription_costs.pop(slot, None)
 
-    def _wake_parked(self, operation: Any) -> None:
+    def _wake_parked(self, parked: Parked) -> None:
         """An event (or the end) for a parked operation: run it again."""
-        parked = self._open_parked(operation.id)
+        operation = parked.operation
         operations: dict[str, Any] = self.operations
-        if parked is None or operations.get(operation.id) is not operation:
+        if (
+            parked.stopped
+            or self._open_parked(operation.id) is not parked
+            or operations.get(operation.id) is not operation
+        ):
             return  # ended meanwhile, or its id taken by another
         run: Any = operation  # (not narrowed by the check above)
         task = asyncio.create_task(self.run_operation(run, parked, run.task))
@@ -451,10 +454,9 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
         it is woken for (parked: its state; previous: its run before, which finishes sending first)."""
         if parked is None:
             slot = object()
-            ready = partial(self._wake_parked, operation_id, query, operation_name, variables)
-            parked = self._parking(query, operation_name, slot, ready)
-            if parked is not None:
-                self._keep_parked(operation_id, parked)
+            parked = self._parking(
+                operation_id, query, operation_name, slot, (operation_id, query, operation_name, variables)
+            )
         else:
             slot = parked.slot
         ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
@@ -508,15 +510,16 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
             await self.send_message({"type": "complete", "id": operation_id})
         finally:
             self.subscriptions.pop(operation_id, None)
-            if not self._stays_parked(parked) and self.tasks.get(operation_id) is asyncio.current_task():
-                del self.tasks[operation_id]
+            if self.tasks.get(operation_id) is asyncio.current_task():
+                if self._stays_parked(parked):
+                    self.tasks[operation_id] = IDLE  # the operation stays open, with no task
+                else:
+                    del self.tasks[operation_id]
 
-    def _wake_parked(
-        self, operation_id: str, query: str, operation_name: str | None, variables: dict[str, object] | None
-    ) -> None:
+    def _wake_parked(self, parked: Parked) -> None:
         """An event (or the end) for a parked operation: run it again."""
-        parked = self._open_parked(operation_id)
-        if parked is None or operation_id not in self.tasks:
+        operation_id, query, operation_name, variables = parked.operation
+        if parked.stopped or self._open_parked(operation_id) is not parked or operation_id not in self.tasks:
             return
         previous = self.tasks[operation_id]
         run = self.handle_async_results(operation_id, query, operation_name, variables, parked, previous)
@@ -529,7 +532,7 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
         if parked is not None:
             parked.stopped = True  # a run under way ends it instead of parking
             task = self.tasks.get(operation_id)
-            if task is not None and task.done():
+            if task is not None and task.done():  # IDLE, or its last run's task finishing
                 del self.tasks[operation_id]
                 self.subscriptions.pop(operation_id, None)
                 await self._end_parked(operation_id, parked)

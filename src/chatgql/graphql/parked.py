@@ -69,18 +69,24 @@ def parkable(document: Any, operation_name: str | None) -> bool:
 
 
 class Parked:
-    """One parkable operation's state across its runs (the handler keeps it while the operation is open)."""
+    """One parkable operation's state across its runs (the handler keeps it while the operation is
+    open). Called (it is what the Dispatcher subscription is parked with) at the next event: it
+    calls ready(self), the handler's method that runs the operation again."""
 
     __slots__ = ("registration", "parked", "stopped", "slot", "operation", "_ready")
 
-    def __init__(self, ready: Callable[[], None] | None, slot: object) -> None:
+    def __init__(self, ready: Callable[[Parked], None], slot: object, operation: Any) -> None:
         self._ready = ready
-        # graphql-transport-ws: Strawberry's Operation, marked completed while parked (handshake.py)
-        self.operation: Any = None
         self.slot = slot  # the operation's ws_operation token (its price is held under it)
+        # What the handler runs again: graphql-transport-ws, Strawberry's Operation (marked completed
+        # while parked: handshake.py); graphql-ws, (id, query, operationName, variables).
+        self.operation = operation
         self.registration: Any = None  # events.dispatch._Registration, once the resolver registered
         self.parked = False  # the last run ended by parking (the operation stays open)
         self.stopped = False  # the operation ended (complete, stop, socket closed): never park again
+
+    def __call__(self) -> None:
+        self._ready(self)
 
     @property
     def subscription(self) -> Subscription | None:
@@ -100,11 +106,11 @@ class Parked:
             if event is ENDED:
                 return
             if event is None:
-                if not self.stopped and self._ready is not None:
+                if not self.stopped:
                     self.parked = True
-                    if self.operation is not None:
+                    if not isinstance(self.operation, tuple):
                         self.operation.completed = True
-                    sub.park(self._ready)
+                    sub.park(self)
                 return
             yield event
 
@@ -122,7 +128,28 @@ class Parked:
 PARKING: ContextVar[Parked | None] = ContextVar("PARKING", default=None)
 
 
-async def after(previous: asyncio.Task | None) -> None:
+async def after(previous: Any) -> None:
     """Wait for an operation's previous run to finish (its last message sent) before the next one sends."""
-    if previous is not None and not previous.done() and previous is not asyncio.current_task():
+    if isinstance(previous, asyncio.Task) and not previous.done() and previous is not asyncio.current_task():
         await asyncio.wait([previous])
+
+
+class _Idle:
+    """What graphql-ws's `tasks` holds for a parked operation (Strawberry's handler counts and looks up
+    operations there): a finished task's stand-in, one for all, instead of the last run's task and
+    its coroutine kept (~600 bytes)."""
+
+    __slots__ = ()
+
+    def done(self) -> bool:
+        return True
+
+    def cancel(self) -> bool:
+        return False
+
+    def __await__(self) -> Any:
+        return
+        yield
+
+
+IDLE: Any = _Idle()
