@@ -349,6 +349,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         except WebSocketDisconnected:
             pass  # logged at debug by handle_task_exception
         finally:
+            PARKING.set(None)  # the task's context would hold it: Parked -> Operation -> task -> context
             if self._stays_parked(parked):
                 if operation.task is asyncio.current_task():
                     operation.task = None  # idle: no task until the next event
@@ -470,6 +471,7 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
         except WebSocketDisconnected:
             log.debug("subscription ended: its client closed the socket")
         finally:
+            PARKING.set(None)  # the task's context would hold it (a cycle, were the task kept)
             if parked is None:
                 self.context.subscription_costs.pop(slot, None)
             elif not self._stays_parked(parked):
