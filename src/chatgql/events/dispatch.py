@@ -176,6 +176,30 @@ class Subscription:
     def unpark(self) -> None:
         self._parked = None
 
+    def failing(self) -> bool:
+        """Whether the next take() raises: the failure is there, or the next event came too late
+        (which fails the subscription now, as take() would)."""
+        failure = self._failure
+        if failure is not None:
+            return failure is not _RAISED
+        pending = self._pending
+        if pending:
+            committed_at = pending[0][1]
+            if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
+                self.fail(DeliveryDelayed())
+                return True
+        return False
+
+    def pop(self) -> dict | None:
+        """The next event, None when there is none: for a reader that asked failing() first."""
+        pending = self._pending
+        if not pending:
+            return None
+        event = pending.popleft()[0]
+        if not pending:
+            self._pending = None
+        return event
+
     def take(self) -> dict | None | _Ended:
         """The next event without waiting: None when there is none yet, ENDED once the failure
         was raised; the failure itself is raised (once)."""

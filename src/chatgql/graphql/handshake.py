@@ -60,7 +60,7 @@ from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancell
 from ..errors import Unauthenticated
 from ..ratelimit import Bucket
 from .context import Context, ws_operation
-from .parked import IDLE, PARKING, Parked, after, parkable
+from .parked import IDLE, PARKING, Parked, after, deliver, parkable
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +239,10 @@ class _Parking:
         accepted = getattr(self.view, "accepted", None)
         if accepted is None or not isinstance(query, str) or not isinstance(operation_name, str | None):
             return None
-        if not parkable(accepted.get(query), operation_name):
+        document = accepted.get(query)
+        if not parkable(document, operation_name):
             return None
-        parked = Parked(self._wake_parked, slot, operation)
+        parked = Parked(self._wake_parked, slot, operation, document)
         if self._parked is None:
             self._parked = {}
         self._parked[operation_id] = parked
@@ -369,9 +370,36 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         ):
             return  # ended meanwhile, or its id taken by another
         run: Any = operation  # (not narrowed by the check above)
-        task = asyncio.create_task(self.run_operation(run, parked, run.task))
+        task = asyncio.create_task(self._woken(run, parked, run.task))
         run.task = task
         task.add_done_callback(self._task_done)
+
+    async def _woken(self, operation: Any, parked: Parked, previous: asyncio.Task | None) -> None:
+        """A parked operation's task at an event: its events delivered (parked.deliver), or, when its
+        failure is next, the operation's pipeline run again to end it."""
+        ws_operation.set(parked.slot)
+        delivered = False
+        try:
+            await after(previous)
+            operation.completed = False
+            delivered = await deliver(
+                parked, self.schema, self.context, operation.variables, operation.operation_name, operation.send_next
+            )
+        except WebSocketDisconnected:
+            parked.stopped = True  # its client went: the read loop's shutdown has the rest to do
+        except Exception as error:  # what the base's run_operation does with a failure of its own
+            parked.stopped = True
+            await self.handle_task_exception(error)
+            with suppress(Exception):
+                await operation.send_operation_message({"id": operation.id, "type": "complete"})
+            self.operations.pop(operation.id, None)
+        finally:
+            if not delivered and parked.stopped:
+                await self._end_parked(operation.id, parked)
+            elif delivered and self._stays_parked(parked) and operation.task is asyncio.current_task():
+                operation.task = None
+        if not delivered and not parked.stopped:
+            await self.run_operation(operation, parked)
 
     async def cleanup_operation(self, operation_id: str) -> None:
         """complete from the client, or the socket closed: a parked operation has no task to cancel."""
@@ -524,8 +552,42 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
         if parked.stopped or self._open_parked(operation_id) is not parked or operation_id not in self.tasks:
             return
         previous = self.tasks[operation_id]
-        run = self.handle_async_results(operation_id, query, operation_name, variables, parked, previous)
-        self.tasks[operation_id] = asyncio.create_task(run)
+        self.tasks[operation_id] = asyncio.create_task(self._woken(parked, previous))
+
+    async def _woken(self, parked: Parked, previous: Any) -> None:
+        """A parked operation's task at an event: its events delivered (parked.deliver), or, when its
+        failure is next, the operation run again to end it. Stopped meanwhile: `complete`, as
+        Strawberry's handler sends for a cancelled operation."""
+        operation_id, query, operation_name, variables = parked.operation
+        ws_operation.set(parked.slot)
+        delivered = False
+
+        async def send(result: Any) -> None:
+            await self.send_data_message(result, operation_id)
+
+        try:
+            await after(previous)
+            delivered = await deliver(parked, self.schema, self.context, variables, operation_name, send)
+        except asyncio.CancelledError:
+            parked.stopped = True
+            with suppress(Exception):
+                await self.send_message({"type": "complete", "id": operation_id})
+        except WebSocketDisconnected:
+            parked.stopped = True
+            log.debug("subscription ended: its client closed the socket")
+        except Exception:
+            parked.stopped = True  # raised as Strawberry's handler's task raises it; nothing stays registered
+            raise
+        finally:
+            if self._stays_parked(parked):
+                if self.tasks.get(operation_id) is asyncio.current_task():
+                    self.tasks[operation_id] = IDLE
+            elif parked.stopped:
+                if self.tasks.get(operation_id) is asyncio.current_task():
+                    del self.tasks[operation_id]
+                await self._end_parked(operation_id, parked)
+        if not delivered and not parked.stopped:
+            await self.handle_async_results(operation_id, query, operation_name, variables, parked)
 
     async def cleanup_operation(self, operation_id: str) -> None:
         """stop from the client, or the socket closed: a parked operation has no task to cancel; it

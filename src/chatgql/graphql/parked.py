@@ -33,10 +33,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
+from graphql import ExecutionResult as CoreExecutionResult
 from graphql import FieldNode, OperationDefinitionNode, OperationType
+from graphql.execution import execute_subscription_event
+from strawberry.types import ExecutionResult
 
+from .. import compat
 from ..events.dispatch import ENDED, Subscription
 
 # Root fields whose resolver can park (subscriptions.py), and the arguments that keep it from parking.
@@ -73,10 +77,13 @@ class Parked:
     open). Called (it is what the Dispatcher subscription is parked with) at the next event: it
     calls ready(self), the handler's method that runs the operation again."""
 
-    __slots__ = ("registration", "parked", "stopped", "slot", "operation", "_ready")
+    __slots__ = ("registration", "parked", "stopped", "slot", "operation", "document", "payload", "_ready")
 
-    def __init__(self, ready: Callable[[Parked], None], slot: object, operation: Any) -> None:
+    def __init__(self, ready: Callable[[Parked], None], slot: object, operation: Any, document: Any) -> None:
         self._ready = ready
+        self.document = document  # the accepted document (prepared.py): every event is executed on it
+        # The resolver's event -> root value (set by it at its first run): what it would have yielded.
+        self.payload: Callable[[dict, Any], Any] | None = None
         self.slot = slot  # the operation's ws_operation token (its price is held under it)
         # What the handler runs again: graphql-transport-ws, Strawberry's Operation (marked completed
         # while parked: handshake.py); graphql-ws, (id, query, operationName, variables).
@@ -92,10 +99,14 @@ class Parked:
     def subscription(self) -> Subscription | None:
         return None if self.registration is None else self.registration.subscription
 
-    async def events(self, register: Callable[[], Awaitable[Any]]) -> AsyncIterator[dict]:
+    async def events(
+        self, register: Callable[[], Awaitable[Any]], payload: Callable[[dict, Any], Any]
+    ) -> AsyncIterator[dict]:
         """What the resolver iterates: the buffered events, then it parks (the generator ends).
-        register() makes the Dispatcher registration, at the first run only."""
+        register() makes the Dispatcher registration, at the first run only; payload(event, context)
+        is what the resolver yields for an event (deliver() makes it the same way)."""
         self.parked = False
+        self.payload = payload
         if self.registration is None:
             registration = await register()
             await registration.__aenter__()
@@ -106,13 +117,16 @@ class Parked:
             if event is ENDED:
                 return
             if event is None:
-                if not self.stopped:
-                    self.parked = True
-                    if not isinstance(self.operation, tuple):
-                        self.operation.completed = True
-                    sub.park(self)
+                self._park(sub)
                 return
             yield event
+
+    def _park(self, sub: Subscription) -> None:
+        if not self.stopped:
+            self.parked = True
+            if not isinstance(self.operation, tuple):
+                self.operation.completed = True
+            sub.park(self)
 
     async def end(self) -> None:
         """The operation is over: out of the Dispatcher (once)."""
@@ -122,6 +136,53 @@ class Parked:
         if registration is not None:
             registration.subscription.unpark()
             await registration.__aexit__(None, None, None)
+
+
+async def deliver(
+    parked: Parked,
+    schema: Any,
+    context: Any,
+    variables: Any,
+    operation_name: str | None,
+    send: Callable[[ExecutionResult], Awaitable[None]],
+) -> bool:
+    """A parked operation woken by its events: each executed and sent as the operation's pipeline
+    would (graphql-core's per-event execution on an executor of the operation, Strawberry's error
+    processing, the protocol's `next` / `data`), without building that pipeline again: one executor
+    per wake-up, as graphql-core's subscribe builds one per subscription. Then it parks again (True).
+    False: the subscription's failure comes next (or no executor could be built): the caller runs the
+    operation's pipeline, whose resolver raises it, and the operation ends as an ordinary one ends."""
+    sub = parked.subscription
+    if sub is None or parked.payload is None:
+        return False
+    parked.parked = False
+    executor: Any = None
+    while True:
+        if sub.failing():
+            return False
+        if executor is None and sub._pending:
+            executor = schema.execution_context_class.build(
+                compat.core_schema(schema),
+                parked.document,
+                None,
+                context,
+                variables,
+                operation_name,
+                middleware=None,
+                is_awaitable=compat.is_awaitable,
+                **compat.custom_context_kwargs(schema),
+            )
+            if isinstance(executor, list):
+                return False  # (it was built at the subscribe with the same variables)
+        event = sub.pop()
+        if event is None:
+            parked._park(sub)
+            return True
+        outcome = execute_subscription_event(executor.build_per_event_executor(parked.payload(event, context)))
+        result = await outcome if compat.is_awaitable(outcome) else cast("CoreExecutionResult", outcome)
+        if result.errors:
+            schema.process_errors(result.errors)
+        await send(ExecutionResult(data=result.data, errors=result.errors))
 
 
 # The Parked of the operation the current task runs (set by handshake.py's handlers for parkable operations).

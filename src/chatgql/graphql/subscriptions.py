@@ -158,7 +158,7 @@ class Subscription:
         if cursors is strawberry.UNSET or cursors is None:
             parked = PARKING.get()
             if parked is not None:  # run by a websocket handler that parks it when idle (parked.py)
-                async for event in parked.events(partial(_events, info, conversation_id, MESSAGE_NEW)):
+                async for event in parked.events(partial(_events, info, conversation_id, MESSAGE_NEW), _message_new):
                     yield _message_new(event, info.context)
                 return
             async with await _events(info, conversation_id, MESSAGE_NEW) as subscription:
