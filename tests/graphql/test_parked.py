@@ -187,3 +187,21 @@ async def test_a_subscription_that_cannot_park_keeps_its_task(server, api, proto
 )
 def test_which_operations_park(document, name, expected):
     assert parkable(parse(document), name) is expected
+
+
+async def test_a_legacy_start_again_with_a_parked_operations_id_completes_it_and_starts_anew(server, api):
+    cid = await api.create_group(1, [2])
+    await _accepted(server, MESSAGE_NEW)
+    idle = _operation_tasks()
+    async with await ws_connect(server, 2, LEGACY_WS) as ws:
+        op = await subscribe_messages(ws, cid)
+        await wait_active_subscriptions(server, 1)
+        await wait_until(lambda: _operation_tasks() == idle, 10, "the subscription to park")
+        again = {"id": op.id, "type": "start", "payload": {"query": MESSAGE_NEW, "variables": {"c": cid}}}
+        await ws.ws.send(json.dumps(again))
+        assert await ws._next_frame(op.id) == {"id": op.id, "type": "complete"}  # the parked one's end
+        await wait_active_subscriptions(server, 1)  # the new one
+        seq = await api.send(1, cid, "to the new one")
+        frame = await asyncio.wait_for(ws._next_frame(op.id), 20)
+        assert frame["type"] == "data" and frame["payload"]["data"]["messageNew"]["seq"] == seq
+    await wait_active_subscriptions(server, 0)
