@@ -190,6 +190,9 @@ class Subscription:
                 return True
         return False
 
+    def has_events(self) -> bool:
+        return bool(self._pending)
+
     def pop(self) -> dict | None:
         """The next event, None when there is none: for a reader that asked failing() first."""
         pending = self._pending

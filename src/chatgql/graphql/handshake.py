@@ -40,6 +40,10 @@ And what one socket may ask, once it is open (both protocols):
   connection_init is closed with 4429 by graphql-transport-ws's rules), so a
   client refreshes by connecting again with the new token, and resumes its
   subscriptions with messageNew(cursors:).
+
+And an idle messageNew subscription has no task: both handlers park it
+(graphql/parked.py) and wake it at its events, with the same messages on the
+wire as a subscription run the ordinary way.
 """
 
 from __future__ import annotations
@@ -331,11 +335,11 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         its exception keeps the traceback, whose frames hold the operation, whose task it is (a
         cycle, holding the whole connection; frozen, it would stay for good: collector.py).
 
-        A parkable operation (parked.py) runs here at its subscribe and again at each event it is
-        woken for (parked: its state, previous: its run before, which finishes sending first). A
-        run that parked sends no `complete`: while parked the operation counts as completed for
-        Strawberry's Operation (what it would send is dropped; nothing is sent while parked), and
-        it has no task."""
+        A parkable operation (parked.py) runs here at its subscribe, and again when its failure is
+        next (parked: its state; previous: the run before, which finishes sending first); its events
+        are delivered by _woken. A run that parked sends no `complete`: while parked the operation
+        counts as completed for Strawberry's Operation (what the base would send is dropped;
+        nothing else is sent while parked), and it has no task."""
         if parked is None:
             slot = object()
             parked = self._parking(operation.id, operation.query, operation.operation_name, slot, operation)
@@ -360,7 +364,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
                 self.context.subscription_costs.pop(slot, None)
 
     def _wake_parked(self, parked: Parked) -> None:
-        """An event (or the end) for a parked operation: run it again."""
+        """An event (or the failure) for a parked operation: a task for it (_woken)."""
         operation = parked.operation
         operations: dict[str, Any] = self.operations
         if (
@@ -479,8 +483,9 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
         """An operation's task: it ends quietly when its client went (nobody awaits a task that ended on its
         own, so its exception would be asyncio's "Task exception was never retrieved" ERROR).
 
-        A parkable operation (parked.py) runs in _run_parkable, at its start and again at each event
-        it is woken for (parked: its state; previous: its run before, which finishes sending first)."""
+        A parkable operation (parked.py) runs in _run_parkable, at its start and again when its
+        failure is next (parked: its state; previous: the run before, which finishes sending
+        first); its events are delivered by _woken."""
         if parked is None:
             slot = object()
             parked = self._parking(
@@ -514,7 +519,7 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
         parked: Parked,
     ) -> None:
         """Strawberry's handle_async_results (the same messages), but a run that parked sends no
-        `complete` and leaves the operation open: its entry in `tasks` (this task, done) stays."""
+        `complete` and leaves the operation open: its entry in `tasks` becomes IDLE (no task)."""
         try:
             result_source = await self.schema.subscribe(
                 query=query,
@@ -547,7 +552,7 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
                     del self.tasks[operation_id]
 
     def _wake_parked(self, parked: Parked) -> None:
-        """An event (or the end) for a parked operation: run it again."""
+        """An event (or the failure) for a parked operation: a task for it (_woken)."""
         operation_id, query, operation_name, variables = parked.operation
         if parked.stopped or self._open_parked(operation_id) is not parked or operation_id not in self.tasks:
             return

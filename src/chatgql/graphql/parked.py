@@ -8,19 +8,22 @@ subscriptions is nearly always.
 
 A parked subscription keeps only its place in the Dispatcher (events/dispatch.py,
 Subscription.park) and this small object. The websocket handlers
-(handshake.py) run it as any other operation, through the whole pipeline
-(schema.stream / schema.subscribe: the accepted document, its price, the
-resolver's checks and registration); when the resolver finds nothing to deliver
-it parks the Dispatcher subscription and returns, and the handler sends nothing
-more (no `complete`): the operation stays open with no task. The next event (or
-the subscription's failure: overflow, delivery delay, the member removed, the
-stream interrupted) calls `ready`, and the handler runs the same pipeline again
-for it: the resolver takes what was buffered (take(), never waiting), yields it
-(each executed, shared and sent as before), and parks again when the buffer is
-empty, or raises the failure, which ends the operation as it would have. Only
-the registration (and the cost the subscription holds on its websocket) lives
-across runs; every event is executed by a pipeline of its own, as every event
-already got an executor of its own.
+(handshake.py) run it as any other operation at its subscribe, through the
+whole pipeline (schema.stream / schema.subscribe: the accepted document, its
+price, the resolver's checks and registration); when the resolver finds
+nothing to deliver it parks the Dispatcher subscription and returns, and the
+handler sends nothing more (no `complete`): the operation stays open with no
+task. The next event calls the Parked: the handler starts a task that
+delivers what was buffered (deliver(): each event made into what the resolver
+would have yielded, executed as graphql-core executes a subscription event, on
+one executor built for the wake-up, its result shared with the event's other
+subscribers as before, its errors processed as Strawberry's, then sent as
+`next` / `data`), parks again, and ends. The subscription's failure (overflow,
+delivery delay, the member removed, the stream interrupted) is not delivered
+there: the pipeline is run again, its resolver raises the failure, and the
+operation ends with the error and `complete` an ordinary subscription gets.
+Only the registration, the document and the price the subscription holds on
+its websocket live across wake-ups.
 
 Which operations: a subscription whose single root field is messageNew without
 `cursors` (resume replays first: its state lives in the resolver's frame), in
@@ -160,7 +163,7 @@ async def deliver(
     while True:
         if sub.failing():
             return False
-        if executor is None and sub._pending:
+        if executor is None and sub.has_events():
             executor = schema.execution_context_class.build(
                 compat.core_schema(schema),
                 parked.document,
