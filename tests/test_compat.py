@@ -472,6 +472,30 @@ async def test_ws_handlers_keep_the_init_timeout_attributes():
     assert handler.connection_init_timeout_task is None
 
 
+async def test_a_completed_operation_sends_nothing_and_an_open_one_sends():
+    """What a parked graphql-transport-ws subscription relies on (graphql/parked.py): the base's
+    `complete` after a run that parked is dropped because the Operation is marked completed."""
+    from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Operation
+
+    sent: list = []
+
+    class Handler:
+        async def send_message(self, message: dict) -> None:
+            sent.append(message)
+
+        def forget_id(self, operation_id: str) -> None:
+            sent.append(("forget", operation_id))
+
+    operation = Operation(Handler(), "1", "subscription { x }", None, None)  # type: ignore[arg-type]
+    assert operation.task is None and not operation.completed
+    operation.completed = True
+    await operation.send_operation_message({"id": "1", "type": "complete"})
+    assert sent == []
+    operation.completed = False
+    await operation.send_operation_message({"id": "1", "type": "complete"})
+    assert sent == [("forget", "1"), {"id": "1", "type": "complete"}]
+
+
 # --- uvicorn, websockets, httptools --------------------------------------------------------------
 
 UPGRADE = (
@@ -751,12 +775,27 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
         (
             TransportWSHandler,
             compat.TransportWSHandlerBase,
-            ("handle", "handle_message", "handle_connection_init", "handle_subscribe"),
+            (
+                "handle",
+                "handle_message",
+                "handle_connection_init",
+                "handle_subscribe",
+                "run_operation",
+                "cleanup_operation",
+                "handle_task_exception",
+            ),
         ),
         (
             LegacyWSHandler,
             compat.LegacyWSHandlerBase,
-            ("handle", "handle_message", "handle_connection_init", "handle_start"),
+            (
+                "handle",
+                "handle_message",
+                "handle_connection_init",
+                "handle_start",
+                "handle_async_results",
+                "cleanup_operation",
+            ),
         ),
         (ChatSchema, strawberry.Schema, ("process_errors", "execute")),
         (

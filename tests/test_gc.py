@@ -18,6 +18,7 @@ import gc
 import logging
 import uuid
 
+import pytest
 import uvicorn
 from graphql import parse
 
@@ -28,7 +29,7 @@ from chatgql.httpprotocol import uvicorn_options
 from chatgql.websocket import LeanWebSocketProtocol
 
 from .conftest import GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
-from .support.live import MESSAGE_NEW, READ_UPDATED, WsClient, wait_active_subscriptions
+from .support.live import MESSAGE_NEW, PROTOCOLS, READ_UPDATED, TRANSPORT_WS, WsClient, wait_active_subscriptions
 
 SERVER_SIDE = ("chatgql.", "strawberry.", "graphql.", "starlette.", "uvicorn.", "websockets.server")
 SEND = (
@@ -83,10 +84,10 @@ def server_side_cyclic_garbage() -> collections.Counter:
     return found
 
 
-async def _subscribed(server, settings, users: list[int]) -> tuple[list[WsClient], list]:
+async def _subscribed(server, settings, users: list[int], protocol: str = TRANSPORT_WS) -> tuple[list[WsClient], list]:
     sockets, operations = [], []
     for user in users:
-        ws = await WsClient.connect(server.ws_url, f"Bearer {issue_token(settings, str(user))}")
+        ws = await WsClient.connect(server.ws_url, f"Bearer {issue_token(settings, str(user))}", protocol=protocol)
         operations.append(await ws.subscribe(MESSAGE_NEW))
         operations.append(await ws.subscribe(READ_UPDATED))
         sockets.append(ws)
@@ -109,16 +110,19 @@ async def test_closed_websockets_leave_no_cycles_on_the_server(migrated_url):
     assert sum(found.values()) < n, found.most_common(20)
 
 
-async def test_subscriptions_ended_with_the_resync_error_leave_no_cycles_on_the_server(migrated_url):
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_subscriptions_ended_with_the_resync_error_leave_no_cycles_on_the_server(migrated_url, protocol):
     """Under overload subscriptions end with the resync error (DELIVERY_DELAYED, SUBSCRIBER_TOO_SLOW,
     STREAM_INTERRUPTED) by the hundred, and their clients often go at once. Before (issue 13's soak):
     the error raised from Subscription.__anext__ held its frame, the frame the subscription, the
     subscription the error: every ended subscription, its executor and its result stream stayed in
-    a cycle; frozen, for the life of the process."""
+    a cycle; frozen, for the life of the process. (And a parked subscription's run, graphql/parked.py:
+    its task's context held its Parked, the Parked its operation, the operation the task.)"""
     n = 20
     settings = make_settings(migrated_url, run_relay=False)
     async with LeanServer(settings) as server:
-        sockets, operations = await _subscribed(server, settings, [9_150_000 + u for u in range(1, n + 1)])
+        users = [(9_150_000 if protocol == TRANSPORT_WS else 9_155_000) + u for u in range(1, n + 1)]
+        sockets, operations = await _subscribed(server, settings, users, protocol)
         with no_automatic_collection():
             server.runtime.deps.dispatcher.interrupt_all()
             errors = await asyncio.gather(*(op.error() for op in operations))

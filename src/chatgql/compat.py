@@ -408,12 +408,21 @@ overrides `handle()` and `handle_connection_init(message)` and reads `view`, `co
 sockets before connection_init: memory), and `handle_message(message)` (a message budget per
 socket), `handle_subscribe(message)` (the subscription limit's coded error), reading `operations`,
 `max_subscriptions_per_connection` and `connection_acknowledged`. A renamed hook leaves the cap
-uncounted."""
+uncounted. Parked subscriptions (graphql/parked.py, memory per idle websocket) rely on
+`run_operation(operation)` (the base's, run again at the subscription's end), `cleanup_operation(id)`
+(overridden: a parked operation has no task to cancel), `_task_done`, `handle_task_exception`, and
+Strawberry's `Operation`: its `task` (None while parked), `completed` (set while parked, so that
+the base's `complete` after a run that parked is dropped), `send_next` and `send_operation_message`.
+Were `completed` no longer checked, a parked subscription would get a `complete` at its subscribe
+(tests/graphql/test_parked.py sees it)."""
 
 LegacyWSHandlerBase = BaseGraphQLWSHandler
 """Strawberry's legacy graphql-ws handler, the base of handshake.LegacyWSHandler (the same hooks
 and attributes, `handle_start(message)` and `tasks` for the subscription limit, and its own
-connection_init deadline, which Strawberry gives only the other)."""
+connection_init deadline, which Strawberry gives only the other). Parked subscriptions rely on
+`handle_async_results(id, query, operation_name, variables)`'s messages (handshake.py's
+`_run_parkable` sends the same ones), `tasks` and `subscriptions` by id, `cleanup_operation(id)`
+(overridden), `send_data_message(result, id)` and `send_message`."""
 
 
 def forget_cancelled_init_timeout(handler: Any) -> None:

@@ -365,6 +365,13 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
         if message["type"] == "websocket.accept":
             # Only the handshake reads them (the scope has its own copy of the request's headers).
             compat.drop_websocket_handshake(self)
+            # And the scope's copy: read before the accept (routing, the subprotocol, the context),
+            # never after (a websocket's token comes with connection_init; its address is the
+            # scope's `client`). Emptied in place: Starlette's Headers share the list (~1.2 KB of
+            # tuples and bytes per idle websocket).
+            headers = self.scope.get("headers")
+            if isinstance(headers, list):
+                headers.clear()
 
     # --- writes that stall ------------------------------------------------------------------------
 

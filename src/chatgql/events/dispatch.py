@@ -85,8 +85,17 @@ class DeliveryDelayed(LimitExceeded):
 Stamped = tuple[dict, float | None]
 
 
-# A subscription's failure once raised (the error itself is not kept: see Subscription.__anext__).
+# A subscription's failure once raised (the error itself is not kept: see Subscription.take).
 _RAISED = Exception("the subscription ended")
+
+
+class _Ended:
+    """What Subscription.take() gives once the subscription's failure was raised."""
+
+    __slots__ = ()
+
+
+ENDED = _Ended()
 
 
 class Subscription:
@@ -105,6 +114,7 @@ class Subscription:
         "_pending",
         "_waiter",
         "_failure",
+        "_parked",
     )
 
     def __init__(
@@ -118,6 +128,7 @@ class Subscription:
         self._pending: deque[Stamped] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._failure: Exception | None = None
+        self._parked: Callable[[], None] | None = None  # see park()
 
     def offer(self, event: Stamped) -> bool:
         """Buffer (event, commit time); False when this overflowed the buffer and ended the
@@ -148,16 +159,58 @@ class Subscription:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+            return
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            parked()
 
-    def __aiter__(self) -> Subscription:
-        return self
+    def park(self, ready: Callable[[], None]) -> None:
+        """Have ready() called (once) at the next event or failure, instead of a reader waiting.
 
-    async def __anext__(self) -> dict:
+        A parked subscription has no reader at all while it is idle (no task, no frames: memory
+        per idle websocket, graphql/parked.py): whoever parked it reads what came with take()
+        when ready() is called."""
+        self._parked = ready
+
+    def unpark(self) -> None:
+        self._parked = None
+
+    def failing(self) -> bool:
+        """Whether the next take() raises: the failure is there, or the next event came too late
+        (which fails the subscription now, as take() would)."""
+        failure = self._failure
+        if failure is not None:
+            return failure is not _RAISED
+        pending = self._pending
+        if pending:
+            committed_at = pending[0][1]
+            if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
+                self.fail(DeliveryDelayed())
+                return True
+        return False
+
+    def has_events(self) -> bool:
+        return bool(self._pending)
+
+    def pop(self) -> dict | None:
+        """The next event, None when there is none: for a reader that asked failing() first."""
+        pending = self._pending
+        if not pending:
+            return None
+        event = pending.popleft()[0]
+        if not pending:
+            self._pending = None
+        return event
+
+    def take(self) -> dict | None | _Ended:
+        """The next event without waiting: None when there is none yet, ENDED once the failure
+        was raised; the failure itself is raised (once)."""
         while True:
             failure = self._failure
             if failure is not None:
                 if failure is _RAISED:
-                    raise StopAsyncIteration
+                    return ENDED
                 # Raised once and not kept: its traceback holds this frame, which holds this
                 # subscription; were the error still referred to from here (self._failure, the
                 # local), that would be a cycle, frozen with the connection for good (collector.py).
@@ -167,14 +220,26 @@ class Subscription:
                 finally:
                     failure = None
             pending = self._pending
-            if pending:
-                event, committed_at = pending.popleft()
-                if not pending:
-                    self._pending = None  # an idle subscription holds no buffer
-                if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
-                    self.fail(DeliveryDelayed())
-                    continue
-                return event
+            if not pending:
+                return None
+            event, committed_at = pending.popleft()
+            if not pending:
+                self._pending = None  # an idle subscription holds no buffer
+            if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
+                self.fail(DeliveryDelayed())
+                continue
+            return event
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> dict:
+        while True:
+            event = self.take()
+            if event is ENDED:
+                raise StopAsyncIteration
+            if event is not None:
+                return event  # type: ignore[return-value]
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter
@@ -200,6 +265,10 @@ class _Registration:
         self._dispatcher = dispatcher
         self._sub = sub
         self._interest = interest
+
+    @property
+    def subscription(self) -> Subscription:
+        return self._sub
 
     async def __aenter__(self) -> Subscription:
         if self._interest is not None:

@@ -40,6 +40,10 @@ And what one socket may ask, once it is open (both protocols):
   connection_init is closed with 4429 by graphql-transport-ws's rules), so a
   client refreshes by connecting again with the new token, and resumes its
   subscriptions with messageNew(cursors:).
+
+And an idle messageNew subscription has no task: both handlers park it
+(graphql/parked.py) and wake it at its events, with the same messages on the
+wire as a subscription run the ordinary way.
 """
 
 from __future__ import annotations
@@ -47,17 +51,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import suppress
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected as SendAfterClose
 from strawberry.http.exceptions import WebSocketDisconnected
+from strawberry.types.execution import PreExecutionError
 from websockets.exceptions import InvalidState
 
 from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..errors import Unauthenticated
 from ..ratelimit import Bucket
 from .context import Context, ws_operation
+from .parked import IDLE, PARKING, Parked, after, deliver, parkable
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +229,51 @@ def _forget(message: Any) -> None:
         message.clear()
 
 
+class _Parking:
+    """Parkable operations (parked.py) for a handler: their state while they are open, by id."""
+
+    view: Any
+    context: Any
+    _parked: dict[str, Parked] | None = None
+
+    def _parking(
+        self, operation_id: str, query: Any, operation_name: Any, slot: object, operation: Any
+    ) -> Parked | None:
+        """A Parked for an operation that may park (kept by id), else None: it runs as before."""
+        accepted = getattr(self.view, "accepted", None)
+        if accepted is None or not isinstance(query, str) or not isinstance(operation_name, str | None):
+            return None
+        document = accepted.get(query)
+        if not parkable(document, operation_name):
+            return None
+        parked = Parked(self._wake_parked, slot, operation, document)
+        if self._parked is None:
+            self._parked = {}
+        self._parked[operation_id] = parked
+        return parked
+
+    def _wake_parked(self, parked: Parked) -> None:
+        raise NotImplementedError
+
+    def _open_parked(self, operation_id: str) -> Parked | None:
+        """The operation's Parked if it is open and not stopped."""
+        parked = self._parked.get(operation_id) if self._parked is not None else None
+        return None if parked is None or parked.stopped else parked
+
+    async def _end_parked(self, operation_id: str, parked: Parked) -> None:
+        """The parkable operation is over: out of the Dispatcher, its price let go."""
+        parked.stopped = True
+        if self._parked is not None and self._parked.get(operation_id) is parked:
+            del self._parked[operation_id]
+            if not self._parked:
+                self._parked = None
+        self.context.subscription_costs.pop(parked.slot, None)
+        await parked.end()
+
+    def _stays_parked(self, parked: Parked | None) -> bool:
+        return parked is not None and parked.parked and not parked.stopped
+
+
 class _Gone:
     """send_message that says "the socket is gone" one way: Strawberry's WebSocketDisconnected."""
 
@@ -234,7 +286,7 @@ class _Gone:
             raise WebSocketDisconnected from error
 
 
-class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Context, None]):
+class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[Context, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -276,18 +328,94 @@ class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Conte
             return
         await super().handle_subscribe(message)
 
-    async def run_operation(self, operation: Any) -> None:
+    async def run_operation(
+        self, operation: Any, parked: Parked | None = None, previous: asyncio.Task | None = None
+    ) -> None:
         """An operation's task. One whose client went ends without an exception: a task that keeps
         its exception keeps the traceback, whose frames hold the operation, whose task it is (a
-        cycle, holding the whole connection; frozen, it would stay for good: collector.py)."""
-        slot = object()
+        cycle, holding the whole connection; frozen, it would stay for good: collector.py).
+
+        A parkable operation (parked.py) runs here at its subscribe, and again when its failure is
+        next (parked: its state; previous: the run before, which finishes sending first); its events
+        are delivered by _woken. A run that parked sends no `complete`: while parked the operation
+        counts as completed for Strawberry's Operation (what the base would send is dropped;
+        nothing else is sent while parked), and it has no task."""
+        if parked is None:
+            slot = object()
+            parked = self._parking(operation.id, operation.query, operation.operation_name, slot, operation)
+        else:
+            slot = parked.slot
+            operation.completed = False
         ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
+        PARKING.set(parked)
         try:
+            await after(previous)
             await super().run_operation(operation)
         except WebSocketDisconnected:
             pass  # logged at debug by handle_task_exception
         finally:
-            self.context.subscription_costs.pop(slot, None)
+            PARKING.set(None)  # the task's context would hold it: Parked -> Operation -> task -> context
+            if self._stays_parked(parked):
+                if operation.task is asyncio.current_task():
+                    operation.task = None  # idle: no task until the next event
+            elif parked is not None:
+                await self._end_parked(operation.id, parked)
+            else:
+                self.context.subscription_costs.pop(slot, None)
+
+    def _wake_parked(self, parked: Parked) -> None:
+        """An event (or the failure) for a parked operation: a task for it (_woken)."""
+        operation = parked.operation
+        operations: dict[str, Any] = self.operations
+        if (
+            parked.stopped
+            or self._open_parked(operation.id) is not parked
+            or operations.get(operation.id) is not operation
+        ):
+            return  # ended meanwhile, or its id taken by another
+        run: Any = operation  # (not narrowed by the check above)
+        task = asyncio.create_task(self._woken(run, parked, run.task))
+        run.task = task
+        task.add_done_callback(self._task_done)
+
+    async def _woken(self, operation: Any, parked: Parked, previous: asyncio.Task | None) -> None:
+        """A parked operation's task at an event: its events delivered (parked.deliver), or, when its
+        failure is next, the operation's pipeline run again to end it."""
+        ws_operation.set(parked.slot)
+        delivered = False
+        try:
+            await after(previous)
+            operation.completed = False
+            delivered = await deliver(
+                parked, self.schema, self.context, operation.variables, operation.operation_name, operation.send_next
+            )
+        except WebSocketDisconnected:
+            parked.stopped = True  # its client went: the read loop's shutdown has the rest to do
+        except Exception as error:  # what the base's run_operation does with a failure of its own
+            parked.stopped = True
+            await self.handle_task_exception(error)
+            with suppress(Exception):
+                await operation.send_operation_message({"id": operation.id, "type": "complete"})
+            self.operations.pop(operation.id, None)
+        finally:
+            if not delivered and parked.stopped:
+                await self._end_parked(operation.id, parked)
+            elif delivered and self._stays_parked(parked) and operation.task is asyncio.current_task():
+                operation.task = None
+        if not delivered and not parked.stopped:
+            await self.run_operation(operation, parked)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        """complete from the client, or the socket closed: a parked operation has no task to cancel."""
+        parked = self._open_parked(operation_id)
+        if parked is not None:
+            parked.stopped = True  # a run under way ends it instead of parking
+            operation = self.operations.get(operation_id)
+            if operation is not None and operation.task is None:
+                del self.operations[operation_id]
+                await self._end_parked(operation_id, parked)
+                return
+        await super().cleanup_operation(operation_id)
 
     async def handle_task_exception(self, error: Exception) -> None:
         """An operation's task failed: an ERROR with its traceback, unless its client just went."""
@@ -297,7 +425,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, TransportWSHandlerBase[Conte
         await super().handle_task_exception(error)
 
 
-class LegacyWSHandler(_Gone, _Pending, _Session, LegacyWSHandlerBase[Context, None]):
+class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[Context, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None
@@ -343,17 +471,144 @@ class LegacyWSHandler(_Gone, _Pending, _Session, LegacyWSHandlerBase[Context, No
                 return
         await super().handle_start(message)
 
-    async def handle_async_results(self, *args: Any, **kwargs: Any) -> None:
+    async def handle_async_results(
+        self,
+        operation_id: str,
+        query: str,
+        operation_name: str | None,
+        variables: dict[str, object] | None,
+        parked: Parked | None = None,
+        previous: asyncio.Task | None = None,
+    ) -> None:
         """An operation's task: it ends quietly when its client went (nobody awaits a task that ended on its
-        own, so its exception would be asyncio's "Task exception was never retrieved" ERROR)."""
-        slot = object()
+        own, so its exception would be asyncio's "Task exception was never retrieved" ERROR).
+
+        A parkable operation (parked.py) runs in _run_parkable, at its start and again when its
+        failure is next (parked: its state; previous: the run before, which finishes sending
+        first); its events are delivered by _woken."""
+        if parked is None:
+            slot = object()
+            parked = self._parking(
+                operation_id, query, operation_name, slot, (operation_id, query, operation_name, variables)
+            )
+        else:
+            slot = parked.slot
         ws_operation.set(slot)  # this task's own context: its subscription's price is held under it
+        PARKING.set(parked)
         try:
-            await super().handle_async_results(*args, **kwargs)
+            if parked is None:
+                await super().handle_async_results(operation_id, query, operation_name, variables)
+            else:
+                await after(previous)
+                await self._run_parkable(operation_id, query, operation_name, variables, parked)
         except WebSocketDisconnected:
             log.debug("subscription ended: its client closed the socket")
         finally:
-            self.context.subscription_costs.pop(slot, None)
+            PARKING.set(None)  # the task's context would hold it (a cycle, were the task kept)
+            if parked is None:
+                self.context.subscription_costs.pop(slot, None)
+            elif not self._stays_parked(parked):
+                await self._end_parked(operation_id, parked)
+
+    async def _run_parkable(
+        self,
+        operation_id: str,
+        query: str,
+        operation_name: str | None,
+        variables: dict[str, object] | None,
+        parked: Parked,
+    ) -> None:
+        """Strawberry's handle_async_results (the same messages), but a run that parked sends no
+        `complete` and leaves the operation open: its entry in `tasks` becomes IDLE (no task)."""
+        try:
+            result_source = await self.schema.subscribe(
+                query=query,
+                variable_values=variables,
+                operation_name=operation_name,
+                context_value=self.context,
+                root_value=self.root_value,
+            )
+            self.subscriptions[operation_id] = result_source
+            is_first_result = True
+            async for result in result_source:
+                if is_first_result and isinstance(result, PreExecutionError):
+                    assert result.errors
+                    payload = result.errors[0].formatted
+                    await self.send_message({"type": "error", "id": operation_id, "payload": payload})
+                    return
+                await self.send_data_message(result, operation_id)
+                is_first_result = False
+            if self._stays_parked(parked):
+                return
+            await self.send_message({"type": "complete", "id": operation_id})
+        except asyncio.CancelledError:
+            await self.send_message({"type": "complete", "id": operation_id})
+        finally:
+            self.subscriptions.pop(operation_id, None)
+            if self.tasks.get(operation_id) is asyncio.current_task():
+                if self._stays_parked(parked):
+                    self.tasks[operation_id] = IDLE  # the operation stays open, with no task
+                else:
+                    del self.tasks[operation_id]
+
+    def _wake_parked(self, parked: Parked) -> None:
+        """An event (or the failure) for a parked operation: a task for it (_woken)."""
+        operation_id, query, operation_name, variables = parked.operation
+        if parked.stopped or self._open_parked(operation_id) is not parked or operation_id not in self.tasks:
+            return
+        previous = self.tasks[operation_id]
+        self.tasks[operation_id] = asyncio.create_task(self._woken(parked, previous))
+
+    async def _woken(self, parked: Parked, previous: Any) -> None:
+        """A parked operation's task at an event: its events delivered (parked.deliver), or, when its
+        failure is next, the operation run again to end it. Stopped meanwhile: `complete`, as
+        Strawberry's handler sends for a cancelled operation."""
+        operation_id, query, operation_name, variables = parked.operation
+        ws_operation.set(parked.slot)
+        delivered = False
+
+        async def send(result: Any) -> None:
+            await self.send_data_message(result, operation_id)
+
+        try:
+            await after(previous)
+            delivered = await deliver(parked, self.schema, self.context, variables, operation_name, send)
+        except asyncio.CancelledError:
+            parked.stopped = True
+            with suppress(Exception):
+                await self.send_message({"type": "complete", "id": operation_id})
+        except WebSocketDisconnected:
+            parked.stopped = True
+            log.debug("subscription ended: its client closed the socket")
+        except Exception:
+            parked.stopped = True  # raised as Strawberry's handler's task raises it; nothing stays registered
+            raise
+        finally:
+            if self._stays_parked(parked):
+                if self.tasks.get(operation_id) is asyncio.current_task():
+                    self.tasks[operation_id] = IDLE
+            elif parked.stopped:
+                if self.tasks.get(operation_id) is asyncio.current_task():
+                    del self.tasks[operation_id]
+                await self._end_parked(operation_id, parked)
+        if not delivered and not parked.stopped:
+            await self.handle_async_results(operation_id, query, operation_name, variables, parked)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        """stop from the client, or the socket closed: a parked operation has no task to cancel; it
+        gets the `complete` its cancelled task would have sent."""
+        parked = self._open_parked(operation_id)
+        if parked is not None:
+            parked.stopped = True  # a run under way ends it instead of parking
+            task = self.tasks.get(operation_id)
+            if task is not None and task.done():  # IDLE, or its last run's task finishing
+                del self.tasks[operation_id]
+                self.subscriptions.pop(operation_id, None)
+                await self._end_parked(operation_id, parked)
+                with suppress(Exception):
+                    await self.send_message({"type": "complete", "id": operation_id})
+                return
+        await super().cleanup_operation(operation_id)
 
     def _cancel_deadline(self) -> None:
         if self._init_deadline is not None:

@@ -67,6 +67,7 @@ from ..services.checks import check_id
 from ..services.history import read_replay
 from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
+from .parked import PARKING
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
 from .types import (
@@ -126,6 +127,12 @@ def _read_event(event: dict, database: Any) -> tuple[ReadUpdated, EventReads]:
     return found[1], found[2]
 
 
+def _message_new(event: dict, ctx: Any) -> MessageNewEvent:
+    fields, reads = _for_event(event, ctx.database)
+    message = Message(**fields, new_loaders=partial(ctx.fresh_loaders, reads))
+    return MessageNewEvent(conversation_id=message.conversation_id, seq=message.seq, message=message, source=event)
+
+
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
@@ -149,13 +156,14 @@ class Subscription:
         ] = strawberry.UNSET,
     ) -> AsyncGenerator[MessageNewEvent, None]:
         if cursors is strawberry.UNSET or cursors is None:
+            parked = PARKING.get()
+            if parked is not None:  # run by a websocket handler that parks it when idle (parked.py)
+                async for event in parked.events(partial(_events, info, conversation_id, MESSAGE_NEW), _message_new):
+                    yield _message_new(event, info.context)
+                return
             async with await _events(info, conversation_id, MESSAGE_NEW) as subscription:
                 async for event in subscription:
-                    fields, reads = _for_event(event, info.context.database)
-                    message = Message(**fields, new_loaders=partial(info.context.fresh_loaders, reads))
-                    yield MessageNewEvent(
-                        conversation_id=message.conversation_id, seq=message.seq, message=message, source=event
-                    )
+                    yield _message_new(event, info.context)
             return
         ctx = info.context
         _ = ctx.viewer_id
