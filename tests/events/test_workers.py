@@ -79,14 +79,10 @@ async def workers_server(
         await drop_database(migrated_url, name)
 
 
-def worker_pids(process: ChatProcess) -> list[int]:
-    return process.workers()
-
-
 def sockets_by_worker(process: ChatProcess, port: int) -> dict[int, set[int]]:
     """worker pid -> the client-side ports of the established connections it holds."""
     held: dict[int, set[int]] = {}
-    for pid in worker_pids(process):
+    for pid in process.workers():
         try:
             connections = psutil.Process(pid).net_connections("tcp")
         except psutil.Error:
@@ -102,7 +98,7 @@ def sockets_by_worker(process: ChatProcess, port: int) -> dict[int, set[int]]:
 @contextlib.contextmanager
 def only_one_accepting(process: ChatProcess, worker: int) -> Iterator[None]:
     """Every other worker stopped (SIGSTOP): new connections go to this one, which alone accepts."""
-    stopped = [pid for pid in worker_pids(process) if pid != worker]
+    stopped = [pid for pid in process.workers() if pid != worker]
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -120,7 +116,7 @@ async def test_two_workers_deliver_every_message_to_every_subscriber_whichever_w
 ):
     bootstrap = kafka.bootstrap if with_kafka else None
     async with workers_server(migrated_url, tmp_path, bootstrap, topic, bus) as server:
-        assert len(worker_pids(server.process)) >= 2, tail(server.process.log)
+        assert len(server.process.workers()) >= 2, tail(server.process.log)
         # new connections each request: sends are spread over both workers too
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_keepalive_connections=0)) as http:
             api = ChatApi(http, server.url, server.settings)
@@ -186,7 +182,7 @@ async def test_a_users_rate_limit_holds_across_the_workers_of_the_hub(migrated_u
     each would allow five."""
     limits = {"CHATGQL_RATE_SEND_PER_SECOND": "0.001", "CHATGQL_RATE_SEND_BURST": "5"}
     async with workers_server(migrated_url, tmp_path, None, topic, "hub", limits) as server:
-        first, second = worker_pids(server.process)[:2]
+        first, second = server.process.workers()[:2]
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_keepalive_connections=0)) as http:
             api = ChatApi(http, server.url, server.settings)
             cid = await api.create_group(1, [2])
@@ -209,7 +205,7 @@ async def test_the_workers_die_with_a_sigkilled_supervisor(migrated_url, kafka, 
     """A SIGKILL of `chatgql serve` (an OOM kill, a kill of the service) leaves no worker holding
     the port: a new `chatgql serve` on it starts at once."""
     async with workers_server(migrated_url, tmp_path, None, topic, "hub") as server:
-        workers = [psutil.Process(pid) for pid in worker_pids(server.process)]
+        workers = [psutil.Process(pid) for pid in server.process.workers()]
         assert len(workers) >= 2
         server.process.kill()
         _, alive = psutil.wait_procs(workers, timeout=30)

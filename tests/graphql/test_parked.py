@@ -57,15 +57,21 @@ async def _accepted(server, query: str, variables: dict | None = None) -> None:
     await wait_active_subscriptions(server, 0)
 
 
+async def _subscribe_parked(server, ws, cid: str, idle: int):
+    """A messageNew subscription of cid on ws, once it is registered and parked (no task of its own)."""
+    op = await subscribe_messages(ws, cid)
+    await wait_active_subscriptions(server, 1)
+    await wait_until(lambda: _operation_tasks() == idle, 10, "the subscription to park")
+    return op
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_an_idle_message_new_subscription_has_no_task_and_gets_every_event(server, api, protocol):
     cid = await api.create_group(1, [2])
     await _accepted(server, MESSAGE_NEW)
     idle = _operation_tasks()
     async with await ws_connect(server, 2, protocol) as ws:
-        op = await subscribe_messages(ws, cid)
-        await wait_active_subscriptions(server, 1)
-        await wait_until(lambda: _operation_tasks() == idle, 10, "the subscription to park")
+        op = await _subscribe_parked(server, ws, cid, idle)
         for body in ("one", "two", "three"):
             seq = await api.send(1, cid, body)
             event = await op.next()
@@ -102,9 +108,7 @@ async def test_a_parked_subscription_ends_with_not_found_when_its_member_is_remo
     await _accepted(server, MESSAGE_NEW)
     idle = _operation_tasks()
     async with await ws_connect(server, 2, protocol) as ws:
-        op = await subscribe_messages(ws, cid)
-        await wait_active_subscriptions(server, 1)
-        await wait_until(lambda: _operation_tasks() == idle, 10, "the subscription to park")
+        op = await _subscribe_parked(server, ws, cid, idle)
         await api.remove_member(1, cid, 2)
         error = await op.error()
         assert error.errors[0]["extensions"]["code"] == "NOT_FOUND"
@@ -194,9 +198,7 @@ async def test_a_legacy_start_again_with_a_parked_operations_id_completes_it_and
     await _accepted(server, MESSAGE_NEW)
     idle = _operation_tasks()
     async with await ws_connect(server, 2, LEGACY_WS) as ws:
-        op = await subscribe_messages(ws, cid)
-        await wait_active_subscriptions(server, 1)
-        await wait_until(lambda: _operation_tasks() == idle, 10, "the subscription to park")
+        op = await _subscribe_parked(server, ws, cid, idle)
         again = {"id": op.id, "type": "start", "payload": {"query": MESSAGE_NEW, "variables": {"c": cid}}}
         await ws.ws.send(json.dumps(again))
         assert await ws._next_frame(op.id) == {"id": op.id, "type": "complete"}  # the parked one's end
