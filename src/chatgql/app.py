@@ -357,8 +357,8 @@ def startup_line(settings: Settings, *, api: bool = True) -> str:
         database = _without_password(settings.database_url.get_secret_value())
     kafka = settings.kafka_bootstrap_servers or "none"
     bus = _without_password(settings.broadcast_url)
-    if api and settings.workers > 1 and bus.startswith("memory:"):
-        bus = "the supervisor's hub"  # what several workers share with no Redis (supervisor.py)
+    if api and settings.workers_share_a_hub:
+        bus = "the supervisor's hub"
     line = f"{doing} · database: {database} · bus: {bus} · kafka: {kafka}"
     return f"{line} · workers: {settings.workers}" if api else line
 

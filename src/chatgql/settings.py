@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     # API processes `chatgql serve` runs (uvicorn workers sharing the port): one per core by
     # default. With more than one, live events and rate limits go through Redis when the bus is
     # redis://, else through the supervisor's hub (supervisor.py).
-    workers: int = Field(default_factory=lambda: available_cores(), ge=1)
+    workers: int = Field(default_factory=available_cores, ge=1)
 
     # PostgreSQL. Unset: an embedded server is started in data_dir.
     database_url: SecretStr | None = None
@@ -408,6 +408,12 @@ class Settings(BaseSettings):
         if self.env == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
             raise ValueError("CHATGQL_JWT_SECRET must be set to a secret of your own when CHATGQL_ENV=production")
         return self
+
+    @property
+    def workers_share_a_hub(self) -> bool:
+        """Several workers and no Redis bus: their live events and rate limits go through their
+        supervisor's hub (supervisor.py)."""
+        return self.workers > 1 and self.broadcast_url.startswith("memory:")
 
     @property
     def graphiql_enabled(self) -> bool:

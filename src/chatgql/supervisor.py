@@ -66,7 +66,6 @@ class Supervisor:
         self.embedded = embedded
         self._dir = tempfile.mkdtemp(prefix="chatgql-hub-")
         self.hub_path = str(Path(self._dir) / "hub.sock")
-        self.shares_a_hub = settings.broadcast_url.startswith("memory:")
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
@@ -78,7 +77,7 @@ class Supervisor:
         """The bus the workers (and this process) use: the hub, unless a Redis bus is configured."""
         from .events.hub import hub_url
 
-        return hub_url(self.hub_path) if self.shares_a_hub else self.settings.broadcast_url
+        return hub_url(self.hub_path) if self.settings.workers_share_a_hub else self.settings.broadcast_url
 
     def worker_environment(self) -> dict[str, str]:
         """What the workers' settings must say beside the configured ones."""

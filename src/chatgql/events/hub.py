@@ -119,16 +119,10 @@ class Hub:
         self._peers: set[_Peer] = set()
         self._limiters: dict[tuple[str, float, int], Any] = {}
         self._server: asyncio.AbstractServer | None = None
-        self.published = 0
-        self.cut_off = 0  # workers dropped for not reading
 
     @property
     def url(self) -> str:
         return hub_url(self.path)
-
-    @property
-    def peers(self) -> int:
-        return len(self._peers)
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[Hub]:
@@ -151,7 +145,6 @@ class Hub:
 
     def publish(self, channel: str, message: bytes | str) -> None:
         """Hand a message to every peer subscribed to channel (and cut off those not reading)."""
-        self.published += 1
         frame = _frame(b"M", channel.encode(), _text(message))
         for peer in list(self._peers):
             if channel in peer.channels:
@@ -162,7 +155,6 @@ class Hub:
         if transport.is_closing():
             return
         if transport.get_write_buffer_size() > MAX_BUFFERED:
-            self.cut_off += 1
             log.warning("hub: a worker stopped reading (%d bytes held for it); cutting it off", MAX_BUFFERED)
             transport.abort()
             return
