@@ -81,6 +81,7 @@ __all__ = [
     "resolver_call_shape",
     "plain_arguments",
     "split_arguments",
+    "null_stays_null",
     "plain_class",
     "TYPE_CAST_ATTRIBUTE",
     "is_strawberry_resolve_type",
@@ -286,6 +287,16 @@ def resolver_call_shape(field: Any) -> tuple[Any, bool, tuple[str, ...], str | N
     source_names = tuple(p.name for p in (resolver.root_parameter, resolver.parent_parameter) if p is not None)
     info = resolver.info_parameter
     return resolver.wrapped_func, resolver.self_parameter is not None, source_names, info.name if info else None
+
+
+def null_stays_null(argument: Any) -> bool:
+    """Whether Strawberry's convert_argument answers None for an argument given as null: every
+    type but a Maybe (Some(None), or an error). A plan then passes a null (an omitted argument's
+    default null, mostly) on without convert_arguments' walk (speed: sendMessage's attachments)."""
+    type_ = argument.type
+    while isinstance(type_, StrawberryOptional) and not isinstance(type_, StrawberryMaybe):
+        type_ = type_.of_type
+    return not isinstance(type_, StrawberryMaybe)
 
 
 def plain_arguments(field: Any, scalar_registry: Any, config: Any) -> tuple[tuple[str, str], ...] | None:

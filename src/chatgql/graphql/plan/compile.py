@@ -302,16 +302,26 @@ class _Compiler:
             return None
         registry, config = self.scalar_registry, self.config
         plain, others = compat.split_arguments(sf, registry, config)
-        other_arguments = [argument for _, argument in others]
+        converted_others = tuple(
+            (name, argument, argument.python_name, compat.null_stays_null(argument)) for name, argument in others
+        )
 
         def convert(coerced: dict) -> dict:
             # scalars: what convert_arguments answers for them, without its walk; the others (input
-            # objects, lists) through it, when given
+            # objects, lists) through it, when given and not null (an omitted list's default null:
+            # None, as convert_arguments answers, but for a Maybe)
             kwargs = {python: coerced[name] for name, python in plain if name in coerced}
-            if any(name in coerced for name, _ in others):
-                kwargs.update(
-                    compat.convert_arguments(coerced, other_arguments, scalar_registry=registry, config=config)
-                )
+            walk = None
+            for name, argument, python, null_is_null in converted_others:
+                if name in coerced:
+                    if null_is_null and coerced[name] is None:
+                        kwargs[python] = None
+                    elif walk is None:
+                        walk = [argument]
+                    else:
+                        walk.append(argument)
+            if walk is not None:
+                kwargs.update(compat.convert_arguments(coerced, walk, scalar_registry=registry, config=config))
             return kwargs
 
         if not any(_reads_variables(argument.value) for argument in node.arguments or ()):
