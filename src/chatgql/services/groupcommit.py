@@ -63,7 +63,7 @@ async def send_alone(database: Database, conversation_id: int, item: SendItem) -
     """One send, its own transaction (chat_send); a stored message wakes the relay after it."""
     async with database.connection() as conn:
         row = await send_item(conn, conversation_id, item)
-        if row.outcome == STORED:  # only a stored message wrote events
+        if row["outcome"] == STORED:  # only a stored message wrote events (by key: no Row.__getattr__)
             database.events_written(conn)
     return row
 

@@ -69,25 +69,27 @@ async def do_send_message(
         row = await send_alone(database, conversation_id, item)
     else:
         row = await batcher.send(conversation_id, item)
-    if row.outcome == "not_found":
+    # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each, on every send).
+    outcome = row["outcome"]
+    if outcome == "not_found":
         raise conversation_not_found(conversation_id)
-    if row.outcome == "conflict":
+    if outcome == "conflict":
         raise Conflict(
             "clientMsgId was already used for another message in this conversation",
             conversationId=str(conversation_id),
             clientMsgId=str(client_msg_id),
         )
-    if row.outcome == "duplicate":  # the acknowledged message, as it is now (edited or deleted since, maybe)
+    if outcome == "duplicate":  # the acknowledged message, as it is now (edited or deleted since, maybe)
         async with database.connection() as conn:
-            (now,) = await messages.by_keys(conn, [(conversation_id, row.seq)])
+            (now,) = await messages.by_keys(conn, [(conversation_id, row["seq"])])
         return SendResult(now, duplicate=True)
     stored = MessageRecord(
         conversation_id=conversation_id,
-        seq=row.seq,
-        sender_id=row.sender_id,
+        seq=row["seq"],
+        sender_id=row["sender_id"],
         client_msg_id=client_msg_id,
-        body=row.body,
-        created_at=row.created_at,
+        body=row["body"],
+        created_at=row["created_at"],
         reply_to_seq=reply_to,
     )
     return SendResult(stored, duplicate=False)
