@@ -175,7 +175,8 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
 
     async def get_context(self, request: Request | WebSocket, response: Response | WebSocket) -> Context:
         context = Context(deps=self.deps, request=request, response=response)
-        if not isinstance(request, WebSocket):  # a websocket's token comes with connection_init
+        # a websocket's token comes with connection_init; without a provider there is nothing to fetch
+        if self.deps.keys is not None and not isinstance(request, WebSocket):
             await context.fetch_keys()
         return context
 
@@ -360,10 +361,10 @@ def _json_body_scope(scope: Scope) -> Scope:
     compares with, case-sensitively); HTTPException 415 unless it is JSON in UTF-8."""
     headers = scope["headers"]
     content_type = next((value for name, value in headers if name == b"content-type"), b"").decode("latin-1")
+    if content_type == JSON:  # what clients send: accepted as it is, without parsing its parameters
+        return scope
     if (refusal := request_media_type_refusal(content_type)) is not None:
         raise HTTPException(415, refusal)
-    if content_type == JSON:
-        return scope
     canonical = [(name, JSON.encode() if name == b"content-type" else value) for name, value in headers]
     return {**scope, "headers": canonical}
 
