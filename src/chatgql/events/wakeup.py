@@ -17,6 +17,7 @@ flight per process, so a burst of writes costs one NOTIFY, not one each.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable
 
@@ -47,7 +48,9 @@ class RelayWakeup:
             return
         self._dirty = True
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._notify(), name="outbox-notify")
+            # The process's, not the request's whose commit woke it: none of that request's context
+            # (its CPU meter, graphql/meter.py, charged it the NOTIFY, each step timed).
+            self._task = asyncio.create_task(self._notify(), name="outbox-notify", context=contextvars.Context())
 
     async def _notify(self) -> None:
         while self._dirty:

@@ -22,6 +22,7 @@ row lock like single sends do.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
@@ -111,7 +112,12 @@ class SendBatcher:
 
     def _hand_on(self, conversation_id: int, lane: _Lane) -> None:
         if lane.waiting:
-            lane.task = asyncio.create_task(self._drain(conversation_id, lane), name="send-batch")
+            # In a context of its own: it stores the sends of others, not the request's that started
+            # it (whose context holds that request's CPU meter, graphql/meter.py: they were charged
+            # to it, and to no one when it had ended; each step of them timed).
+            lane.task = asyncio.create_task(
+                self._drain(conversation_id, lane), name="send-batch", context=contextvars.Context()
+            )
         else:
             del self._lanes[conversation_id]
 
