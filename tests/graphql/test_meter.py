@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from chatgql import db
+from chatgql.events.wakeup import RelayWakeup
 from chatgql.graphql import meter
 
 
@@ -129,3 +131,23 @@ async def test_a_cancelled_request_leaves_no_cycle_through_its_meter():
         gc.garbage.clear()
         gc.enable()
     assert not meters, f"{len(meters)} meters in cyclic garbage"
+
+
+async def test_the_relay_wake_up_a_request_starts_is_not_metered_as_its_own(migrated_url: str):
+    """The NOTIFY after a commit is the process's (debounced: one for a burst of requests), not the
+    request's whose commit started it: its task runs outside that request's meter."""
+    database = await db.Database(migrated_url).open()
+    wakeup = RelayWakeup(database)
+    try:
+
+        async def request() -> asyncio.Task | None:
+            wakeup.wake()
+            return wakeup._task
+
+        task = await meter.within_cpu(request(), 1.0)
+        assert task is not None
+        assert task.get_coro().__qualname__ == "RelayWakeup._notify"  # not wrapped in _run_metered
+        await task
+    finally:
+        await wakeup.close()
+        await database.close()
