@@ -17,12 +17,12 @@ flight per process, so a burst of writes costs one NOTIFY, not one each.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import Callable
 
 from ..db import Database
 from ..store import outbox
+from ..tasks import process_task
 from .relay import OutboxRelay
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,7 @@ class RelayWakeup:
             return
         self._dirty = True
         if self._task is None or self._task.done():
-            # The process's, not the request's whose commit woke it: none of that request's context
-            # (its CPU meter, graphql/meter.py, charged it the NOTIFY, each step timed).
-            self._task = asyncio.create_task(self._notify(), name="outbox-notify", context=contextvars.Context())
+            self._task = process_task(self._notify(), "outbox-notify")  # not the request's whose commit woke it
 
     async def _notify(self) -> None:
         while self._dirty:

@@ -22,7 +22,6 @@ row lock like single sends do.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
@@ -32,6 +31,7 @@ from ..db import Connection, Database, Row
 from ..errors import RETRY_AFTER_SECONDS, Unavailable
 from ..events.types import MESSAGE_KEYS, READ_KEYS
 from ..store import messages
+from ..tasks import process_task
 
 # The keys chat_send fills in, from the event definitions (the SQL names none).
 STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)
@@ -112,12 +112,8 @@ class SendBatcher:
 
     def _hand_on(self, conversation_id: int, lane: _Lane) -> None:
         if lane.waiting:
-            # In a context of its own: it stores the sends of others, not the request's that started
-            # it (whose context holds that request's CPU meter, graphql/meter.py: they were charged
-            # to it, and to no one when it had ended; each step of them timed).
-            lane.task = asyncio.create_task(
-                self._drain(conversation_id, lane), name="send-batch", context=contextvars.Context()
-            )
+            # it stores the sends of others, not those of the request that started it
+            lane.task = process_task(self._drain(conversation_id, lane), "send-batch")
         else:
             del self._lanes[conversation_id]
 
