@@ -302,7 +302,7 @@ class _Compiler:
             return None
         registry, config = self.scalar_registry, self.config
         plain, others = compat.split_arguments(sf, registry, config)
-        converted_others = tuple(
+        others_by_name = tuple(
             (name, argument, argument.python_name, compat.null_stays_null(argument)) for name, argument in others
         )
 
@@ -311,16 +311,15 @@ class _Compiler:
             # objects, lists) through it, when given and not null (an omitted list's default null:
             # None, as convert_arguments answers, but for a Maybe)
             kwargs = {python: coerced[name] for name, python in plain if name in coerced}
-            walk = None
-            for name, argument, python, null_is_null in converted_others:
-                if name in coerced:
-                    if null_is_null and coerced[name] is None:
-                        kwargs[python] = None
-                    elif walk is None:
-                        walk = [argument]
-                    else:
-                        walk.append(argument)
-            if walk is not None:
+            walk = []
+            for name, argument, python, null_stays in others_by_name:
+                if name not in coerced:
+                    continue
+                if null_stays and coerced[name] is None:
+                    kwargs[python] = None
+                else:
+                    walk.append(argument)
+            if walk:
                 kwargs.update(compat.convert_arguments(coerced, walk, scalar_registry=registry, config=config))
             return kwargs
 
