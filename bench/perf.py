@@ -7,8 +7,10 @@ CPU a request costs changes with it (a process that sleeps between requests
 runs the same instructions slower, and every socket write that wakes another
 process costs more on a busy machine). So the two servers are compared in
 the same minutes: both run at once (the idle one costs nothing), against one
-PostgreSQL with the data of `python -m bench` (bench/layout.py, smaller
-send/read sets), and the load alternates A B B A ... in short segments
+PostgreSQL, a database each (migrated by its own code: the baseline may predate
+a migration that changed a column's type) seeded alike with the data of
+`python -m bench` (bench/layout.py, smaller send/read sets), and the load
+alternates A B B A ... in short segments
 (wrk, as `python -m bench` drives it). Each server's CPU (user and system,
 from /proc) is divided by the requests it answered in its own segments.
 
@@ -32,11 +34,10 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import psutil
-
-from chatgql import db
 
 from . import httpload, layout, profiles
 from .infra import REPO, Postgres, Server, log, raise_fd_limit
@@ -57,10 +58,15 @@ SIZES = dataclasses.replace(
 
 
 def export_src(rev: str, into: Path) -> Path:
-    """src/ of rev, as a directory to put on PYTHONPATH."""
+    """src/ of rev, as a directory to put on PYTHONPATH (with alembic/ beside it where rev kept its
+    migrations at the repository's root)."""
     into.mkdir(parents=True)
     archive = into / "baseline.tar"
-    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, "src"], check=True)
+    paths = ["src"]
+    top = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", rev], check=True, capture_output=True)
+    if "alembic" in top.stdout.decode().split():
+        paths.append("alembic")
+    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, *paths], check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
     return into / "src"
@@ -105,9 +111,22 @@ def _per_request(segments: list[dict]) -> dict:
     }
 
 
-async def _seed(pg: Postgres) -> None:
-    await db.upgrade(pg.url)
+def _database_url(pg: Postgres, name: str) -> str:
+    parts = urlsplit(pg.url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+async def _create_databases(pg: Postgres, names: list[str]) -> None:
     conn = await asyncpg.connect(pg.url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        for name in names:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def _seed(url: str) -> None:
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
         await layout.seed(conn, SIZES)
     finally:
@@ -130,15 +149,21 @@ def run(
         ).stdout.strip()[:10]
         base_src = export_src(base_rev, scratch / "baseline")
         pg = Postgres.start(scratch / "pg")
-        asyncio.run(_seed(pg))
-        for name, src in (("baseline", base_src), ("this tree", REPO / "src")):
-            server = Server(pg.url, scratch, None)
+        # Each server has a database of its own in the one PostgreSQL, migrated by its own code
+        # (the baseline may predate a migration that changed a column's type), seeded alike.
+        sides = {"baseline": base_src, "this tree": REPO / "src"}
+        databases = {name: f"perf_{i}" for i, name in enumerate(sides)}
+        asyncio.run(_create_databases(pg, list(databases.values())))
+        for name, src in sides.items():
+            server = Server(_database_url(pg, databases[name]), scratch, None)
             server.env["PYTHONPATH"] = str(src)
+            server.env["CHATGQL_MIGRATE_ON_START"] = "true"
             server.log_path = scratch / f"chatgql-{name.replace(' ', '-')}.log"
             server.spawn()
             servers[name] = server
-        for server in servers.values():
+        for name, server in servers.items():
             server.wait_ready()
+            asyncio.run(_seed(_database_url(pg, databases[name])))
         read_base = 1
         for figure in figures:
             scenario = Scenario(figure, SIZES)
