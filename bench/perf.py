@@ -201,7 +201,7 @@ def _report(results: dict, base_rev: str, rounds: int, seconds: float) -> str:
         "# Server CPU per request: this tree against a baseline (`python -m bench.perf`)",
         "",
         f"Baseline: commit {base_rev}; this tree: {head}{' with uncommitted changes' if dirty.stdout.strip() else ''}. "
-        f"Both servers ran at once against one PostgreSQL; the load (wrk, {SIZES.clients} connections) "
+        f"Both servers ran at once against one PostgreSQL, a database each; the load (wrk, {SIZES.clients} connections) "
         f"alternated between them in {rounds} segments of {seconds:g} s each per figure. "
         f"Load average at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())} (2 cores, shared).",
         "",
