@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from chatgql import db
 from chatgql.events.wakeup import RelayWakeup
 from chatgql.graphql import meter
+from chatgql.tasks import process_task
 
 
 def burn(seconds: float) -> None:
@@ -39,12 +43,13 @@ async def test_a_request_past_its_cpu_time_ends_and_its_task_goes_on():
     assert await meter.within_cpu(steps(2, 0.001), 1.0) == "done"
 
 
-async def test_the_tasks_it_starts_are_counted():
-    async def gathered() -> list[str]:
-        return await asyncio.gather(*(steps(10, 0.002) for _ in range(10)))
+async def gathered_steps() -> list[str]:
+    return await asyncio.gather(*(steps(10, 0.002) for _ in range(10)))
 
+
+async def test_the_tasks_it_starts_are_counted():
     with pytest.raises(meter.CpuLimitExceeded):
-        await meter.within_cpu(gathered(), 0.05)
+        await meter.within_cpu(gathered_steps(), 0.05)
 
 
 async def test_a_last_step_past_the_bound_counts_too():
@@ -151,3 +156,55 @@ async def test_the_relay_wake_up_a_request_starts_is_not_metered_as_its_own(migr
     finally:
         await wakeup.close()
         await database.close()
+
+
+async def test_a_task_of_the_process_started_by_a_request_runs_without_its_meter():
+    seen: list[object] = []
+
+    async def of_the_process() -> None:
+        seen.append(meter._meter.get())
+
+    async def request() -> asyncio.Task:
+        seen.append(meter._meter.get())
+        return process_task(of_the_process(), "of-the-process")
+
+    await (await meter.within_cpu(request(), 1.0))
+    assert isinstance(seen[0], meter.Meter) and seen[1] is None
+
+
+async def test_the_main_thread_is_sampled_and_another_thread_times_each_step():
+    """In the main thread the meter samples (nothing per step); in another thread, where no signal
+    handler runs, it times each step and the tasks a request starts, and holds the same bounds."""
+    assert meter._sampler.thread == threading.main_thread().ident
+
+    async def in_a_thread() -> list[str]:
+        meter.install(asyncio.get_running_loop())
+        results = []
+        for operation, budget in ((steps(100, 0.005), 0.02), (gathered_steps(), 0.05), (steps(2, 0.001), 1.0)):
+            try:
+                results.append(await meter.within_cpu(operation, budget))
+            except meter.CpuLimitExceeded:
+                results.append("over")
+        return results
+
+    assert await asyncio.to_thread(asyncio.run, in_a_thread()) == ["over", "over", "done"]
+
+
+def test_a_sampled_process_exits_cleanly():
+    """The interpreter puts SIGPROF's default action (terminate) back as it exits: the timer is
+    stopped first, or a tick then ends the process with "Profiling timer expired"."""
+    script = (
+        "import asyncio, time\n"
+        "from chatgql.graphql import meter\n"
+        "async def main():\n"
+        "    meter.install(asyncio.get_running_loop())\n"
+        "    assert meter._sampler.thread is not None\n"
+        "    until = time.thread_time() + 0.2\n"
+        "    while time.thread_time() < until:\n"
+        "        pass\n"
+        "asyncio.run(main())\n"
+        "[[i] for i in range(300_000)]  # CPU time spent as the interpreter exits\n"
+    )
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (done.returncode, done.stderr)

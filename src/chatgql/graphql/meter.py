@@ -1,33 +1,43 @@
 """CPU time per HTTP request: what the request's own tasks spent, bounded.
 
-`within_cpu` runs a request's execution through `_Metered`, which adds up the
-CPU time (time.thread_time: this thread's, not the machine's) of each of its
-steps, the stretches between two awaits: the time the request held the event
-loop, from everyone else on it. (Not the clock's time: on a loaded machine a
-step's wall time was 4 times its CPU time, and a plain 20-send mutation was
-refused. A thread_time reading is a ~3 µs system call; the largest page, 200
-messages, takes ~1,600 steps: ~10 ms.) The tasks it starts are metered
-too, into the same meter: graphql-core gathers list items and fields in tasks
-of their own and the loaders batch in theirs, and they are created with the
-request's context, where the meter is (`install` makes the event loop's task
-factory look for it there). What other clients' tasks do meanwhile is not
-counted: a busy process does not make a request over its bound. Nor are the
-garbage collector's passes that ran inside a step: the collector walks what the
-whole process holds, and a full pass of a big heap (seconds, in a test process
-holding a thousand tests' objects) had a 50-send burst's request refused as over
-its bound.
+A request's CPU time is this thread's (time.thread_time, not the machine's) while the request held
+the event loop: its own steps, the stretches between two awaits, and those of the tasks it starts
+(graphql-core gathers list items and fields in tasks of their own, the loaders batch in theirs),
+which are created in the request's context, where its meter is. Not the clock's time: on a loaded
+machine a step's wall time was 4 times its CPU time, and a plain 20-send mutation was refused.
+What other clients' tasks do meanwhile is not counted (a busy process does not make a request over
+its bound), nor the garbage collector's passes: the collector walks what the whole process holds,
+and a full pass of a big heap (seconds, in a test process holding a thousand tests' objects) had
+a 50-send burst's request refused as over its bound.
 
-Past the bound the request's task is cancelled once the step that crossed it
-is over, and `within_cpu` raises CpuLimitExceeded (the caller answers
-LIMIT_EXCEEDED; so it does for a request whose last step crossed it). A step
-is not interrupted: a request ends within one step of its bound (the price in
-cost.py keeps steps small).
+How it is counted:
+
+- in the main thread (where uvicorn runs its event loop), by sampling. A timer of the process's
+  CPU time (`setitimer(ITIMER_PROF)`) interrupts it every TICK_SECONDS of CPU, and the signal's
+  handler charges this thread's CPU time since the last tick, less the collector's, to the meter
+  of the context that runs: a request's step, or a task it started, or nothing between tasks. A
+  request's end is a reading too. Nothing is paid per step: timing every step read the thread's
+  CPU clock twice a step (a system call each, ~0.8 µs here) and wrapped each task a request
+  started, about a tenth of a sendMessage's CPU (bench/results/perf-send.md). The price is
+  precision: a reading charges the whole stretch since the last one to whoever runs at it, so a
+  request is charged at most about a tick (1 ms) more or less than it spent, on bounds of tens of
+  milliseconds and more;
+- in any other thread (a signal's handler runs in the main thread only), or when something else
+  holds SIGPROF (a profiler), by timing each step: `within_cpu` awaits the request through
+  `_Metered`, and `install` makes that loop's task factory meter the tasks it starts.
+
+Past the bound the request's task is cancelled once the step that crossed it is over (within a
+tick of it, sampled), and `within_cpu` raises CpuLimitExceeded (the caller answers LIMIT_EXCEEDED;
+so it does for a request whose last step crossed it). A step is not interrupted: a request ends
+within one step of its bound (the price in cost.py keeps steps small).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Generator
@@ -37,6 +47,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _meter: ContextVar[Meter | None] = ContextVar("chatgql_cpu_meter", default=None)
+
+TICK_SECONDS = 0.001  # of the process's CPU time, between two samples
 
 
 # CPU seconds the collector has spent, per thread (its passes run in whichever thread allocated).
@@ -142,13 +154,16 @@ async def within_cpu(operation: Awaitable[T], budget_seconds: float) -> T:
     assert task is not None
     meter = Meter(budget_seconds, task)
     token = _meter.set(meter)
+    sampled = _sampler.thread == threading.get_ident()
     try:
-        result = await _Metered(operation, meter)
+        result = await (operation if sampled else _Metered(operation, meter))
     except asyncio.CancelledError:
         if meter.cancelled and task.uncancel() == 0:
             raise CpuLimitExceeded from None
         raise
     finally:
+        if sampled:
+            _sampler.sample()  # the stretch since the last tick: this request's last step's
         _meter.reset(token)
         over = meter.exceeded
         meter.stop()
@@ -157,6 +172,58 @@ async def within_cpu(operation: Awaitable[T], budget_seconds: float) -> T:
             task.uncancel()
         raise CpuLimitExceeded
     return result
+
+
+class _Sampler:
+    """The main thread's CPU time, read at each tick of the process's CPU timer and charged to the
+    meter of the running context."""
+
+    def __init__(self) -> None:
+        self.thread: int | None = None  # the thread sampled (the main one), once started
+        self._last = 0.0  # its CPU time at the last reading, less the collector's
+        self._reading = False
+
+    def start(self) -> bool:
+        """Sample this thread (the main one): False when it cannot (another thread, SIGPROF taken)."""
+        if self.thread is not None:
+            return self.thread == threading.get_ident()
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            return False  # a profiler's
+        self._last = self._now(threading.get_ident())
+        signal.signal(signal.SIGPROF, self._on_tick)
+        signal.siginterrupt(signal.SIGPROF, False)  # system calls a tick interrupts resume (SA_RESTART)
+        self.thread = threading.get_ident()
+        # Stopped before the interpreter puts SIGPROF's default action back as it exits (terminate:
+        # a tick then would end the process with "Profiling timer expired").
+        atexit.register(signal.setitimer, signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_PROF, TICK_SECONDS, TICK_SECONDS)
+        return True
+
+    @staticmethod
+    def _now(ident: int) -> float:
+        return time.thread_time() - _collected.get(ident, 0.0)
+
+    def _on_tick(self, signum: int, frame: Any) -> None:
+        self.sample()
+
+    def sample(self) -> None:
+        thread = self.thread
+        if self._reading or thread is None or thread in _collection_started:
+            return  # a tick within a reading, or inside a collector's pass: the next reading has it
+        self._reading = True
+        try:
+            now = self._now(thread)
+            spent, self._last = now - self._last, now
+            meter = _meter.get()
+            if meter is not None and spent > 0:
+                meter.charge(spent)
+        finally:
+            self._reading = False
+
+
+_sampler = _Sampler()
 
 
 def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
@@ -168,6 +235,7 @@ def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> 
 
 
 def install(loop: asyncio.AbstractEventLoop) -> None:
-    """Tasks started within a metered request are metered too (a loop without a task factory of its own)."""
-    if loop.get_task_factory() is None:
+    """Meter the requests of this loop: sampled in the main thread, else each step timed and the
+    tasks a request starts too (a loop without a task factory of its own)."""
+    if not _sampler.start() and loop.get_task_factory() is None:
         loop.set_task_factory(_task_factory)
