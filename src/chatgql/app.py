@@ -223,7 +223,8 @@ async def running(
                 feed_dispatcher(bus, dispatcher, runtime.bus_ready, heartbeat_seconds=settings.bus_heartbeat_seconds),
                 "bus-feed",
             )
-            await asyncio.wait_for(runtime.bus_ready.wait(), 10)
+            async with asyncio.timeout(10):
+                await runtime.bus_ready.wait()
             # Mass disconnects leave glibc holding what the connections used (see heap.py).
             await _task(stack, HeapTrimmer().run(), "heap-trim")
             if settings.oidc_issuer is not None:

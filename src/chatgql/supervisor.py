@@ -156,7 +156,8 @@ class Supervisor:
             hub.on_wake = runtime.deps.wakeup.wake
             if runtime.consumer is not None:
                 try:
-                    await asyncio.wait_for(runtime.consumer.assigned.wait(), CONSUMER_ASSIGNED_SECONDS)
+                    async with asyncio.timeout(CONSUMER_ASSIGNED_SECONDS):
+                        await runtime.consumer.assigned.wait()
                 except TimeoutError:
                     log.warning(
                         "the Kafka consumer has no partitions after %.0f s; starting the workers anyway",

@@ -167,7 +167,8 @@ class _Listener:
                 await self._pubsub.subscribe(channel)
             if self._reader is None:
                 self._reader = asyncio.create_task(self._read(), name=f"bus-listener {self.name}")
-            await asyncio.wait_for(asyncio.shield(confirmed), CONFIRM_SECONDS)
+            async with asyncio.timeout(CONFIRM_SECONDS):
+                await asyncio.shield(confirmed)
         except BaseException as error:
             self._confirming.pop(channel, None)
             if not isinstance(error, asyncio.CancelledError):
@@ -229,9 +230,11 @@ class _Listener:
                 confirmed.set_exception(BusBroken(f"{self.name} closed"))
         # bounded: closing must never hang a shutdown or a feed reconnect
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._pubsub.aclose(), CLOSE_SECONDS)
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await self._pubsub.aclose()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._client.aclose(), CLOSE_SECONDS)
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await self._client.aclose()
 
 
 def _listening_client_options() -> dict[str, Any]:
@@ -277,7 +280,8 @@ class RedisBackend(BroadcastBackend):
             await self._listener.close()
         if self._publisher is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._publisher.aclose(), CLOSE_SECONDS)
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await self._publisher.aclose()
 
     async def subscribe(self, channel: str) -> None:
         assert self._listener is not None, "not connected"
@@ -388,7 +392,8 @@ class RedisClusterBackend(BroadcastBackend):
         self._where.clear()
         if self._cluster is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._cluster.aclose(), CLOSE_SECONDS)
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await self._cluster.aclose()
 
     def _listener_for(self, channel: str) -> _Listener:
         from redis.asyncio import Redis

@@ -382,7 +382,8 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
                     del unanswered[channel]
             for channel in channels:
                 unanswered[channel] = unanswered.get(channel, 0) + 1
-                await asyncio.wait_for(bus.publish_on(channel, beat), MISSED_BEATS * every)
+                async with asyncio.timeout(MISSED_BEATS * every):
+                    await bus.publish_on(channel, beat)
             await asyncio.sleep(every)
 
     beater = asyncio.create_task(send_beats())

@@ -136,7 +136,11 @@ class FanoutConsumer:
                 await self._consume(consumer, committer)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as error:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Stopped while a library turned the cancellation into an error of its own: stop.
+                    raise asyncio.CancelledError from error
                 log.warning("Kafka consumer failed; restarting", exc_info=True)
                 await asyncio.sleep(1)
             finally:
@@ -146,7 +150,8 @@ class FanoutConsumer:
                     with contextlib.suppress(BaseException):
                         await committer
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._commit(consumer), FINAL_COMMIT_SECONDS)
+                    async with asyncio.timeout(FINAL_COMMIT_SECONDS):
+                        await self._commit(consumer)
                 await _stop(consumer)
 
     async def _consume(self, consumer: AIOKafkaConsumer, committer: asyncio.Task) -> None:
@@ -219,7 +224,8 @@ async def _stop(consumer: AIOKafkaConsumer) -> None:
     whose Kafka is away or moving its partitions still shuts down. Past STOP_SECONDS the wait is
     cancelled (which ends the coordination task) and the consumer is left to the process's exit."""
     try:
-        await asyncio.wait_for(consumer.stop(), STOP_SECONDS)
+        async with asyncio.timeout(STOP_SECONDS):
+            await consumer.stop()
     except TimeoutError:
         log.warning("Kafka consumer did not stop within %s s; left behind", STOP_SECONDS)
 
@@ -236,7 +242,8 @@ class _Rebalance(ConsumerRebalanceListener):
         consumer's stop() waits for, and a commit that a closing consumer runs to a coordinator it
         lost never ends; stop() hung on it, even after Kafka came back."""
         try:
-            await asyncio.wait_for(self._owner._commit(self._consumer, set(revoked)), FINAL_COMMIT_SECONDS)
+            async with asyncio.timeout(FINAL_COMMIT_SECONDS):
+                await self._owner._commit(self._consumer, set(revoked))
         except Exception:
             log.info("could not commit before a rebalance; those records will come again", exc_info=True)
         for tp in revoked:

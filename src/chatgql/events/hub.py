@@ -139,7 +139,8 @@ class Hub:
             for peer in list(self._peers):
                 peer.writer.transport.abort()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
 
@@ -404,7 +405,8 @@ class HubStore:
 
     async def take(self, action: str, user_id: object, rate: float, burst: int) -> tuple[bool, float] | None:
         try:
-            connection = await asyncio.wait_for(self._open(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                connection = await self._open()
             taken, retry_after = await connection.request(
                 _frame(b"T", action.encode(), _text(rate), _text(burst), _text(user_id)), self.timeout
             )
@@ -421,7 +423,8 @@ class HubStore:
         """What keeps the supervisor from serving (its database down), None when nothing does; a
         hub that does not answer is trouble too (a wedged supervisor relays nothing)."""
         try:
-            connection = await asyncio.wait_for(self._open(), HEALTH_SECONDS)
+            async with asyncio.timeout(HEALTH_SECONDS):
+                connection = await self._open()
             [trouble] = await connection.request(_frame(b"H"), HEALTH_SECONDS)
         except asyncio.CancelledError:
             raise

@@ -143,7 +143,8 @@ async def _stop(producer: AIOKafkaProducer, flush_seconds: float = 5.0) -> None:
     flush_seconds it is given up on.
     """
     try:
-        await asyncio.wait_for(producer.flush(), flush_seconds)
+        async with asyncio.timeout(flush_seconds):
+            await producer.flush()
     except TimeoutError:
         # No public "stop now": end the sender first (so nothing is re-queued), then fail what is left.
         await compat.abandon_unacknowledged(

@@ -60,7 +60,8 @@ class Coalescer(Generic[Batch, Written]):
         if self._task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._task)
         except TimeoutError:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
