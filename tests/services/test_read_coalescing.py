@@ -302,7 +302,9 @@ async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_
 async def waiting_on_a_lock(engine: Any) -> bool:
     async with engine.connect() as probe:
         waiting = await probe.execute(
-            text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
         )
         return waiting.scalar_one() > 0
 
