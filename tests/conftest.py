@@ -386,10 +386,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Under xdist (the controller): the fault suite's table of counts, as its scenarios wrote it
-    in whichever worker ran them (in one process, tests/faults/conftest.py prints it)."""
+    """Under xdist (the controller): each worker's share, and the fault suite's table of counts as
+    its scenarios wrote it in whichever worker ran them (in one process, tests/faults/conftest.py
+    prints it)."""
     if _WORKER is not None or not getattr(config.option, "numprocesses", None):
         return
+    if _worker_busy:
+        terminalreporter.write_sep("=", "xdist workers")
+        for worker, (tests, seconds, last) in sorted(_worker_busy.items()):
+            terminalreporter.write_line(
+                f"{worker}: {tests} tests, {seconds:.0f} s in them, last one done at {last:.0f} s"
+            )
     results = REPO / "tests" / "faults" / "out" / "results.md"
     if results.exists() and results.stat().st_mtime >= _SESSION_STARTED:
         terminalreporter.write_sep("=", "fault suite: counts per scenario")
@@ -402,9 +409,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 _skipped: list[str] = []
 
 
+# Under xdist (the controller): per worker, the tests' seconds and when its last report came, so
+# that a run shows whether the workers ended together (the groups' balance, above).
+_worker_busy: dict[str, list[float]] = {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped:
         _skipped.append(report.nodeid)
+    node = getattr(report, "node", None)  # set by xdist on the reports a controller receives
+    if node is not None:
+        busy = _worker_busy.setdefault(node.gateway.id, [0, 0.0, 0.0])
+        busy[0] += report.when == "call"
+        busy[1] += report.duration
+        busy[2] = time.time() - _SESSION_STARTED
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
