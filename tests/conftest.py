@@ -13,6 +13,7 @@ import random
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,6 +33,8 @@ from chatgql.httpprotocol import uvicorn_options
 from chatgql.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
+# The pytest-xdist worker this process is (gw0, gw1, ...; scripts/test runs two), None in one process.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 TABLES = (
     "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
     " message_reaction_count, message_edit, message_change, message, message_mention, user_setting,"
@@ -71,7 +74,9 @@ def _docker_available() -> bool:
 def database_url() -> Any:
     url = os.environ.get("CHATGQL_TEST_DATABASE_URL")
     if url:
-        yield url
+        # Every test empties the tables: pytest-xdist workers sharing this server each get a
+        # database of their own (and name their scratch databases their own: _worker_database).
+        yield url if _WORKER is None else asyncio.run(fresh_database(url, "chatgql_test"))
         return
     if _docker_available():
         from testcontainers.postgres import PostgresContainer
@@ -123,11 +128,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_port_pair(low: int = 20_000, high: int = 30_000) -> int:
+def worker_ports(low: int, high: int) -> range:
+    """This pytest-xdist worker's slice of the ports [low, high) (all of them without xdist).
+
+    A port is checked free here and bound later by a server: workers take theirs from
+    disjoint slices, so two never pick one port between the check and the bind.
+    """
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int((_WORKER or "gw0").removeprefix("gw"))
+    size = (high - low) // count
+    return range(low + index * size, low + (index + 1) * size)
+
+
+def free_port_pair() -> int:
     """A port P with P and P+1 both free, below the ephemeral range (where an
-    outgoing connection could take P+1 between the check and the bind)."""
+    outgoing connection could take P+1 between the check and the bind), and above
+    the Redis clusters' ports (tests/support/redis_cluster.py)."""
+    ports = worker_ports(22_600, 30_000)
     for _ in range(200):
-        port = random.randrange(low, high, 2)
+        port = random.randrange(ports.start, ports.stop - 1, 2)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
@@ -138,8 +157,23 @@ def free_port_pair(low: int = 20_000, high: int = 30_000) -> int:
     raise RuntimeError("no free port pair")
 
 
-async def scratch_database(admin_url: str, name: str) -> str:
-    """A fresh, migrated database next to admin_url's (dropped first if left over)."""
+def _worker_database(name: str) -> str:
+    """name, or this pytest-xdist worker's own when the workers share one PostgreSQL
+    (CHATGQL_TEST_DATABASE_URL): workers may share a server, never a database. Each worker
+    otherwise runs a PostgreSQL of its own (embedded, or a container), and the names stay."""
+    if _WORKER is None or not os.environ.get("CHATGQL_TEST_DATABASE_URL") or name.endswith(f"_{_WORKER}"):
+        return name
+    return f"{name}_{_WORKER}"
+
+
+def database_name(url: str) -> str:
+    """The database a URL names (what SQL that names its database must say: ALTER DATABASE ...)."""
+    return make_url(db.asyncpg_url(url)).database
+
+
+async def fresh_database(admin_url: str, name: str) -> str:
+    """An empty database next to admin_url's (dropped first if left over); its URL."""
+    name = _worker_database(name)
     admin = create_engine(admin_url, pool_size=1, max_overflow=0)
     try:
         async with single_statement(admin) as conn:
@@ -147,7 +181,14 @@ async def scratch_database(admin_url: str, name: str) -> str:
             await conn.execute(text(f'CREATE DATABASE "{name}"'))
     finally:
         await admin.dispose()
-    url = make_url(db.asyncpg_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+    return make_url(db.asyncpg_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+
+
+async def scratch_database(admin_url: str, name: str) -> str:
+    """A fresh, migrated database next to admin_url's (dropped first if left over); its URL.
+    Its name is `name` unless pytest-xdist workers share the server (_worker_database): SQL that
+    names the database takes it from the URL (database_name)."""
+    url = await fresh_database(admin_url, name)
     await db.upgrade(url)
     return url
 
@@ -156,7 +197,7 @@ async def drop_database(admin_url: str, name: str) -> None:
     admin = create_engine(admin_url, pool_size=1, max_overflow=0)
     try:
         async with single_statement(admin) as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{_worker_database(name)}" WITH (FORCE)'))
     finally:
         await admin.dispose()
 
@@ -301,13 +342,87 @@ async def client(server: RunningServer, http: httpx.AsyncClient) -> GraphQLClien
     return GraphQLClient(http, server.url, server.settings)
 
 
+# --- pytest-xdist ------------------------------------------------------------------------
+#
+# scripts/test spreads the tests over two worker processes (`-n 2`), each with its own session
+# services (PostgreSQL, Kafka, Redis: the session fixtures start them per process). The tests of
+# these folders stay in one worker, in order: the fault suite and the scaled topology each run a
+# dozen processes on both cores, so they run one after the other and never beside each other
+# (and each writes an output folder: tests/faults/out, tests/scale/out); the identity tests share
+# one Keycloak (~17 s to start). Every other module goes whole to whichever worker is free (its
+# module-scoped servers start once).
+WORKER_GROUPS = {"faults": "processes", "scale": "processes", "identity": "keycloak"}
+# Handed out first, longest first, so that the other worker fills in around them.
+_GROUP_ORDER = ("processes", "keycloak")
+_SESSION_STARTED = time.time()
+
+
+def _worker_group(nodeid: str) -> str | None:
+    parts = nodeid.split("/")
+    return WORKER_GROUPS.get(parts[1]) if len(parts) > 2 and parts[0] == "tests" else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: the groups first (the scheduler hands work out in collection order,
+    and every worker collects alike). In one process the order stays the files' own."""
+    if _WORKER is None:
+        return
+    rank = {group: i for i, group in enumerate(_GROUP_ORDER)}
+    items.sort(key=lambda item: rank.get(_worker_group(item.nodeid) or "", len(rank)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # pytest-xdist's own `--dist loadgroup` marks do not group under pytest 9 (xdist renames
+    # item._nodeid, and pytest 9 keeps the id in item._id): the groups are a scheduler's scopes.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _worker_group(nodeid) or super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False  # collection order (above), not the largest scope first
+    return FolderGroups(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Under xdist (the controller): each worker's share, and the fault suite's table of counts as
+    its scenarios wrote it in whichever worker ran them (in one process, tests/faults/conftest.py
+    prints it)."""
+    if _WORKER is not None or not getattr(config.option, "numprocesses", None):
+        return
+    if _worker_busy:
+        terminalreporter.write_sep("=", "xdist workers")
+        for worker, (tests, seconds, last) in sorted(_worker_busy.items()):
+            terminalreporter.write_line(
+                f"{worker}: {tests} tests, {seconds:.0f} s in them, last one done at {last:.0f} s"
+            )
+    results = REPO / "tests" / "faults" / "out" / "results.md"
+    if results.exists() and results.stat().st_mtime >= _SESSION_STARTED:
+        terminalreporter.write_sep("=", "fault suite: counts per scenario")
+        for line in results.read_text().splitlines()[2:]:
+            terminalreporter.write_line(line[:800])
+        terminalreporter.write_line(f"(also in {results})")
+
+
 # A skipped test is a test that did not run: the suite fails instead.
 _skipped: list[str] = []
+
+
+# Under xdist (the controller): per worker, the tests' seconds and when its last report came, so
+# that a run shows whether the workers ended together (the groups' balance, above).
+_worker_busy: dict[str, list[float]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped:
         _skipped.append(report.nodeid)
+    node = getattr(report, "node", None)  # set by xdist on the reports a controller receives
+    if node is not None:
+        busy = _worker_busy.setdefault(node.gateway.id, [0, 0.0, 0.0])
+        busy[0] += report.when == "call"
+        busy[1] += report.duration
+        busy[2] = time.time() - _SESSION_STARTED
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

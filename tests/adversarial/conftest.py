@@ -31,7 +31,7 @@ import pytest
 from chatgql.auth import issue_token
 from chatgql.settings import load_settings
 
-from ..conftest import REPO, free_port
+from ..conftest import REPO, create_engine, free_port, scratch_database
 
 SECRET = "a-production-secret-for-adversarial-tests-0123456789"
 
@@ -132,6 +132,25 @@ async def serve_process(database_url: str, log_level: str = "warning", **env: st
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+async def migrated_url(database_url: str) -> str:
+    """The attackers' servers get a database of their own, as the live-path tests do
+    (tests/events/conftest.py): every server's relay drains the outbox of its database, and the
+    session's test server (the memory bus, tests/conftest.py) runs one on the suite's database.
+    Sharing it, each relay leads half the outbox's shards and publishes their events to its own
+    process only: a live event of a conversation in the other's half never reached a subscriber
+    of `prod` (test_cost's event after the attack, whenever an earlier test of the same worker
+    had started the session's server)."""
+    return await scratch_database(database_url, "chatgql_adversarial")
+
+
+@pytest.fixture(scope="session")
+async def engine(migrated_url: str) -> AsyncIterator:
+    engine = create_engine(migrated_url, pool_size=5, max_overflow=5)
+    yield engine
+    await engine.dispose()
 
 
 @pytest.fixture(scope="package")

@@ -1,4 +1,5 @@
-"""A real Keycloak (started once per session by scripts/keycloak.sh) and chatgql servers
+"""A real Keycloak (started once for this package by scripts/keycloak.sh, stopped after its
+last test: under xdist its worker goes on without a JVM idling beside it) and chatgql servers
 that trust it: tests/support/keycloak.py says how the realm is set up."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..conftest import RunningServer, drop_database, free_port_pair, make_settin
 from ..support.keycloak import AUDIENCE, Keycloak, start, stop
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def keycloak_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Started here (scripts/keycloak.sh), or one already running at CHATGQL_TEST_KEYCLOAK_URL
     (its administrator admin / admin; the tests' realms in it are made anew)."""
@@ -32,14 +33,14 @@ def keycloak_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stop(port, run_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def keycloak(keycloak_url: str, http: httpx.AsyncClient) -> Keycloak:
     provider = Keycloak(keycloak_url, http)
     await provider.setup()
     return provider
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def oidc_database(migrated_url: str) -> AsyncIterator[str]:
     """A database of the identity servers' own: the one below is alone to relay its events."""
     url = await scratch_database(migrated_url, "identity")
@@ -60,7 +61,7 @@ def oidc_settings(database_url: str, keycloak: Keycloak, **overrides: object):
     return make_settings(database_url, **base)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def oidc_server(oidc_database: str, keycloak: Keycloak) -> AsyncIterator[RunningServer]:
     """chatgql trusting the chat realm, its keys from the issuer's discovery document."""
     async with RunningServer(oidc_settings(oidc_database, keycloak)) as running:

@@ -1,4 +1,4 @@
-"""A real Keycloak for the identity tests: started by scripts/keycloak.sh (once per session),
+"""A real Keycloak for the identity tests: started by scripts/keycloak.sh (once for tests/identity),
 then set up through its admin REST API.
 
 Realm "chat" (the issuer chatgql trusts):

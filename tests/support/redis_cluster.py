@@ -13,7 +13,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from ..conftest import REPO
+from ..conftest import REPO, worker_ports
 
 REDIS_CLUSTER_SH = REPO / "scripts" / "redis-cluster.sh"
 
@@ -60,9 +60,11 @@ class RedisCluster:
 
 
 def free_cluster_port() -> int:
-    """P with P..P+2 and their cluster bus ports P+10000..P+10002 free, below the ephemeral range."""
+    """P with P..P+2 and their cluster bus ports P+10000..P+10002 free, below the ephemeral range
+    (and below the ports of tests/conftest.py's free_port_pair); from this pytest-xdist worker's slice."""
+    ports = worker_ports(20_000, 22_600)
     for _ in range(200):
-        port = random.randrange(20_000, 22_000)
+        port = random.randrange(ports.start, ports.stop - 3)
         try:
             with contextlib.ExitStack() as stack:
                 for p in (port, port + 1, port + 2, port + 10_000, port + 10_001, port + 10_002):
