@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import io
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -106,11 +107,29 @@ async def _open(database: Database, *, patient: bool) -> None:
         log.warning("the database answers; serving")
 
 
+# How long a background task has to end once cancelled (its own bounded clean-up included: the
+# consumer's final commit and stop take at most 20 s) before it is taken to have lost the
+# cancellation, logged with where it is, and cancelled again.
+TASK_STOP_SECONDS = 30.0
+
+
 async def _task(stack: contextlib.AsyncExitStack, coro, name: str) -> None:
     task = asyncio.create_task(coro, name=name)
 
     async def stop() -> None:
         task.cancel()
+        # A dependency that swallows a cancellation (Python 3.11's wait_for, redis-py now and
+        # then) would otherwise leave the task running and this shutdown waiting for it forever.
+        while not (await asyncio.wait({task}, timeout=TASK_STOP_SECONDS))[0]:
+            where = io.StringIO()
+            task.print_stack(limit=40, file=where)
+            log.warning(
+                "%s did not end within %s s of its cancellation; cancelling it again\n%s",
+                name,
+                TASK_STOP_SECONDS,
+                where.getvalue(),
+            )
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

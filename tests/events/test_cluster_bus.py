@@ -237,10 +237,28 @@ class Follower:
                     await asyncio.sleep(0.2)  # as a client backs off
 
 
+# The waits of the test below, each failing with what it waited for: the whole test's bound is
+# above their sum, so that it is always one of them (and its report) that ends a failing run.
+SETUP_SECONDS = 60 + 60 + 15 + 10 + 10  # two_servers (assignments, leader), the subscriptions
+STALL_SECONDS = 15
+RESTART_SECONDS = 15 + 60
+EVERYTHING_SECONDS = 60
+OUTER_SECONDS = SETUP_SECONDS + STALL_SECONDS + RESTART_SECONDS + EVERYTHING_SECONDS + 30
+
+
+@pytest.mark.timeout(OUTER_SECONDS + 60)
 async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_nothing_is_lost(
     migrated_url, engine, kafka, topic, http, redis_cluster, caplog
 ):
-    async with asyncio.timeout(200), two_servers(migrated_url, kafka, topic, redis_cluster) as (a, b):
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    timeline: list[tuple[float, str]] = []
+
+    def mark(what: str) -> None:
+        timeline.append((round(loop.time() - started, 1), what))
+
+    async with asyncio.timeout(OUTER_SECONDS), two_servers(migrated_url, kafka, topic, redis_cluster) as (a, b):
+        mark("servers up")
         api_a, api_b = ChatApi.of(a, http), ChatApi.of(b, http)
         conversations = await conversations_on_every_node(api_a, a.runtime.bus, redis_cluster.url, per_node=1)
         followers = [Follower(a, api_a, 2, None, conversations)]
@@ -256,9 +274,35 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
             check_followers()
             return all(f.resyncs > n for f, n in zip(followers, counts, strict=True))
 
-        def has_everything(f: Follower) -> bool:
+        def missing(f: Follower) -> dict[str, list[int]]:
+            return {c: sorted(set(range(1, sent.get(c, 0) + 1)) - f.seen[c]) for c in f.conversations}
+
+        def everyone_has_everything() -> bool:
             check_followers()
-            return all(set(range(1, sent[c] + 1)) <= f.seen[c] for c in f.conversations)
+            return not any(seqs for f in followers for seqs in missing(f).values())
+
+        async def state() -> str:
+            """What a failing run needs to be understood: each follower, the outbox, each consumer."""
+            lines = [f"timeline {timeline}", f"sent {sent}"]
+            for f in followers:
+                lines.append(
+                    f"follower user {f.user} on {'A' if f.server is a else 'B'} of {f.conversation or 'all'}: "
+                    f"resyncs {f.resyncs}, registered {f._registered()}, missing {missing(f)}"
+                )
+            with contextlib.suppress(Exception):
+                async with engine.connect() as conn:
+                    outbox = (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
+                lines.append(f"outbox {outbox}")
+            for name, s in (("A", a), ("B", b)):
+                c = s.runtime.consumer
+                lines.append(
+                    f"{name}: consumer lag {c.lag}, restarts {c.restarts}, records {c.records}, "
+                    f"assigned {sorted(tp.partition for tp in c.assignment())}, "
+                    f"handed {sorted((tp.partition, o) for tp, o in c.handed.items())}, "
+                    f"committed {sorted((tp.partition, o) for tp, o in c.committed.items())}; "
+                    f"bus channels {len(s.runtime.bus.channels)}, subscriptions {s.runtime.deps.dispatcher.active}"
+                )
+            return "\n".join(lines)
 
         sent: dict[str, int] = {}
         stop_sending = asyncio.Event()
@@ -273,74 +317,77 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
                 i += 1
                 await asyncio.sleep(0.05)
 
+        senders: list[asyncio.Task] = []
         try:
-            await wait_active_subscriptions(a, 1)
-            await wait_active_subscriptions(b, len(conversations))
-            senders = [asyncio.create_task(send(cid)) for cid in conversations]
-            await asyncio.sleep(1)
-
-            victim = redis_cluster.ports[1]
-            # 1. a stall: the node says nothing, its connections stay open; only the heartbeat can tell
-            caplog.clear()
-            redis_cluster.pause_node(victim)
             try:
-                await wait_until(lambda: resynced([0] * len(followers)), 15, "every subscriber told to resync (stall)")
-            finally:
-                redis_cluster.resume_node(victim)
-            assert any(r.exc_info and _a_stall(r.exc_info[1]) for r in caplog.records), (
-                "the heartbeat did not report the stall"
-            )
-            await asyncio.sleep(1)
+                await wait_active_subscriptions(a, 1)
+                await wait_active_subscriptions(b, len(conversations))
+                senders = [asyncio.create_task(send(cid)) for cid in conversations]
+                await asyncio.sleep(1)
 
-            # 2. a restart: its connections break
-            before = [f.resyncs for f in followers]
-            await redis_cluster.stop_node(victim)
-            try:
-                # Told while the node is down, or (when the feed was still reconnecting after the stall
-                # above, which ends nobody twice) as soon as it is back: either way, every one of them.
-                with contextlib.suppress(AssertionError):
-                    await wait_until(lambda: resynced(before), 15, "resync while the node is down")
-            finally:
-                await redis_cluster.start_node(victim)
-            await wait_until(
-                lambda: resynced(before), 60, "every subscriber listening on the restarted node told to resync"
-            )
-            await asyncio.sleep(2)
-        finally:
-            stop_sending.set()
-            await asyncio.gather(*senders, return_exceptions=True)
-
-        try:
-            for f in followers:
+                victim = redis_cluster.ports[1]
+                # 1. a stall: the node says nothing, its connections stay open; only the heartbeat can tell
+                caplog.clear()
+                mark("pause")
+                redis_cluster.pause_node(victim)
                 try:
                     await wait_until(
-                        lambda f=f: has_everything(f),
-                        60,
-                        f"user {f.user} to have every message sent",
+                        lambda: resynced([0] * len(followers)), STALL_SECONDS, "every subscriber told to resync (stall)"
                     )
-                except AssertionError as error:
-                    state = [
-                        (
-                            g.user,
-                            g.conversation,
-                            g.resyncs,
-                            {c: sorted(set(range(1, sent[c] + 1)) - g.seen[c]) for c in g.conversations},
-                        )
-                        for g in followers
-                    ]
-                    async with engine.connect() as conn:
-                        outbox = (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
-                    lags = [s.runtime.consumer.lag for s in (a, b)]
-                    raise AssertionError(f"{error}; followers {state}; outbox {outbox}; consumer lags {lags}") from None
+                    mark("resynced (stall)")
+                finally:
+                    redis_cluster.resume_node(victim)
+                    mark("resume")
+                assert any(r.exc_info and _a_stall(r.exc_info[1]) for r in caplog.records), (
+                    "the heartbeat did not report the stall"
+                )
+                await asyncio.sleep(1)
+
+                # 2. a restart: its connections break
+                before = [f.resyncs for f in followers]
+                mark("stop")
+                await redis_cluster.stop_node(victim)
+                try:
+                    # Told while the node is down, or (when the feed was still reconnecting after the stall
+                    # above, which ends nobody twice) as soon as it is back: either way, every one of them.
+                    with contextlib.suppress(AssertionError):
+                        await wait_until(lambda: resynced(before), 15, "resync while the node is down")
+                        mark("resynced (down)")
+                finally:
+                    await redis_cluster.start_node(victim)
+                    mark("started")
+                await wait_until(
+                    lambda: resynced(before),
+                    RESTART_SECONDS - 15,
+                    "every subscriber listening on the restarted node told to resync",
+                )
+                mark("resynced (restart)")
+                await asyncio.sleep(2)
+            finally:
+                stop_sending.set()
+                await asyncio.gather(*senders, return_exceptions=True)
+                mark("senders stopped")
+
+            await wait_until(everyone_has_everything, EVERYTHING_SECONDS, "every follower to have every message sent")
+            mark("everything")
+        except (AssertionError, TimeoutError) as error:
+            raise AssertionError(f"{error!r}\n{await state()}") from error
+        except asyncio.CancelledError:  # the whole test's bound: past every wait above, yet say where it was
+            print(f"cancelled (the test's bound of {OUTER_SECONDS} s)\n{await state()}")
+            raise
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # bounded: a follower that outlives its cancellation (as one did in Operation.next's wait_for,
+            # on Python 3.11) is a failure of its own, not a wait for the whole test's bound
+            _, alive = await asyncio.wait(tasks, timeout=10)
+            assert not alive, f"{len(alive)} follower(s) still running 10 s after they were cancelled"
         for f in followers:
             assert f.out_of_order == []
             for cid in f.conversations:
                 assert f.seen[cid] == set(range(1, max(f.seen[cid]) + 1)), f"gap in {cid} for user {f.user}"
         assert all(n >= 5 for n in sent.values()), sent
+        print(f"timeline {timeline}")
 
 
 async def test_rate_limits_are_shared_by_the_processes_and_counted_alone_without_redis(

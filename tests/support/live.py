@@ -258,8 +258,14 @@ class Operation:
         return await self.client._next_frame(self.id)
 
     async def next(self, timeout: float = 20) -> dict:
-        """The data of the next event; SubscriptionError / SubscriptionCompleted when it ended."""
-        return await asyncio.wait_for(self._next(), timeout)
+        """The data of the next event; SubscriptionError / SubscriptionCompleted when it ended.
+
+        asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when the wait is
+        cancelled just as the frame arrived, and loses the cancellation; a reader in a loop (the
+        cluster bus test's Follower) then waited for its next event for the whole timeout, and the
+        test that cancelled it waited with it."""
+        async with asyncio.timeout(timeout):
+            return await self._next()
 
     async def _next(self) -> dict:
         if self.done:
@@ -287,7 +293,8 @@ class Operation:
         async def run() -> list[dict]:
             return [await self._next() for _ in range(count)]
 
-        return await asyncio.wait_for(run(), timeout)
+        async with asyncio.timeout(timeout):
+            return await run()
 
     async def collect_until(self, stop: Callable[[list[dict]], bool], timeout: float) -> list[dict]:
         """Events' data until stop(received) is true; fails after timeout."""
@@ -298,7 +305,8 @@ class Operation:
                 received.append(await self._next())
 
         try:
-            await asyncio.wait_for(run(), timeout)
+            async with asyncio.timeout(timeout):
+                await run()
         except TimeoutError:
             raise AssertionError(
                 f"timed out after {timeout}s; received {len(received)} events, last: {received[-3:]}"
@@ -318,7 +326,8 @@ class Operation:
                     return error
 
         try:
-            return await asyncio.wait_for(run(), timeout)
+            async with asyncio.timeout(timeout):
+                return await run()
         except TimeoutError:
             seqs = [next(iter(d.values())).get("seq") for d in skipped]
             raise AssertionError(

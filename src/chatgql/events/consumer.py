@@ -113,7 +113,13 @@ class FanoutConsumer:
         self.handed: dict[TopicPartition, int] = {}  # partition -> offset after the last record handed on
         self.committed: dict[TopicPartition, int] = {}  # partition -> offset committed by this consumer
         self.records = 0  # handed on, over restarts
+        self.restarts = 0  # runs that failed and were started again
+        self._consumer: AIOKafkaConsumer | None = None
         self._to_commit = asyncio.Event()
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions the current run holds (none between runs)."""
+        return set(self._consumer.assignment()) if self._consumer is not None else set()
 
     async def run(self) -> None:
         while True:
@@ -127,6 +133,7 @@ class FanoutConsumer:
                 **self._liveness,
             )
             consumer.subscribe([self._topic], listener=_Rebalance(self, consumer))
+            self._consumer = consumer
             self.handed.clear()
             self.committed.clear()
             committer: asyncio.Task | None = None
@@ -141,6 +148,7 @@ class FanoutConsumer:
                 if task is not None and task.cancelling():
                     # Stopped while a library turned the cancellation into an error of its own: stop.
                     raise asyncio.CancelledError from error
+                self.restarts += 1
                 log.warning("Kafka consumer failed; restarting", exc_info=True)
                 await asyncio.sleep(1)
             finally:
@@ -153,6 +161,7 @@ class FanoutConsumer:
                     async with asyncio.timeout(FINAL_COMMIT_SECONDS):
                         await self._commit(consumer)
                 await _stop(consumer)
+                self._consumer = None
 
     async def _consume(self, consumer: AIOKafkaConsumer, committer: asyncio.Task) -> None:
         loop = asyncio.get_running_loop()
