@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -208,3 +209,21 @@ def test_a_sampled_process_exits_cleanly():
     for _ in range(3):
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, (done.returncode, done.stderr)
+
+
+def _sampled_thread_after_install() -> object:
+    async def main() -> object:
+        meter.install(asyncio.get_running_loop())
+        return meter._sampler.thread
+
+    return (meter._sampler.thread, asyncio.run(main()))
+
+
+async def test_a_forked_child_samples_afresh():
+    """A child forked without exec inherits SIGPROF's handler but not the timer: were it to take
+    itself for sampled, its requests would never be charged."""
+    meter.install(asyncio.get_running_loop())
+    assert meter._sampler.thread is not None
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        before, after = await asyncio.to_thread(pool.apply, _sampled_thread_after_install)
+    assert before is None and after is not None

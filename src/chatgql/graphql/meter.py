@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import gc
+import os
 import signal
 import threading
 import time
@@ -189,8 +190,8 @@ class _Sampler:
             return self.thread == threading.get_ident()
         if threading.current_thread() is not threading.main_thread():
             return False
-        if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, signal.SIG_IGN, None):
-            return False  # a profiler's
+        if signal.getsignal(signal.SIGPROF) not in (signal.SIG_DFL, signal.SIG_IGN, None, self._on_tick):
+            return False  # a profiler's (this sampler's own in a forked child)
         self._last = self._now(threading.get_ident())
         signal.signal(signal.SIGPROF, self._on_tick)
         signal.siginterrupt(signal.SIGPROF, False)  # system calls a tick interrupts resume (SA_RESTART)
@@ -224,6 +225,8 @@ class _Sampler:
 
 
 _sampler = _Sampler()
+# A child forked without exec inherits the handler but not the timer: it starts sampling afresh.
+os.register_at_fork(after_in_child=_sampler.__init__)
 
 
 def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
