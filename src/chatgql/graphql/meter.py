@@ -182,6 +182,12 @@ class _Sampler:
     def __init__(self) -> None:
         self.thread: int | None = None  # the thread sampled (the main one), once started
         self._last = 0.0  # its CPU time at the last reading, less the collector's
+        self._reading = False  # within sample(): a tick then waits for the next
+
+    def forget(self) -> None:
+        """Not sampling (a forked child: the timer is not inherited)."""
+        self.thread = None
+        self._last = 0.0
         self._reading = False
 
     def start(self) -> bool:
@@ -226,7 +232,7 @@ class _Sampler:
 
 _sampler = _Sampler()
 # A child forked without exec inherits the handler but not the timer: it starts sampling afresh.
-os.register_at_fork(after_in_child=_sampler.__init__)
+os.register_at_fork(after_in_child=_sampler.forget)
 
 
 def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task:
