@@ -52,12 +52,17 @@ _meter: ContextVar[Meter | None] = ContextVar("chatgql_cpu_meter", default=None)
 TICK_SECONDS = 0.001  # of the process's CPU time, between two samples
 
 
-# CPU seconds the collector has spent, per thread (its passes run in whichever thread allocated).
+# CPU seconds the collector's full passes have spent, per thread (its passes run in whichever thread
+# allocated). Only full passes (generation 2) walk what the whole process holds; the young ones,
+# several a request, take microseconds and are charged with the step they ran in (timing them read
+# the thread's CPU clock twice each: a system call).
 _collected: dict[int, float] = {}
 _collection_started: dict[int, float] = {}
 
 
 def _on_collection(phase: str, info: dict) -> None:
+    if info["generation"] != 2:
+        return
     ident = threading.get_ident()
     if phase == "start":
         _collection_started[ident] = time.thread_time()
