@@ -9,7 +9,6 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import DefaultPartitioner
-from sqlalchemy import text
 
 from chatgql.events.consumer import FanoutConsumer
 from chatgql.events.publish import KafkaPublisher, ensure_topic
@@ -21,6 +20,8 @@ from ..support.live import (
     dedupe,
     hold_ports,
     metrics,
+    outbox_empty,
+    outbox_rows,
     random_body,
     read_topic,
     subscribe_messages,
@@ -39,11 +40,6 @@ def partition_of(conversation_id: str) -> int:
     return DefaultPartitioner()(conversation_id.encode(), partitions, partitions)
 
 
-async def outbox_rows(engine) -> int:
-    async with engine.connect() as conn:
-        return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
-
-
 def _send_buffer_max() -> int:
     try:
         with open("/proc/sys/net/ipv4/tcp_wmem") as f:
@@ -53,10 +49,6 @@ def _send_buffer_max() -> int:
 
 
 MESSAGES = "query($c: ID!) { messages(conversationId: $c, first: 100) { nodes { seq } } }"
-
-
-async def outbox_empty(engine) -> bool:
-    return await outbox_rows(engine) == 0
 
 
 async def test_a_slow_subscriber_is_cut_off_with_resync_while_a_fast_one_gets_everything(

@@ -7,20 +7,9 @@ import asyncio
 import contextlib
 from collections import defaultdict
 
-from sqlalchemy import text
-
 from ..conftest import RunningServer
-from ..support.live import ChatApi, metrics, read_topic, wait_until
+from ..support.live import ChatApi, metrics, outbox_empty, read_topic, wait_until
 from .conftest import kafka_settings
-
-
-async def outbox_rows(engine) -> int:
-    async with engine.connect() as conn:
-        return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
-
-
-async def outbox_empty(engine) -> bool:
-    return await outbox_rows(engine) == 0
 
 
 def message_seqs(records, conversations) -> dict[str, list[int]]:

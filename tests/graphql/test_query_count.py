@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+
+from ..support.live import outbox_drained
 
 ALIASES = 20  # fields per setup document (the server's default alias limit)
 # The most statements any request below may run (what they need is 3 or 4 batched reads).
@@ -65,17 +66,8 @@ def counting_statements(server) -> Iterator[list[str]]:
         yield statements
 
 
-async def outbox_drained(engine) -> None:
-    for _ in range(200):
-        async with engine.connect() as conn:
-            if (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one() == 0:
-                return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the relay did not drain the outbox")
-
-
 async def statements_of(server, engine, client, query: str, variables: dict, user: int) -> tuple[list[str], dict]:
-    await outbox_drained(engine)
+    await outbox_drained(engine, 10)
     with counting_statements(server) as statements:
         data = await client.data(query, variables, user=user)
         await asyncio.sleep(0.05)  # the last statements' loggers run on the loop's next turns

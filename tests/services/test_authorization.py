@@ -50,8 +50,8 @@ from ..support.live import (
     SubscriptionError,
     WsClient,
     bearer,
+    outbox_drained,
     wait_active_subscriptions,
-    wait_until,
 )
 from ..support.writepath import open_quiet_server
 
@@ -451,16 +451,6 @@ async def watching(server: RunningServer, group: str) -> AsyncIterator[Callable[
         yield dispatched
 
 
-async def settled(engine: AsyncEngine) -> None:
-    """Wait until the session relay has sent every outbox row (the world's own events are out)."""
-
-    async def drained() -> bool:
-        async with engine.connect() as conn:
-            return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one() == 0
-
-    await wait_until(drained, 20, "the relay to drain the outbox")
-
-
 def after_subscribing(events: list[dict], group: str, activity_seq: int) -> list[dict]:
     """The events of group made by the activity after the subscription (a message at activity_seq,
     or a watermark moved to it). Earlier events may still be in flight when a subscription starts;
@@ -516,7 +506,7 @@ async def test_ws_subscribe_without_connection_init_is_closed_4401_unauthorized(
 async def test_ws_a_valid_connection_does_receive_the_activity_the_refusals_above_do_not(server, api, engine):
     """Control: the same subscription and activity reach a member who connects properly."""
     world = await build_world(api, remove=False)
-    await settled(engine)
+    await outbox_drained(engine, 20)  # the world's own events are out
     async with await WsClient.connect(server.ws_url, bearer(server.settings, OWNER)) as ws:
         op = await ws.subscribe(MESSAGE_NEW, {"c": world.group})
         await wait_active_subscriptions(server, 1)
@@ -555,7 +545,7 @@ async def test_ws_all_conversations_subscription_of_an_outsider_never_carries_th
 ):
     world = await build_world(api)
     own = await api.create_group(FRIEND, [caller])
-    await settled(engine)
+    await outbox_drained(engine, 20)  # the world's own events are out
     document, _ = SUBSCRIPTIONS[name]
     async with (
         await WsClient.connect(server.ws_url, bearer(server.settings, caller), protocol=protocol) as ws,
@@ -585,7 +575,7 @@ async def test_ws_a_member_removed_while_subscribed_gets_no_later_events_of_the_
 ):
     world = await build_world(api, remove=False)
     own = await api.create_group(FRIEND, [OTHER])
-    await settled(engine)
+    await outbox_drained(engine, 20)  # the world's own events are out
     async with (
         await WsClient.connect(server.ws_url, bearer(server.settings, OTHER), protocol=protocol) as ws,
         watching(server, world.group) as dispatched,

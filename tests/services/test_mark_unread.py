@@ -10,14 +10,12 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql import db
 from chatgql.services.membership import do_mark_unread
 from chatgql.services.reads import do_mark_read
 from tests.conftest import error_code
-from tests.support.live import ChatApi, wait_active_subscriptions, wait_until, ws_connect
+from tests.support.live import ChatApi, outbox_drained, wait_active_subscriptions, ws_connect
 
 MARK_UNREAD = """
 mutation U($c: ID!, $s: Long!) { markUnread(conversationId: $c, fromSeq: $s) { lastReadSeq unreadCount lastSeq } }
@@ -37,16 +35,6 @@ async def mark_unread(api: ChatApi, user: int, cid: str, from_seq: int) -> dict:
 
 async def conversation(api: ChatApi, user: int, cid: str) -> dict:
     return (await api.data(CONVERSATION, {"c": cid}, user=user))["conversation"]
-
-
-async def outbox_drained(engine: AsyncEngine) -> None:
-    """Wait until the session server's relay has sent every outbox row."""
-
-    async def drained() -> bool:
-        async with engine.connect() as conn:
-            return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one() == 0
-
-    await wait_until(drained, 60, "the relay to drain the outbox")
 
 
 async def group_with(api: ChatApi, messages: int, read_by_2: int) -> str:
@@ -130,7 +118,7 @@ async def test_every_device_of_the_viewer_is_told_and_the_others_see_no_receipt(
     cid = await group_with(api, 5, 5)
     # group_with's own events (2's read to 5) out first: relayed after the subscriptions start,
     # they would be the first each one sees (seen beside another test worker).
-    await outbox_drained(engine)
+    await outbox_drained(engine, 60)
     phone, laptop, other = await asyncio.gather(ws_connect(server, 2), ws_connect(server, 2), ws_connect(server, 1))
     try:
         own = [await phone.subscribe(OWN_EVENTS, {"c": cid}), await laptop.subscribe(OWN_EVENTS, {})]

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import websockets
+from sqlalchemy import text
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -57,6 +58,21 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+async def outbox_rows(engine) -> int:
+    """Rows waiting in the outbox of the engine's database."""
+    async with engine.connect() as conn:
+        return (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
+
+
+async def outbox_empty(engine) -> bool:
+    return await outbox_rows(engine) == 0
+
+
+async def outbox_drained(engine, timeout: float = 30) -> None:
+    """Wait until a relay has sent every outbox row of the engine's database."""
+    await wait_until(lambda: outbox_empty(engine), timeout, "the relay to drain the outbox")
 
 
 async def wait_active_subscriptions(server: Any, count: int, timeout: float = 10) -> None:
