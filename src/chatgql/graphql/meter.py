@@ -185,15 +185,13 @@ class _Sampler:
     meter of the running context."""
 
     def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Not sampling (as made, and in a forked child: the timer is not inherited)."""
         self.thread: int | None = None  # the thread sampled (the main one), once started
         self._last = 0.0  # its CPU time at the last reading, less the collector's
         self._reading = False  # within sample(): a tick then waits for the next
-
-    def forget(self) -> None:
-        """Not sampling (a forked child: the timer is not inherited)."""
-        self.thread = None
-        self._last = 0.0
-        self._reading = False
 
     def start(self) -> bool:
         """Sample this thread (the main one): False when it cannot (another thread, SIGPROF taken)."""
