@@ -23,7 +23,6 @@ from collections import Counter
 import pytest
 from broadcaster import Broadcast
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from sqlalchemy import text
 
 from chatgql.errors import LimitExceeded
 from chatgql.events.backends import RedisClusterBackend, cluster_nodes
@@ -35,6 +34,8 @@ from ..support.live import (
     ChatApi,
     SubscriptionError,
     collect_messages,
+    outbox_empty,
+    outbox_rows,
     subscribe_messages,
     wait_active_subscriptions,
     wait_leader,
@@ -103,9 +104,7 @@ async def quiet(engine, *servers) -> None:
     """Outbox drained and every consumer caught up, then a moment for the bus hop."""
 
     async def drained() -> bool:
-        async with engine.connect() as conn:
-            rows = (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
-        return rows == 0 and all(s.runtime.consumer.lag == 0 for s in servers)
+        return await outbox_empty(engine) and all(s.runtime.consumer.lag == 0 for s in servers)
 
     await wait_until(drained, 30, "the outbox to drain and the consumers to catch up")
     await asyncio.sleep(0.5)
@@ -290,9 +289,7 @@ async def test_a_stalled_or_restarted_master_ends_subscriptions_with_resync_and_
                     f"resyncs {f.resyncs}, registered {f._registered()}, missing {missing(f)}"
                 )
             with contextlib.suppress(Exception):
-                async with engine.connect() as conn:
-                    outbox = (await conn.execute(text("SELECT count(*) FROM outbox"))).scalar_one()
-                lines.append(f"outbox {outbox}")
+                lines.append(f"outbox {await outbox_rows(engine)}")
             for name, s in (("A", a), ("B", b)):
                 c = s.runtime.consumer
                 lines.append(
