@@ -176,6 +176,11 @@ class _PlannerCollector:
         stats = self.stats
         yield CounterMetricFamily("chatgql_plans_built", "Execution plans compiled", value=stats.built)
         yield CounterMetricFamily(
+            "chatgql_plans_prebuilt",
+            "Execution plans with a field whose answer PostgreSQL builds (an inbox page's nodes: graphql/prebuilt.py)",
+            value=stats.prebuilt,
+        )
+        yield CounterMetricFamily(
             "chatgql_plan_executions",
             "Operations (HTTP requests, subscription events) run by plan",
             value=stats.executions,

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import strawberry
+from orjson import Fragment
 from strawberry import ID
 from strawberry.types import Info
 
+from ..db import Row
 from ..errors import conversation_not_found
 from ..services.changes import read_changes
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync, sync_page
 from ..store import conversations
 from .nodes import load_node, load_nodes
+from .plan.compile import PREBUILT
+from .prebuilt import InboxNodes, inbox_nodes
 from .scalars import Long
 from .search import MessageSearchConnection, resolve_search_messages
 from .types import (
@@ -48,6 +52,20 @@ async def load_conversation(info: Info, conversation_id: int) -> Conversation:
     return Conversation.from_row(row)
 
 
+def _inbox_connection(nodes: list[Any], page: list[Row], more: bool, after: str | None) -> ConversationConnection:
+    """An inbox page of nodes (Conversations, or their answers as PostgreSQL built them) and their rows."""
+    return ConversationConnection(
+        nodes=nodes,
+        activity=[row["activity_at"] for row in page],
+        page_info=PageInfo(
+            has_next_page=more,
+            has_previous_page=after is not None,
+            start_cursor=inbox_cursor(page[0]["activity_at"], page[0]["id"], page[0]["pinned_at"]) if page else None,
+            end_cursor=inbox_cursor(page[-1]["activity_at"], page[-1]["id"], page[-1]["pinned_at"]) if page else None,
+        ),
+    )
+
+
 @strawberry.type
 class Query:
     @strawberry.field
@@ -61,7 +79,8 @@ class Query:
 
     @strawberry.field(
         description="The viewer's conversations (see ConversationConnection for the order); `filter` "
-        "(additive): by default every conversation that is not archived."
+        "(additive): by default every conversation that is not archived.",
+        metadata={PREBUILT: inbox_nodes},
     )
     async def inbox(
         self,
@@ -88,6 +107,21 @@ class Query:
                 pinned=only.pinned,
                 muted=only.muted,
             )
+        prebuilt: InboxNodes | None = getattr(info, "prebuilt", None)  # a plan's, for its selection (prebuilt.py)
+        if prebuilt is not None:
+            async with info.context.database.connection() as conn:
+                rows = await conversations.inbox_page_json(
+                    conn,
+                    info.context.viewer_id,
+                    limit + 1,
+                    keyset,
+                    wanted,
+                    prebuilt.node,
+                    settings=prebuilt.settings,
+                    lifecycle=prebuilt.lifecycle,
+                )
+            page = rows[:limit]
+            return _inbox_connection([Fragment(row["node"]) for row in page], page, len(rows) > limit, after)
         async with info.context.database.connection() as conn:
             if previews:  # every conversation's lastMessage comes in the same statement as the page
                 rows = await conversations.inbox_page_with_last_messages(
@@ -102,20 +136,7 @@ class Query:
         if previews:
             for node, row in zip(found, page, strict=True):
                 node.preloaded_last_message = Message.last_in_inbox_row(node.id, row, lifecycle)
-        return ConversationConnection(
-            nodes=found,
-            activity=[row["activity_at"] for row in page],
-            page_info=PageInfo(
-                has_next_page=more,
-                has_previous_page=after is not None,
-                start_cursor=inbox_cursor(page[0]["activity_at"], page[0]["id"], page[0]["pinned_at"])
-                if page
-                else None,
-                end_cursor=inbox_cursor(page[-1]["activity_at"], page[-1]["id"], page[-1]["pinned_at"])
-                if page
-                else None,
-            ),
-        )
+        return _inbox_connection(found, page, more, after)
 
     @strawberry.field(
         description="A page of one conversation's history, adjacent to its cursor whatever the distance "

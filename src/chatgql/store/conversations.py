@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -311,6 +312,136 @@ async def inbox_page_with_last_messages(
         """,
         *args,
     )
+
+
+async def inbox_page_json(
+    conn: Connection,
+    user_id: str,
+    limit: int,
+    after: InboxKey | None,
+    only: InboxFilter,
+    node: JsonObject,
+    *,
+    settings: bool,
+    lifecycle: bool,
+) -> list[Row]:
+    """inbox_page, each row's node as JSON text PostgreSQL built (column `node`, beside id, pinned_at and
+    activity_at for the page's cursors): `node` names each key's value among INBOX_JSON_VALUES (the page's
+    row, `p`) and, in a nested object, LAST_MESSAGE_JSON_VALUES (its last message, `lm`: the object is null
+    when the conversation has none). settings / lifecycle: as inbox_page_with_last_messages; the values
+    that need those columns are refused without them. The caller passes the text through as it is."""
+    page, args = _inbox_page_query(user_id, limit, after, only, settings)
+    values = dict(INBOX_JSON_VALUES if settings else _INBOX_PLAIN_JSON_VALUES)
+    message = dict(LAST_MESSAGE_JSON_VALUES if lifecycle else _LAST_MESSAGE_PLAIN_JSON_VALUES)
+    expression = _json_object(node, values, message)
+    columns = last_message_fields(lifecycle)
+    return await conn.fetch(
+        f"""
+        SELECT p.id, p.pinned_at, p.activity_at, ({expression})::text AS node
+          FROM ({page}) p
+          -- as inbox_page_with_last_messages: one index probe of one partition per conversation
+          LEFT JOIN LATERAL (
+            SELECT {", ".join(columns)} FROM message
+             WHERE conversation_id = p.id AND seq = p.last_seq
+             LIMIT 1
+          ) lm ON true
+         ORDER BY p.pinned_at, p.activity_at DESC, p.id DESC
+        """,
+        *args,
+    )
+
+
+# A JSON object to build: (key, value) in the answer's order; a value is a name of the values at hand, a
+# JsonText (a constant string) or, one level down, the last message's object (its own JsonObject).
+@dataclass(frozen=True, slots=True)
+class JsonText:
+    text: str
+
+
+JsonObject = tuple[tuple[str, "str | JsonText | JsonObject"], ...]
+_JSON_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]*")  # a GraphQL name: written into the statement as it is
+
+
+def _json_time(column: str) -> str:
+    """A timestamptz as Python's isoformat writes what asyncpg returns (UTC; microseconds only when
+    not zero), the DateTime scalar's text (graphql/scalars.py datetime_text); null stays null."""
+    utc = f"({column} AT TIME ZONE 'UTC')"
+    return (
+        f"CASE WHEN to_char({utc}, 'US') = '000000'"
+        f""" THEN to_char({utc}, 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"')"""
+        f""" ELSE to_char({utc}, 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"') END"""
+    )
+
+
+def _opaque_id(type_name: str, *keys: str) -> str:
+    """graphql/ids.py's opaque id: urlsafe base64 of 'Type:key:key', without its padding."""
+    raw = " || ':' || ".join((f"'{type_name}'", *(f"({key})::text" for key in keys)))
+    return f"rtrim(translate(encode(convert_to({raw}, 'UTF8'), 'base64'), E'+/\\n', '-_'), '=')"
+
+
+# What an inbox node's JSON may show of the page's row (p): the values graphql's Conversation.from_row
+# makes of the same columns, as JSON (the settings ones only with the membership's settings columns).
+_INBOX_PLAIN_JSON_VALUES = {
+    "id": "p.id::text",
+    "type": "p.type",
+    "title": "p.title",
+    "last_seq": "p.last_seq",
+    "last_message_at": _json_time("p.last_message_at"),
+    "created_at": _json_time("p.created_at"),
+    "own_read": "p.own_read",
+    "unread_count": "greatest(p.last_seq - p.own_read - p.unread_deleted, 0)",
+    "pinned_at": _json_time("p.pinned_at"),
+    "pinned": "(p.pinned_at IS NOT NULL)",
+}
+INBOX_JSON_VALUES = {
+    **_INBOX_PLAIN_JSON_VALUES,
+    "muted": "p.muted",
+    "muted_until": f"CASE WHEN p.muted THEN {_json_time('p.muted_until')} END",
+    "archived": "p.archived",
+    "kept_archived": "(p.archived AND p.keep_archived)",
+    "last_change_seq": "p.last_change_seq",
+    "receipts_private": "p.receipts_private",
+}
+# ... and of its last message (lm; its conversation and seq are the row's): graphql's Message.
+_LAST_MESSAGE_PLAIN_JSON_VALUES = {
+    "id": _opaque_id("Message", "p.id", "p.last_seq"),
+    "conversation_id": "p.id::text",
+    "seq": "p.last_seq",
+    "sender_id": "lm.sender_id",
+    "client_msg_id": "lm.client_msg_id::text",
+    "body": "lm.body",
+    "created_at": _json_time("lm.created_at"),
+}
+LAST_MESSAGE_JSON_VALUES = {
+    **_LAST_MESSAGE_PLAIN_JSON_VALUES,
+    "edited_at": _json_time("lm.edited_at"),
+    "deleted_at": _json_time("lm.deleted_at"),
+    "deleted_by": "lm.deleted_by",
+    "reply_count": "lm.reply_count",
+    "last_reply_at": _json_time("lm.last_reply_at"),
+}
+
+
+def _json_object(node: JsonObject, values: dict[str, str], message: dict[str, str] | None) -> str:
+    """json_build_object of node's keys; a nested object (the last message) is null without one."""
+    if not node or len(node) > 50:  # json_build_object takes at most 100 arguments
+        raise ValueError("a JSON object of 1 to 50 keys")
+    parts = []
+    for key, value in node:
+        if not _JSON_NAME.fullmatch(key):
+            raise ValueError(f"not a GraphQL name: {key!r}")
+        if isinstance(value, JsonText):
+            if not _JSON_NAME.fullmatch(value.text):
+                raise ValueError(f"not a GraphQL name: {value.text!r}")
+            expression = f"'{value.text}'::text"
+        elif isinstance(value, tuple):
+            if message is None:
+                raise ValueError("one level of nesting: the last message")
+            expression = f"CASE WHEN lm.sender_id IS NOT NULL THEN {_json_object(value, message, None)} END"
+        else:
+            expression = values[value]  # KeyError: not a value an inbox row has
+        parts.append(f"'{key}', {expression}")
+    return f"json_build_object({', '.join(parts)})"
 
 
 # An inbox row's last message: models.MessageRecord's fields but its conversation and seq (the row's id

@@ -575,3 +575,94 @@ async def test_node_and_nodes_answer_alike_by_plan(server, lived):
             assert await differential.check(query, {"i": NODE_IDS}, user=None)
     differential.assert_same()
     assert not differential.planner.stats.fallbacks, differential.planner.stats.fallbacks
+
+
+# The inbox page's nodes as PostgreSQL builds them (graphql/prebuilt.py): the documents it builds, each
+# with what a plan collects of a selection (aliases, fragments, @include, repeated fields, filters, a
+# second page), and documents it must leave to the ordinary way (True: prebuilt).
+INBOX = (
+    "query($on: Boolean!, $after: String) { inbox(first: 3, after: $after%s) { t: __typename @include(if: $on) %s } }"
+)
+CONVERSATION_FIELDS = (
+    "__typename id type title lastSeq lastMessageAt createdAt lastReadSeq unreadCount pinnedAt pinned"
+    " muted mutedUntil archived keptArchived lastChangeSeq privateReceipts"
+)
+MESSAGE_FIELDS = (
+    "__typename id conversationId seq senderId clientMsgId body createdAt"
+    " editedAt deletedAt deletedBy replyCount lastReplyAt"
+)
+PAGE_INFO = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }"
+PREBUILT_INBOXES = [
+    ("", f"nodes {{ id title unreadCount lastMessage {{ seq senderId body createdAt }} }} {PAGE_INFO}", True),
+    (
+        ", filter: {archived: null}",
+        f"__typename nodes {{ {CONVERSATION_FIELDS} lastMessage {{ {MESSAGE_FIELDS} }} }}",
+        True,
+    ),
+    ("", "nodes { t: title ...C m: lastMessage @include(if: $on) { b: body ... on Message { seq } } id }", True),
+    (
+        ", filter: {pinned: true}",
+        "nodes { ... on Node { id } lastMessage { id ... on Node { id } } lastReadSeq }",
+        True,
+    ),
+    (", filter: {muted: true, archived: null}", "nodes { muted mutedUntil archived keptArchived }", True),
+    (
+        ", filter: {unreadOnly: true}",
+        "nodes { unreadCount a: lastMessage { body } b: lastMessage { deletedAt } }",
+        True,
+    ),
+    ("", "nodes { id } pageInfo { endCursor } nodes { title }", True),
+    ("", "nodes { id memberCount }", False),
+    ("", "edges { cursor node { id } } nodes { id }", False),
+    ("", "nodes { lastMessage { body reactions { emoji count } } }", False),
+    ("", "nodes { unreadMentions }", False),
+    ("", PAGE_INFO, False),
+]
+TRICKY_BODY = 'quote " back \\ slash\nnew line\ttab \x01 control, 😀 emoji, \u2028 line separator, </script>'
+
+
+async def test_inbox_nodes_prebuilt_by_postgresql_answer_alike(server, lived):
+    # The edge cases of the JSON PostgreSQL writes: a body of characters JSON escapes, timestamps on a
+    # whole second (isoformat leaves the microseconds out), a deleted last message (a tombstone), a
+    # conversation without messages (lastMessage null), edits (conversation 1), settings (2 and 3).
+    async def do(query: str, user: int, **variables: Any) -> dict:
+        return await lived.data(query, variables, user=user)
+
+    direct = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
+    tricky, tombstone, empty = [(await do(direct, 1, u=u))["createDirectConversation"]["id"] for u in ("8", "9", "10")]
+    for cid, body in [(tricky, "first"), (tricky, TRICKY_BODY), (tombstone, "kept"), (tombstone, "gone")]:
+        await do(SEND_MORE, 1, c=cid, k=str(uuid.uuid4()), b=body)
+    await do(CHANGE["delete"], 1, c=tombstone, s=2)
+    async with server.runtime.deps.database.connection() as conn:
+        await conn.execute(
+            "UPDATE message SET created_at = date_trunc('second', created_at) WHERE conversation_id = $1", int(tricky)
+        )
+        await conn.execute(
+            "UPDATE conversation SET created_at = date_trunc('second', created_at),"
+            " last_message_at = date_trunc('second', last_message_at) WHERE id = ANY($1::bigint[])",
+            [int(tricky), int(empty)],
+        )
+    differential = Differential(server, lived)
+    for arguments, selection, prebuilt in PREBUILT_INBOXES:
+        query = INBOX % (arguments, selection)
+        if "...C" in selection:
+            query += " fragment C on Conversation { id u: unreadCount id createdAt }"
+        before = differential.planner.stats.prebuilt
+        for user in (1, None):
+            after = None
+            for _ in range(3):  # the pages of the viewer's conversations, by endCursor
+                assert await differential.check(query, {"on": True, "after": after}, user=user)
+                assert await differential.check(query, {"on": False, "after": after}, user=user)
+                page = await do(INBOX % (arguments, "pageInfo { endCursor hasNextPage }"), 1, on=True, after=after)
+                if not page["inbox"]["pageInfo"]["hasNextPage"]:
+                    break
+                after = page["inbox"]["pageInfo"]["endCursor"]
+        # a plan per value of $on, both prebuilt or neither
+        assert differential.planner.stats.prebuilt - before == (2 if prebuilt else 0), (selection, prebuilt)
+    differential.assert_same()
+    answer = await do("{ inbox(first: 20) { nodes { id lastMessage { body deletedAt createdAt } createdAt } } }", 1)
+    shown = {node["id"]: node for node in answer["inbox"]["nodes"]}
+    assert shown[tricky]["lastMessage"]["body"] == TRICKY_BODY
+    assert "." not in shown[tricky]["lastMessage"]["createdAt"] and "." not in shown[tricky]["createdAt"]
+    assert shown[tombstone]["lastMessage"]["body"] == "" and shown[tombstone]["lastMessage"]["deletedAt"]
+    assert shown[empty]["lastMessage"] is None

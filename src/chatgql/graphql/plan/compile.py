@@ -84,6 +84,9 @@ class FieldPlan:
     field_def: Any
     # Variables whose values info.selected_fields depends on (arguments and directives below the field)
     selection_variables: tuple[str, ...] = ()
+    # What the field's prebuilder made of its selection (PREBUILT below): the resolver reads it as
+    # info.prebuilt; None: nothing (no prebuilder, or it declined this selection).
+    prebuilt: Any = None
     _selections: dict[tuple, list[Any]] = field(default_factory=dict)
 
     @property
@@ -106,6 +109,51 @@ class FieldPlan:
         return found
 
 
+# A resolver's metadata key (strawberry.field(metadata={PREBUILT: prebuilder})): a prebuilder is called once
+# per plan with the field's selection as the plan collected it (@skip/@include decided, fragments merged,
+# response keys in the answer's order), as prebuilder(Selection), and what it returns is the resolver's
+# info.prebuilt on every run of that plan. A resolver may then return, in place of a list's objects, their
+# answers already encoded (orjson.Fragment: PostgreSQL built them; execute.py passes them through). Only
+# a plan's info has it: graphql-core's executor (the planner declined, or a subscription's operation) runs
+# the resolver the ordinary way.
+PREBUILT = "chatgql.prebuilt"
+
+
+class Selection:
+    """A field's selection, as the plan collected it: what a prebuilder reads."""
+
+    __slots__ = ("_compiler", "type", "_details")
+
+    def __init__(self, compiler: _Compiler, type_: Any, details: list) -> None:
+        self._compiler = compiler
+        self.type = type_  # the field's type, as the schema has it (non-null and list wrappers included)
+        self._details = details
+
+    def fields(self) -> dict[str, tuple[str, bool, Selection]]:
+        """response key -> (field name, has arguments, its own Selection), in the answer's order, for
+        a field of an object type (wrappers looked through); an interface or a union is refused."""
+        named = self.type
+        while isinstance(named, GraphQLNonNull | GraphQLList):
+            named = named.of_type
+        if not isinstance(named, GraphQLObjectType):
+            raise Unsupported("prebuilt_abstract")
+        compiler = self._compiler
+        collected = compat.collect_subfields(
+            compiler.core, compiler.fragments, compiler.variables, compiler.operation, named, self._details, False
+        )
+        found = {}
+        for key, details in collected.grouped_field_set.items():
+            node = details[0].node
+            name = node.name.value
+            field_def = named.fields.get(name)
+            found[key] = (
+                name,
+                any(d.node.arguments for d in details),
+                Selection(compiler, None if field_def is None else field_def.type, details),
+            )
+        return found
+
+
 # (response key, runner, what codegen may write inline: InlineLeaf, Constant or None)
 Fields = tuple[tuple[str, FieldRunner, Any], ...]
 
@@ -117,6 +165,7 @@ class OperationPlan:
     fields: Fields
     serial: bool
     execute: Any = None  # codegen.object_executor(fields), for a query's root fields
+    prebuilt: int = 0  # fields whose prebuilder answered (PREBUILT)
 
 
 def compile_operation(
@@ -134,7 +183,8 @@ def compile_operation(
         raise Unsupported("defer")
     fields = compiler.fields(root_type, collected.grouped_field_set)
     serial = operation.operation.value == "mutation"
-    return OperationPlan(operation, fragment_definitions, fields, serial, None if serial else object_executor(fields))
+    executor = None if serial else object_executor(fields)
+    return OperationPlan(operation, fragment_definitions, fields, serial, executor, compiler.prebuilt)
 
 
 def event_plan_key(operation: Any) -> int:
@@ -152,6 +202,7 @@ class _Compiler:
         self.variables = variables
         self.fragment_definitions = {name: details.definition for name, details in fragments.items()}
         self.scalar_registry = schema.schema_converter.scalar_registry
+        self.prebuilt = 0  # fields whose prebuilder answered
         self.config = schema.config
 
     def fields(self, parent_type: GraphQLObjectType, grouped: dict) -> Fields:
@@ -189,6 +240,10 @@ class _Compiler:
         if shape is not None and shape[3] is not None:  # a resolver that takes info
             plan.selection_variables = _variables_below(plan.nodes, self.fragment_definitions)
         complete = self.completer(return_type, plan, details)
+        prebuilder = (sf.metadata or {}).get(PREBUILT)
+        if prebuilder is not None:
+            plan.prebuilt = prebuilder(Selection(self, return_type, details))
+            self.prebuilt += plan.prebuilt is not None
         if compat.is_default_resolver(field_def):
             python_name = sf.python_name
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from graphql import GraphQLError, located_error
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
+from orjson import Fragment
 
 from ... import compat
 from ...compat import is_awaitable
@@ -273,7 +274,9 @@ def list_completer(item: Completer, item_non_null: bool, field: Any) -> Complete
         try:
             for value in iterator:
                 item_path = Path(path, index, None)
-                if is_awaitable(value):
+                if type(value) is Fragment:  # an item's answer, already encoded (compile.PREBUILT)
+                    completed.append(value)
+                elif is_awaitable(value):
                     completed.append(_complete_awaitable_item(run, item, value, item_path, item_non_null, field))
                     awaitable_indices.append(index)
                 else:
@@ -333,6 +336,8 @@ def _object_list_completer(item: Completer, item_non_null: bool, field: Any, cls
                         else:
                             completed.append(_await_item(run, done, item_path, item_non_null, field))
                             awaitable_indices.append(index)
+                elif type(value) is Fragment:  # an item's answer, already encoded (compile.PREBUILT)
+                    completed.append(value)
                 elif is_awaitable(value):
                     completed.append(_complete_awaitable_item(run, item, value, item_path, item_non_null, field))
                     awaitable_indices.append(index)

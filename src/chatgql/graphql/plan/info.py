@@ -44,6 +44,11 @@ class PlanInfo(LazyInfo):
             self._run.variables.coerced, lambda: convert_selections(self._raw_info, self._plan_field.nodes)
         )
 
+    @property
+    def prebuilt(self) -> Any:
+        """What the field's prebuilder made of this plan's selection (compile.PREBUILT), or None."""
+        return self._plan_field.prebuilt
+
     def build_raw_info(self) -> GraphQLResolveInfo:
         """What graphql-core would have built for this field."""
         return resolve_info(self._run, self._plan_field, self._path)

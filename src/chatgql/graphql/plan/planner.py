@@ -33,10 +33,11 @@ _MAX_VARIANTS = 16  # plans per document (one per @skip/@include assignment); mo
 
 @dataclass
 class PlanStats:
-    """What /metrics reports (chatgql_plans_built_total, chatgql_plan_executions_total,
-    chatgql_plan_fallbacks_total{reason})."""
+    """What /metrics reports (chatgql_plans_built_total, chatgql_plans_prebuilt_total,
+    chatgql_plan_executions_total, chatgql_plan_fallbacks_total{reason})."""
 
     built: int = 0
+    prebuilt: int = 0  # of those built, plans with a prebuilt field (compile.PREBUILT)
     executions: int = 0
     variable_errors: int = 0  # answered with graphql-core's variable errors, before any plan
     fallbacks: Counter = field(default_factory=Counter)
@@ -156,6 +157,7 @@ class Planner:
             plan = "planner_bug"
         else:
             self.stats.built += 1
+            self.stats.prebuilt += plan.prebuilt > 0
         planned.variants[key] = plan
         return plan
 

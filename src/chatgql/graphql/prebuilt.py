@@ -1,0 +1,116 @@
+"""An inbox page's nodes as JSON that PostgreSQL builds, for the selections that read only columns.
+
+The inbox is the first page every client loads, and most of its CPU was Python's per row: decoding
+each column, a Conversation and a Message object per row, then completing their fields one by one and
+encoding them again (bench/results/perf-send.md). When every field a page's nodes select is a value of
+the page's own row (Conversation.from_row's, Message.last_in_inbox_row's), the statement builds each
+node's answer itself (json_build_object, keys in the answer's order) and the plan passes the text
+through (orjson.Fragment). Anything else (memberCount, members, unreadMentions, a message's reactions,
+edges...) and the page is built the ordinary way.
+
+Only a plan runs it (plan/compile.py PREBUILT): the plan collected the selection once, with @skip and
+@include decided and fragments merged, so what it prebuilt holds for every run of that plan. The
+differential tests (tests/graphql/plan/test_planner_differential.py) hold the two ways to the same
+answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..store.conversations import JsonObject, JsonText
+from .plan.compile import Selection
+from .types import Conversation, Message
+
+# A node's fields: GraphQL name -> the value of the inbox row that answers it
+# (store.conversations.INBOX_JSON_VALUES; graphql/types.py Conversation.from_row makes the same of them).
+_CONVERSATION = {
+    "id": "id",
+    "type": "type",
+    "title": "title",
+    "lastSeq": "last_seq",
+    "lastMessageAt": "last_message_at",
+    "createdAt": "created_at",
+    "lastReadSeq": "own_read",
+    "unreadCount": "unread_count",
+    "pinnedAt": "pinned_at",
+    "pinned": "pinned",
+    "muted": "muted",
+    "mutedUntil": "muted_until",
+    "archived": "archived",
+    "keptArchived": "kept_archived",
+    "lastChangeSeq": "last_change_seq",
+    "privateReceipts": "receipts_private",
+}
+# lastMessage's (store.conversations.LAST_MESSAGE_JSON_VALUES; Message.last_in_inbox_row)
+_MESSAGE = {
+    "id": "id",
+    "conversationId": "conversation_id",
+    "seq": "seq",
+    "senderId": "sender_id",
+    "clientMsgId": "client_msg_id",
+    "body": "body",
+    "createdAt": "created_at",
+    "editedAt": "edited_at",
+    "deletedAt": "deleted_at",
+    "deletedBy": "deleted_by",
+    "replyCount": "reply_count",
+    "lastReplyAt": "last_reply_at",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class InboxNodes:
+    """What store.conversations.inbox_page_json builds a page's nodes of."""
+
+    node: JsonObject
+    settings: bool  # reads the membership's settings columns
+    lifecycle: bool  # reads the last message's lifecycle columns
+
+
+def inbox_nodes(selection: Selection) -> InboxNodes | None:
+    """Query.inbox's prebuilder: its nodes as JSON, or None when they select anything else."""
+    nodes = None
+    for name, _, below in selection.fields().values():
+        if name == "nodes" and nodes is None:
+            nodes = below
+        elif name not in ("pageInfo", "__typename"):  # edges: built of the nodes' objects; nodes twice
+            return None
+    if nodes is None:
+        return None
+    conversation_names: set[str] = set()
+    message_names: set[str] = set()
+    node = _object(nodes, "Conversation", _CONVERSATION, conversation_names, message_names)
+    if node is None:
+        return None
+    return InboxNodes(
+        node=node,
+        settings=not conversation_names <= Conversation.PLAIN_FIELDS,
+        lifecycle=not message_names <= Message.PLAIN_FIELDS,
+    )
+
+
+def _object(
+    selection: Selection, type_name: str, values: dict[str, str], names: set[str], message_names: set[str] | None
+) -> JsonObject | None:
+    """The object's keys and values; None when a field is not one of values (or takes arguments).
+    names: the GraphQL names it selects, added to; message_names: lastMessage's (None: no lastMessage)."""
+    built: list[tuple[str, str | JsonText | JsonObject]] = []
+    for key, (name, has_arguments, below) in selection.fields().items():
+        if has_arguments:
+            return None
+        names.add(name)
+        if name == "__typename":
+            built.append((key, JsonText(type_name)))
+        elif name == "lastMessage" and message_names is not None:
+            inner = _object(below, "Message", _MESSAGE, message_names, None)
+            if inner is None:
+                return None
+            built.append((key, inner))
+        elif name in values:
+            built.append((key, values[name]))
+        else:
+            return None
+    if not 0 < len(built) <= 50:  # json_build_object's 100 arguments
+        return None
+    return tuple(built)
