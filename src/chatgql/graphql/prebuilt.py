@@ -5,8 +5,8 @@ each column, a Conversation and a Message object per row, then completing their 
 encoding them again (bench/results/perf-send.md). When every field a page's nodes select is a value of
 the page's own row (Conversation.from_row's, Message.last_in_inbox_row's), the statement builds each
 node's answer itself (json_build_object, keys in the answer's order) and the plan passes the text
-through (orjson.Fragment). Anything else (memberCount, members, unreadMentions, a message's reactions,
-edges...) and the page is built the ordinary way.
+through (orjson.Fragment), under `nodes` and under `edges { node }` alike. Anything else (memberCount,
+members, unreadMentions, a message's reactions...) and the page is built the ordinary way.
 
 Only a plan runs it (plan/compile.py PREBUILT): the plan collected the selection once, with @skip and
 @include decided and fragments merged, so what it prebuilt holds for every run of that plan. The
@@ -61,30 +61,48 @@ _MESSAGE = {
 
 @dataclass(frozen=True, slots=True)
 class InboxNodes:
-    """What store.conversations.inbox_page_json builds a page's nodes of."""
+    """What store.conversations.inbox_page_json builds a page's nodes of: `nodes` (node_0) and
+    `edges { node }` (node_1 when both are selected) as each selects them."""
 
-    node: JsonObject
+    objects: tuple[JsonObject, ...]
+    nodes: int | None  # which of objects answers `nodes`; None: not selected
+    edge_nodes: int | None  # which answers `edges { node }` (edges without node: 0, never read); None: no edges
     settings: bool  # reads the membership's settings columns
     lifecycle: bool  # reads the last message's lifecycle columns
 
 
 def inbox_nodes(selection: Selection) -> InboxNodes | None:
     """Query.inbox's prebuilder: its nodes as JSON, or None when they select anything else."""
-    nodes = None
+    nodes = edges = None
     for name, _, below in selection.fields().values():
         if name == "nodes" and nodes is None:
             nodes = below
-        elif name not in ("pageInfo", "__typename"):  # edges: built of the nodes' objects; nodes twice
+        elif name == "edges" and edges is None:
+            edges = below
+        elif name not in ("pageInfo", "__typename"):  # a second nodes or edges (aliased): the ordinary way
             return None
-    if nodes is None:
-        return None
+    edge_node = None
+    if edges is not None:
+        for name, _, below in edges.fields().values():
+            if name == "node" and edge_node is None:
+                edge_node = below
+            elif name not in ("cursor", "__typename"):
+                return None
     conversation_names: set[str] = set()
     message_names: set[str] = set()
-    node = _object(nodes, "Conversation", _CONVERSATION, conversation_names, message_names)
-    if node is None:
+    objects = []
+    for found in (nodes, edge_node):
+        if found is not None:
+            built = _object(found, "Conversation", _CONVERSATION, conversation_names, message_names)
+            if built is None:
+                return None
+            objects.append(built)
+    if not objects:
         return None
     return InboxNodes(
-        node=node,
+        objects=tuple(objects),
+        nodes=None if nodes is None else 0,
+        edge_nodes=None if edges is None else (0 if edge_node is None else len(objects) - 1),
         settings=not conversation_names <= Conversation.PLAIN_FIELDS,
         lifecycle=not message_names <= Message.PLAIN_FIELDS,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import strawberry
 from orjson import Fragment
@@ -23,6 +23,7 @@ from .search import MessageSearchConnection, resolve_search_messages
 from .types import (
     Conversation,
     ConversationConnection,
+    ConversationEdge,
     ConversationSync,
     InboxFilter,
     Message,
@@ -50,6 +51,41 @@ async def load_conversation(info: Info, conversation_id: int) -> Conversation:
     if row is None:
         raise conversation_not_found(conversation_id)
     return Conversation.from_row(row)
+
+
+async def _prebuilt_inbox(
+    info: Info,
+    prebuilt: InboxNodes,
+    limit: int,
+    keyset: conversations.InboxKey | None,
+    wanted: conversations.InboxFilter,
+    after: str | None,
+) -> ConversationConnection:
+    """An inbox page whose nodes PostgreSQL built as JSON (graphql/prebuilt.py), under nodes and edges."""
+    async with info.context.database.connection() as conn:
+        rows = await conversations.inbox_page_json(
+            conn,
+            info.context.viewer_id,
+            limit + 1,
+            keyset,
+            wanted,
+            prebuilt.objects,
+            settings=prebuilt.settings,
+            lifecycle=prebuilt.lifecycle,
+        )
+    page = rows[:limit]
+    nodes: list[Any] = [] if prebuilt.nodes is None else [Fragment(row[f"node_{prebuilt.nodes}"]) for row in page]
+    connection = _inbox_connection(nodes, page, len(rows) > limit, after)
+    if prebuilt.edge_nodes is not None:
+        column = f"node_{prebuilt.edge_nodes}"
+        connection.prebuilt_edges = [
+            ConversationEdge(
+                cursor=inbox_cursor(row["activity_at"], row["id"], row["pinned_at"]),
+                node=cast("Conversation", Fragment(row[column])),
+            )
+            for row in page
+        ]
+    return connection
 
 
 def _inbox_connection(nodes: list[Any], page: list[Row], more: bool, after: str | None) -> ConversationConnection:
@@ -92,13 +128,6 @@ class Query:
         limit = check_page_size(first, "first", default=20)
         after = None if after is strawberry.UNSET else after
         keyset = parse_inbox_cursor(after) if after is not None else None
-        below = info.selected_fields[0].selections
-        nodes = selections_at(below, "nodes") + selections_at(below, "edges", "node")
-        previews = [found for node in nodes for found in selections_at(node, "lastMessage")]
-        # Only the columns the selection needs (speed: fewer to decode per row): the membership's
-        # settings, the last message's lifecycle, when a field that reads them is selected.
-        settings = not all(selects_only(node, Conversation.PLAIN_FIELDS) for node in nodes)
-        lifecycle = not all(selects_only(preview, Message.PLAIN_FIELDS) for preview in previews)
         wanted = conversations.DEFAULT_INBOX
         if only is not strawberry.UNSET and only is not None:
             wanted = conversations.InboxFilter(
@@ -109,19 +138,14 @@ class Query:
             )
         prebuilt: InboxNodes | None = getattr(info, "prebuilt", None)  # a plan's, for its selection (prebuilt.py)
         if prebuilt is not None:
-            async with info.context.database.connection() as conn:
-                rows = await conversations.inbox_page_json(
-                    conn,
-                    info.context.viewer_id,
-                    limit + 1,
-                    keyset,
-                    wanted,
-                    prebuilt.node,
-                    settings=prebuilt.settings,
-                    lifecycle=prebuilt.lifecycle,
-                )
-            page = rows[:limit]
-            return _inbox_connection([Fragment(row["node"]) for row in page], page, len(rows) > limit, after)
+            return await _prebuilt_inbox(info, prebuilt, limit, keyset, wanted, after)
+        below = info.selected_fields[0].selections
+        nodes = selections_at(below, "nodes") + selections_at(below, "edges", "node")
+        previews = [found for node in nodes for found in selections_at(node, "lastMessage")]
+        # Only the columns the selection needs (speed: fewer to decode per row): the membership's
+        # settings, the last message's lifecycle, when a field that reads them is selected.
+        settings = not all(selects_only(node, Conversation.PLAIN_FIELDS) for node in nodes)
+        lifecycle = not all(selects_only(preview, Message.PLAIN_FIELDS) for preview in previews)
         async with info.context.database.connection() as conn:
             if previews:  # every conversation's lastMessage comes in the same statement as the page
                 rows = await conversations.inbox_page_with_last_messages(

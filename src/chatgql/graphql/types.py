@@ -720,9 +720,13 @@ class ConversationConnection:
     nodes: list[Conversation]
     page_info: PageInfo
     activity: strawberry.Private[list[datetime]]  # each node's cursor key, with its id and pinnedAt
+    # Edges whose nodes PostgreSQL built (Query.inbox, graphql/prebuilt.py): then nodes may be empty.
+    prebuilt_edges: strawberry.Private[list[ConversationEdge] | None] = None
 
     @strawberry.field
     def edges(self) -> list[ConversationEdge]:
+        if self.prebuilt_edges is not None:
+            return self.prebuilt_edges
         # Built only when asked for: most clients read nodes and pageInfo.
         return [
             ConversationEdge(cursor=inbox_cursor(at, int(node.id), node.pinned_at), node=node)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -320,28 +321,25 @@ async def inbox_page_json(
     limit: int,
     after: InboxKey | None,
     only: InboxFilter,
-    node: JsonObject,
+    nodes: tuple[JsonObject, ...],
     *,
     settings: bool,
     lifecycle: bool,
 ) -> list[Row]:
-    """inbox_page, each row's node as JSON text PostgreSQL built (column `node`, beside id, pinned_at and
-    activity_at for the page's cursors): `node` names each key's value among INBOX_JSON_VALUES (the page's
-    row, `p`) and, in a nested object, LAST_MESSAGE_JSON_VALUES (its last message, `lm`: the object is null
-    when the conversation has none). settings / lifecycle: as inbox_page_with_last_messages; the values
-    that need those columns are refused without them. The caller passes the text through as it is."""
+    """inbox_page, each row's node as JSON text PostgreSQL built, once per object of `nodes` (columns
+    node_0, node_1...; beside id, pinned_at and activity_at for the page's cursors). An object names each
+    key's value among INBOX_JSON_VALUES (the page's row, `p`) and, in a nested object,
+    LAST_MESSAGE_JSON_VALUES (its last message, `lm`: the object is null when the conversation has none).
+    settings / lifecycle: as inbox_page_with_last_messages; the values that need those columns are
+    refused without them. The caller passes the texts through as they are."""
     page, args = _inbox_page_query(user_id, limit, after, only, settings)
-    values = dict(INBOX_JSON_VALUES if settings else _INBOX_PLAIN_JSON_VALUES)
-    message = dict(LAST_MESSAGE_JSON_VALUES if lifecycle else _LAST_MESSAGE_PLAIN_JSON_VALUES)
-    expression = _json_object(node, values, message)
-    columns = last_message_fields(lifecycle)
     return await conn.fetch(
         f"""
-        SELECT p.id, p.pinned_at, p.activity_at, ({expression})::text AS node
+        SELECT p.id, p.pinned_at, p.activity_at, {_json_columns(nodes, settings, lifecycle)}
           FROM ({page}) p
           -- as inbox_page_with_last_messages: one index probe of one partition per conversation
           LEFT JOIN LATERAL (
-            SELECT {", ".join(columns)} FROM message
+            SELECT {", ".join(last_message_fields(lifecycle))} FROM message
              WHERE conversation_id = p.id AND seq = p.last_seq
              LIMIT 1
           ) lm ON true
@@ -349,6 +347,13 @@ async def inbox_page_json(
         """,
         *args,
     )
+
+
+@functools.lru_cache(maxsize=256)  # a plan's objects are the same every time: the text is made once
+def _json_columns(nodes: tuple[JsonObject, ...], settings: bool, lifecycle: bool) -> str:
+    values = INBOX_JSON_VALUES if settings else _INBOX_PLAIN_JSON_VALUES
+    message = LAST_MESSAGE_JSON_VALUES if lifecycle else _LAST_MESSAGE_PLAIN_JSON_VALUES
+    return ", ".join(f"({_json_object(node, values, message)})::text AS node_{i}" for i, node in enumerate(nodes))
 
 
 # A JSON object to build: (key, value) in the answer's order; a value is a name of the values at hand, a

@@ -441,6 +441,8 @@ def _object_field_runner(
                 if type(completed) is dict:
                     return completed
                 return _await_completed(run, field, completed, path, non_null)
+            if type(result) is Fragment:  # the object's answer, already encoded (compile.PREBUILT)
+                return result
             if is_awaitable(result):
                 return _complete_awaitable(run, field, complete, result, path, non_null)
             completed = complete(run, result, path)
