@@ -15,11 +15,14 @@ shard's current batch), so a relay that starts later gets its share. A process t
 dies (kill -9) loses its session and so its locks: another one takes its shards
 at its next look, within `standby_seconds` plus a batch.
 
-The shards it leads drain concurrently, each in id order. A wake-up (NOTIFY from
-any process, a commit in this process through events.wakeup, or a poll, since
-notifications can be missed while reconnecting) reads the oldest rows of every
-idle shard in one statement and starts a drain for each shard that has rows; a
-drain reads its own shard again until it is empty, then ends.
+Each shard relays in id order. A wake-up (NOTIFY from any process, a commit in
+this process through events.wakeup, or a poll, since notifications can be
+missed while reconnecting) reads the oldest rows of every idle shard in one
+statement. When that is all they hold (fewer than a batch), one drain relays
+them all and reads them all again while commits keep coming (a statement a
+cycle, whatever the shard count); a backlog (a full batch) starts a drain for
+each shard that has rows, concurrently. A drain reads its shards again until
+they are empty, then ends.
 """
 
 from __future__ import annotations
@@ -236,37 +239,50 @@ class OutboxRelay:
                 await asyncio.sleep(self._standby_seconds)
                 self._wakeup.set()
                 continue
-            complete = len(rows) < self._batch_size  # every idle shard's rows, as of the read
+            # Handed back (or the relay stopped) while reading: its next leader sends those rows.
+            kept = {i: s for i, s in idle.items() if self._led.get(i) is s and not s.stopping and not s.busy}
+            rows = [row for row in rows if row.slot % self.shards in kept]
+            if not rows:
+                continue
+            if len(rows) < self._batch_size:
+                # Every idle shard's rows, as of the read: one drain for all of them, a statement a
+                # cycle however many shards its rows are in (a drain each cost a delete each, and a
+                # task each, for a wake-up's few rows). A backlog drains by shard, concurrently.
+                group = list(kept.values())
+                task = asyncio.create_task(self._drain(group, rows, True), name="outbox-relay-shards")
+                for shard in group:
+                    shard.task = task
+                continue
             batches: dict[int, list] = {}
             for row in rows:
                 batches.setdefault(row.slot % self.shards, []).append(row)
             for index, batch in batches.items():
-                shard = idle[index]
-                # Handed back (or the relay stopped) while reading: its next leader sends these.
-                if self._led.get(index) is shard and not shard.stopping and not shard.busy:
-                    shard.task = asyncio.create_task(
-                        self._drain(shard, batch, complete), name=f"outbox-relay-shard-{index}"
-                    )
+                shard = kept[index]
+                shard.task = asyncio.create_task(self._drain([shard], batch), name=f"outbox-relay-shard-{index}")
 
-    async def _drain(self, shard: _Shard, rows: list | None = None, complete: bool = False) -> None:
-        """Relay the shard's rows until its slots are empty (rows: a first batch read for it;
-        complete: they were all its slots held then).
+    async def _drain(self, shards: list[_Shard], rows: list | None = None, complete: bool = False) -> None:
+        """Relay the shards' rows until their slots are empty (rows: a first batch read for them;
+        complete: they were all their slots held then). One shard (a backlog's), or the idle shards
+        of a wake-up together: either way one read a batch, of all their slots, in id order.
 
-        The rows of a batch are deleted once published, by the next read of the shard (one
-        statement: a busy shard costs one round trip per batch), or on their own when the
-        drain ends. A read or delete that fails is tried again with the same ids: a batch is
-        published again only if this process stops before its delete (at least once)."""
+        The rows of a batch are deleted once published, by the next read (one statement: a busy
+        drain costs one round trip per batch), or on their own when the drain ends. A read or delete
+        that fails is tried again with the same ids: a batch is published again only if this process
+        stops before its delete (at least once). A shard handed back ends the drain after its batch."""
+        slots = [slot for shard in shards for slot in shard.slots]
+        name = ",".join(str(shard.index) for shard in shards)
         relayed: list[int] = []  # published, not yet deleted
         ended = False
         try:
-            while not shard.stopping:
+            while not any(shard.stopping for shard in shards):
                 try:
                     if rows is None:
-                        shard.dirty = False
+                        for shard in shards:
+                            shard.dirty = False
                         async with self._database.connection() as conn:
                             rows = await outbox.oldest(
                                 conn,
-                                shard.slots,
+                                slots,
                                 self._batch_size,
                                 text=self._text,
                                 delete=relayed,
@@ -277,31 +293,45 @@ class OutboxRelay:
                     if rows:
                         await self._publish(rows)
                         relayed = [row.id for row in rows]
-                        self._on_relayed(shard.index, len(rows))
+                        self._count(shards, rows)
                 except Exception:
-                    log.warning("outbox relay shard %d failed; retrying", shard.index, exc_info=True)
+                    log.warning("outbox relay shard %s failed; retrying", name, exc_info=True)
                     await asyncio.sleep(self._standby_seconds)
                     complete = False
-                if complete and not shard.dirty:  # nothing more as of the last read, nor committed since
+                if complete and not any(shard.dirty for shard in shards):  # nothing more read, nor committed since
                     if not relayed:
                         break
                     # Deleted here, not after the loop: a commit while this waits wakes a busy shard
                     # (dirty), which must read again, or its events wait for the next poll.
-                    await self._delete(shard, relayed)
+                    await self._delete(name, relayed)
                     relayed = []
-                    if not shard.dirty:
+                    if not any(shard.dirty for shard in shards):
                         break
                 rows = None
             ended = True
         finally:
             if relayed:
                 if ended:
-                    await self._delete(shard, relayed)
+                    await self._delete(name, relayed)
                 else:  # cancelled (the relay stops): one bounded try, else its next leader sends them again
                     with contextlib.suppress(BaseException):
                         async with asyncio.timeout(2):
                             async with self._database.connection() as conn:
                                 await outbox.delete(conn, relayed, self._webhook_kinds)
+            if len(shards) > 1 and any(shard.stopping for shard in shards):
+                # Ended for a shard handed back: the others are idle again, with what came meanwhile.
+                self._wakeup.set()
+
+    def _count(self, shards: list[_Shard], rows: list) -> None:
+        if len(shards) == 1:
+            self._on_relayed(shards[0].index, len(rows))
+            return
+        counts: dict[int, int] = {}
+        for row in rows:
+            index = row.slot % self.shards
+            counts[index] = counts.get(index, 0) + 1
+        for index, count in counts.items():
+            self._on_relayed(index, count)
 
     async def _publish(self, rows: list) -> None:
         """Publish rows (a prefix of each of their slots, in id order)."""
@@ -310,7 +340,7 @@ class OutboxRelay:
         async with asyncio.timeout(self._publish_timeout):
             await self._publisher.publish([(row.msg_key, row.payload) for row in rows], [row.created for row in rows])
 
-    async def _delete(self, shard: _Shard, ids: list[int]) -> None:
+    async def _delete(self, name: str, ids: list[int]) -> None:
         """Delete relayed rows, trying again while the database fails (a cancelled drain gives up:
         its next leader publishes them again)."""
         while True:
@@ -319,5 +349,5 @@ class OutboxRelay:
                     await outbox.delete(conn, ids, self._webhook_kinds)
                 return
             except Exception:
-                log.warning("outbox relay shard %d could not delete relayed rows; retrying", shard.index, exc_info=True)
+                log.warning("outbox relay shard %s could not delete relayed rows; retrying", name, exc_info=True)
                 await asyncio.sleep(self._standby_seconds)
