@@ -57,19 +57,11 @@ def read_script(sizes: layout.Sizes) -> Script:
     return Script("read", head + stmt.for_pgbench() + "\n", {"n": "0", "event": stmt.params["event"]})
 
 
-def inbox_script(sizes: layout.Sizes, keys: list[tuple[int, int]]) -> Script:
-    stmts = product_sql.inbox_statements(str(layout.INBOX_USER), sizes.inbox_page, keys)
+def inbox_script(sizes: layout.Sizes) -> Script:
+    stmts = product_sql.inbox_statements(str(layout.INBOX_USER), sizes.inbox_page)
     head = f"\\set uid {layout.INBOX_USER}\n\\set limit {sizes.inbox_page + 1}\n"
     text = head + "\n".join(s.for_pgbench({"archived": "false"}) for s in stmts) + "\n"
-    by_keys = stmts[1].params
-    return Script(
-        "inbox",
-        text,
-        {
-            "cids": "{" + ",".join(map(str, by_keys["cids"])) + "}",
-            "seqs": "{" + ",".join(map(str, by_keys["seqs"])) + "}",
-        },
-    )
+    return Script("inbox", text, {})
 
 
 _TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")

@@ -114,24 +114,14 @@ async def _drain_outbox(conn, timeout: float = 300) -> float:
     return round(time.monotonic() - t0, 2)
 
 
-async def _inbox_keys(conn, sizes: layout.Sizes) -> list[tuple[int, int]]:
-    rows = await conn.fetch(
-        """SELECT c.id, c.last_seq FROM conversation_member m JOIN conversation c ON c.id = m.conversation_id
-            WHERE m.user_id::text = $1 ORDER BY coalesce(c.last_message_at, c.created_at) DESC, c.id DESC LIMIT $2""",
-        str(layout.INBOX_USER),  # ::text: the same on a schema of before 0014 (bench/userids.py seeds one)
-        sizes.inbox_page,
-    )
-    return [(r["id"], r["last_seq"]) for r in rows if r["last_seq"] > 0]
-
-
-def _script(name: str, sizes: layout.Sizes, keys) -> pgbench.Script:
+def _script(name: str, sizes: layout.Sizes) -> pgbench.Script:
     if name == "send_spread":
         return pgbench.send_script(sizes, hot=False)
     if name == "send_hot":
         return pgbench.send_script(sizes, hot=True)
     if name == "read":
         return pgbench.read_script(sizes)
-    return pgbench.inbox_script(sizes, keys)
+    return pgbench.inbox_script(sizes)
 
 
 async def _probe(server: Server, sizes: layout.Sizes, read_seq: int = 1) -> dict:
@@ -389,7 +379,6 @@ async def _throughput(
     sizes,
     scratch: Path,
     workdir: Path,
-    keys,
     kafka: Kafka | None,
     base_sources: dict,
     selected: tuple[str, ...],
@@ -403,7 +392,7 @@ async def _throughput(
     half = sizes.duration / 2
     results["pgbench"], results["http"] = {}, {}
     for name in (n for n in SCENARIOS if n in selected):
-        script, scenario = _script(name, sizes, keys), Scenario(name, sizes)
+        script, scenario = _script(name, sizes), Scenario(name, sizes)
         log(f"{name}: pgbench / HTTP / HTTP / pgbench, {sizes.clients} connections, {half:g} s each")
         if sizes.warmup > 0:
             await asyncio.to_thread(pgbench.run, pg, script, sizes, workdir, sizes.warmup)
@@ -654,7 +643,6 @@ async def run(
         t_seed = time.monotonic()
         results["seed"] = await layout.seed(conn, sizes)
         results["seed"]["seconds"] = round(time.monotonic() - t_seed, 2)
-        keys = await _inbox_keys(conn, sizes)
         if kafka_task is not None:
             kafka = await kafka_task
             log(f"Kafka at {kafka.bootstrap}")
@@ -687,7 +675,6 @@ async def run(
             sizes,
             scratch,
             workdir,
-            keys,
             kafka,
             cpu_sources,
             selected,

@@ -165,7 +165,7 @@ class OperationPlan:
     fields: Fields
     serial: bool
     execute: Any = None  # codegen.object_executor(fields), for a query's root fields
-    prebuilt: int = 0  # fields whose prebuilder answered (PREBUILT)
+    prebuilt: tuple[Any, ...] = ()  # what the prebuilders of its fields answered (PREBUILT), where they did
 
 
 def compile_operation(
@@ -184,7 +184,7 @@ def compile_operation(
     fields = compiler.fields(root_type, collected.grouped_field_set)
     serial = operation.operation.value == "mutation"
     executor = None if serial else object_executor(fields)
-    return OperationPlan(operation, fragment_definitions, fields, serial, executor, compiler.prebuilt)
+    return OperationPlan(operation, fragment_definitions, fields, serial, executor, tuple(compiler.prebuilt))
 
 
 def event_plan_key(operation: Any) -> int:
@@ -202,7 +202,7 @@ class _Compiler:
         self.variables = variables
         self.fragment_definitions = {name: details.definition for name, details in fragments.items()}
         self.scalar_registry = schema.schema_converter.scalar_registry
-        self.prebuilt = 0  # fields whose prebuilder answered
+        self.prebuilt: list[Any] = []  # what the prebuilders answered
         self.config = schema.config
 
     def fields(self, parent_type: GraphQLObjectType, grouped: dict) -> Fields:
@@ -243,7 +243,8 @@ class _Compiler:
         prebuilder = (sf.metadata or {}).get(PREBUILT)
         if prebuilder is not None:
             plan.prebuilt = prebuilder(Selection(self, return_type, details))
-            self.prebuilt += plan.prebuilt is not None
+            if plan.prebuilt is not None:
+                self.prebuilt.append(plan.prebuilt)
         if compat.is_default_resolver(field_def):
             python_name = sf.python_name
 

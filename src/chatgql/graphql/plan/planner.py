@@ -157,7 +157,7 @@ class Planner:
             plan = "planner_bug"
         else:
             self.stats.built += 1
-            self.stats.prebuilt += plan.prebuilt > 0
+            self.stats.prebuilt += bool(plan.prebuilt)
         planned.variants[key] = plan
         return plan
 
