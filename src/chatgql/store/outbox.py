@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from ..db import Connection, Row
@@ -52,29 +53,35 @@ async def oldest(
     own rows however long the others' backlog is. Whatever is returned is, for every
     slot, a prefix of that slot's rows in id order: nothing of a conversation is skipped.
     """
-    payload = "payload::text AS payload" if text else "payload"
-    # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it
-    # deletes, so it leaves them out itself. The ids to delete are the last parameter but one
-    # (the last: the kinds to queue for webhooks).
-    if len(slots) == SLOTS:  # all of them (one relay leads every shard): the primary key's order
-        args: list = [limit]
-        where = ""
-        if delete:
-            args.append(list(delete))
-            where = " WHERE o.id <> ALL($2::bigint[])"
-        return await conn.fetch(
-            _deleting(delete, args, queue_kinds)
-            + f"SELECT o.id, o.slot, o.msg_key, o.{payload}, extract(epoch FROM o.created_at)::float8 AS created"
-            + f" FROM outbox o{where} ORDER BY o.id LIMIT $1",
-            *args,
-        )
-    args = [list(slots), limit]
-    not_gone = ""
+    every = len(slots) == SLOTS  # all of them (one relay leads every shard): the primary key's order
+    args: list = [limit] if every else [list(slots), limit]
     if delete:
         args.append(list(delete))
-        not_gone = "AND o.id <> ALL($3::bigint[])"
-    return await conn.fetch(
-        _deleting(delete, args, queue_kinds)
+        if queue_kinds:
+            args.append(list(queue_kinds))
+    return await conn.fetch(_oldest_sql(every, text, bool(delete), bool(delete) and bool(queue_kinds)), *args)
+
+
+@functools.cache
+def _oldest_sql(every: bool, text: bool, deleting: bool, queueing: bool) -> str:
+    """oldest's statement: one of a few texts, made once, not on every relay cycle (joining it
+    was 0.3 of oldest's 1.3 us of Python, measured). Parameters: the slots (unless every slot),
+    the limit, then the ids to delete and the kinds to queue, when deleting and queueing."""
+    payload = "payload::text AS payload" if text else "payload"
+    # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it
+    # deletes, so it leaves them out itself.
+    ids = 2 if every else 3  # the parameter of the ids to delete
+    deleting_ = _deleting_sql(ids, ids + 1 if queueing else None) if deleting else ""
+    if every:
+        where = " WHERE o.id <> ALL($2::bigint[])" if deleting else ""
+        return (
+            deleting_
+            + f"SELECT o.id, o.slot, o.msg_key, o.{payload}, extract(epoch FROM o.created_at)::float8 AS created"
+            + f" FROM outbox o{where} ORDER BY o.id LIMIT $1"
+        )
+    not_gone = "AND o.id <> ALL($3::bigint[])" if deleting else ""
+    return (
+        deleting_
         + f"""
         SELECT e.id, e.slot, e.msg_key, e.{payload}, extract(epoch FROM e.created_at)::float8 AS created
           FROM unnest($1::smallint[]) AS s(slot)
@@ -84,8 +91,7 @@ async def oldest(
           ) AS e
          ORDER BY e.id
          LIMIT $2
-        """,
-        *args,
+        """
     )
 
 
@@ -95,11 +101,19 @@ def _deleting(ids: Sequence[int], args: list, queue_kinds: Sequence[str]) -> str
     if not ids:
         return ""
     if not queue_kinds:
-        return f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${len(args)}::bigint[])) "
+        return _deleting_sql(len(args), None)
     args.append(list(queue_kinds))
+    return _deleting_sql(len(args) - 1, len(args))
+
+
+def _deleting_sql(ids_param: int, kinds_param: int | None) -> str:
+    """The WITH clause deleting the ids of parameter ids_param, copying the rows of the kinds of
+    parameter kinds_param (if any) into the webhook queue."""
+    if kinds_param is None:
+        return f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${ids_param}::bigint[])) "
     return (
-        f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${len(args) - 1}::bigint[]) RETURNING *), "
-        f"queued AS ({webhooks.queue_from('gone', len(args))}) "
+        f"WITH gone AS (DELETE FROM outbox WHERE id = ANY(${ids_param}::bigint[]) RETURNING *), "
+        f"queued AS ({webhooks.queue_from('gone', kinds_param)}) "
     )
 
 
