@@ -308,8 +308,7 @@ class CostCache:
         if entry is not None and entry[0] is document:
             self._entries.move_to_end(key)
             _, read, known = entry
-            values = tuple(_hashable(variables.get(name, _MISSING)) for name in read)
-            found = known.get(values)
+            found = known.get(_read_values(variables, read))
             if found is not None:
                 return found
         operation = get_operation_ast(document, operation_name)
@@ -324,8 +323,14 @@ class CostCache:
                 self._entries.popitem(last=False)
         known = entry[2]
         if len(known) < 64:  # a document asked with ever new page sizes is priced each time
-            known[tuple(_hashable(variables.get(name, _MISSING)) for name in read)] = found
+            known[_read_values(variables, read)] = found
         return found
+
+
+def _read_values(variables: dict, read: tuple[str, ...]) -> tuple:
+    """What the price reads of these variables (_hashable). A mutation's price reads none, mostly: ()
+    without a generator's making (a third of a cached price's 0.9 us, measured)."""
+    return tuple([_hashable(variables.get(name, _MISSING)) for name in read]) if read else ()
 
 
 _MISSING = object()

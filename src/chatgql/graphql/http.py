@@ -96,8 +96,9 @@ def status_code(body: dict[str, Any] | list[dict[str, Any]]) -> int:
     """200 when something executed (an answer has `data`); 400 when nothing did. Only
     application/graphql-response+json answers can lack `data`. A batch is 200 as soon
     as one of its operations executed (each keeps its own answer)."""
-    answers = body if isinstance(body, list) else [body]
-    return 400 if answers and all("data" not in answer for answer in answers) else 200
+    if not isinstance(body, list):  # one answer (nearly every request): no generator to make (0.4 us)
+        return 200 if "data" in body else 400
+    return 400 if body and all("data" not in answer for answer in body) else 200
 
 
 def too_big_body(body: Any, size: int, limit: int) -> Any:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 from uuid import UUID
 
@@ -45,9 +45,10 @@ class SendItem(NamedTuple):
     read_event: dict  # ReadUpdated's payload (chat_send adds its store field, READ_KEYS)
 
 
-async def send_item(conn: Connection, conversation_id: int, item: SendItem) -> Row:
-    """chat_send of one item on conn (in the caller's transaction, if it holds one)."""
-    return await messages.send(
+def send_item(conn: Connection, conversation_id: int, item: SendItem) -> Awaitable[Row]:
+    """chat_send of one item on conn (in the caller's transaction, if it holds one); await it. The
+    store's coroutine itself, not one of its own around it (one coroutine less a send)."""
+    return messages.send(
         conn,
         conversation_id=conversation_id,
         sender_id=item.sender_id,

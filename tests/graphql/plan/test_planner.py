@@ -9,12 +9,15 @@ import json
 import uuid
 
 import strawberry
-from graphql import parse
+from graphql import get_argument_values, parse
+from graphql.execution.values import get_variable_values
 from strawberry.http import process_result
 
 from chatgql import compat
 from chatgql.graphql.plan import Planner
+from chatgql.graphql.plan.compile import _omitted_defaults
 from chatgql.graphql.prepared import execute_accepted
+from chatgql.graphql.schema import build_schema
 
 from ...conftest import RunningServer, make_settings
 from ...support.live import metrics
@@ -194,3 +197,24 @@ async def test_interface_values_the_plan_does_not_know_ask_resolve_type_as_graph
             planned = await planner.execute(schema, document, query, None, None, None)
             assert json.dumps(process_result(planned), sort_keys=True) == expected, query
     assert not planner.stats.fallbacks and planner.stats.executions == 6
+
+
+def test_omitted_arguments_take_their_defaults_coerced_once_as_graphql_core_gives_them_on_every_run():
+    """plan/compile.py coerces the defaults of the arguments a field node omits once, and only the
+    given ones per run: together they are what graphql-core's get_argument_values answers for the
+    whole field, whatever the variables (replyTo given, null, or its variable left out)."""
+    core = compat.core_schema(build_schema())
+    document = parse(
+        "mutation($c: ID!, $m: UUID!, $b: String!, $r: ID) {"
+        " sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r) { duplicate } }"
+    )
+    operation = document.definitions[0]
+    node = operation.selection_set.selections[0]
+    field = core.mutation_type.fields["sendMessage"]
+    given, defaults = _omitted_defaults(field, node)
+    assert given is not field and set(defaults) == {"attachments", "mentionEveryone"}
+    sent = {"c": "1", "m": str(uuid.uuid4()), "b": "hello"}
+    for values in (sent, {**sent, "r": "some-id"}, {**sent, "r": None}):
+        variables = get_variable_values(core, operation.variable_definitions, values)
+        expected = get_argument_values(field, node, variables)
+        assert {**get_argument_values(given, node, variables), **defaults} == expected
