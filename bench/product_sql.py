@@ -106,7 +106,7 @@ def send_statement(conversation_id: int = 1, sender_id: str = "1") -> Statement:
     ).payload()
     read_event = events.ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     (stmt,) = _record(
-        ("cid", "uid", "cmid", "body", "message_event", "read_event", "message_keys", "read_keys"),
+        ("cid", "uid", "cmid", "body", "message_event", "read_event"),
         messages.send,
         conversation_id=conversation_id,
         sender_id=sender_id,
@@ -125,7 +125,7 @@ def mark_read_statement(conversation_id: int = 1, user_id: str = "1", seq: int =
     event = events.ReadUpdated(conversation_id=conversation_id, user_id=user_id).payload()
     keys = events.ReadUpdated.store_keys()
     (stmt,) = _record(
-        ("cid", "uid", "seq", "event", "keys"), reads.advance_watermark, conversation_id, user_id, seq, event, keys
+        ("cid", "uid", "seq", "event"), reads.advance_watermark, conversation_id, user_id, seq, event, keys
     )
     return stmt
 
