@@ -313,11 +313,15 @@ def render(r: dict) -> str:
                 "| **not measured** |"
             )
 
+    from .run import TARGETS  # noqa: PLC0415 - run.py imports this module
+
     for name in ("send_spread", "send_hot", "read", "inbox"):
         vd = verdicts.get(name)
         if not vd:
             if name in (r.get("figures") or ()):
-                add(f"| {NAMES[name].format(**s)} | **no result** (see the log) | - | - | >= 0.5 | **NOT met** |")
+                add(
+                    f"| {NAMES[name].format(**s)} | **no result** (see the log) | - | - | >= {TARGETS[name]} | **NOT met** |"
+                )
             continue
         if vd.get("skipped"):
             add_skipped(name)
