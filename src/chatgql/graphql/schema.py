@@ -81,6 +81,12 @@ class ChatSchema(strawberry.Schema):
         )
 
 
+def _prebuilt_json(value: object) -> object:
+    if isinstance(value, orjson.Fragment):
+        return json.loads(orjson.dumps(value))
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 _MAX_BRACKETS = 256  # more in a body (also inside strings) and it skips the direct path
 DEFAULT_LIMITS = OperationLimits(max_depth=10, max_aliases=20, max_fields=300, max_selections=2000)
 T = TypeVar("T")
@@ -280,11 +286,12 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         return total
 
     def encode_json(self, data: object) -> str:
-        """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key)."""
+        """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key),
+        with an answer PostgreSQL built (orjson.Fragment: graphql/prebuilt.py) taken as its JSON."""
         try:
             return orjson.dumps(data).decode()
         except TypeError:
-            return json.dumps(data)
+            return json.dumps(data, default=_prebuilt_json)
 
     def parse_json(self, data: str | bytes) -> Any:
         """An HTTP body (or a GET's variables): an object, or a batch of them; else 400 BAD_USER_INPUT."""

@@ -49,6 +49,7 @@ from graphql import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from orjson import Fragment
 from starlette.requests import Request
 from strawberry.http import process_result
 
@@ -671,3 +672,9 @@ async def test_inbox_nodes_prebuilt_by_postgresql_answer_alike(server, lived):
     assert "." not in shown[tricky]["lastMessage"]["createdAt"] and "." not in shown[tricky]["createdAt"]
     assert shown[tombstone]["lastMessage"]["body"] == "" and shown[tombstone]["lastMessage"]["deletedAt"]
     assert shown[empty]["lastMessage"] is None
+
+
+def test_an_answer_with_prebuilt_nodes_encodes_where_orjson_refuses_the_rest(server):
+    # orjson refuses a lone surrogate; the standard library's fallback takes the Fragment as its JSON
+    body = {"data": {"inbox": {"nodes": [Fragment('{"id":"1","title":"t"}')]}}, "x": "\ud800"}
+    assert json.loads(server.app.graphql.encode_json(body))["data"] == {"inbox": {"nodes": [{"id": "1", "title": "t"}]}}
