@@ -30,8 +30,9 @@ import asyncpg
 
 from chatgql import db
 from chatgql.events import types as events
+from chatgql.store import keys_literal
 
-from . import httpload, layout, pgbench, product_sql
+from . import httpload, layout, pgbench
 from .infra import Postgres, Server, dump_json, log, machine_info
 from .queries import Scenario
 
@@ -61,8 +62,8 @@ def batch_script(sizes: layout.Sizes, n: int) -> pgbench.Script:
         f"  array_fill(:body::text, ARRAY[{n}]),\n"
         f"  array_fill(:message_event::jsonb, ARRAY[{n}]),\n"
         f"  array_fill(:read_event::jsonb, ARRAY[{n}]),\n"
-        f"  {product_sql.text_array(events.MessageNew.store_keys())},\n"
-        f"  {product_sql.text_array(events.ReadUpdated.store_keys())});\n"
+        f"  {keys_literal(events.MessageNew.store_keys())},\n"
+        f"  {keys_literal(events.ReadUpdated.store_keys())});\n"
     )
     single = pgbench.send_script(sizes, hot=True)
     return pgbench.Script(f"send_hot_batch{n}", text, single.defines)

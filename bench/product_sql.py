@@ -78,24 +78,13 @@ def _record(names: tuple[str, ...], coro_fn, *args, **kwargs) -> list[Statement]
     for sql, values in conn.statements:
         if len(values) != len(names):
             raise RuntimeError(f"{coro_fn.__name__} binds {len(values)} parameters; names for {len(names)} given")
-        # a list of keys (the event keys a statement fills in) is written into the statement: pgbench
-        # variables are text. Other lists (the inbox's conversation ids and seqs) stay variables.
-        inline = {n: text_array(v) for n, v in enumerate(values, 1) if _is_keys(v)}
-        named = re.sub(
-            r"\$(\d+)", lambda m, inline=inline: inline.get(int(m.group(1))) or ":" + names[int(m.group(1)) - 1], sql
-        )
+        # (the event keys a statement fills in are in its text already: store.key_literal)
+        named = re.sub(r"\$(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], sql)
         params = {
-            name: orjson.dumps(v).decode() if isinstance(v, dict) else v
-            for name, v in zip(names, values, strict=True)
-            if not _is_keys(v)
+            name: orjson.dumps(v).decode() if isinstance(v, dict) else v for name, v in zip(names, values, strict=True)
         }
         statements.append(Statement(named, params))
     return statements
-
-
-def text_array(values: list[str]) -> str:
-    """A text[] literal of SQL (the values are event keys: no quote inside)."""
-    return "ARRAY[" + ", ".join(f"'{value}'" for value in values) + "]::text[]"
 
 
 def send_statement(conversation_id: int = 1, sender_id: str = "1") -> Statement:
