@@ -18,45 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..store.conversations import JsonObject, JsonText
+from strawberry.utils.str_converters import to_camel_case
+
+from ..store.conversations import INBOX_JSON_VALUES, LAST_MESSAGE_JSON_VALUES, JsonObject, JsonText
 from .plan.compile import Selection
 from .types import Conversation, Message
 
-# A node's fields: GraphQL name -> the value of the inbox row that answers it
-# (store.conversations.INBOX_JSON_VALUES; graphql/types.py Conversation.from_row makes the same of them).
-_CONVERSATION = {
-    "id": "id",
-    "type": "type",
-    "title": "title",
-    "lastSeq": "last_seq",
-    "lastMessageAt": "last_message_at",
-    "createdAt": "created_at",
-    "lastReadSeq": "own_read",
-    "unreadCount": "unread_count",
-    "pinnedAt": "pinned_at",
-    "pinned": "pinned",
-    "muted": "muted",
-    "mutedUntil": "muted_until",
-    "archived": "archived",
-    "keptArchived": "kept_archived",
-    "lastChangeSeq": "last_change_seq",
-    "privateReceipts": "receipts_private",
-}
-# lastMessage's (store.conversations.LAST_MESSAGE_JSON_VALUES; Message.last_in_inbox_row)
-_MESSAGE = {
-    "id": "id",
-    "conversationId": "conversation_id",
-    "seq": "seq",
-    "senderId": "sender_id",
-    "clientMsgId": "client_msg_id",
-    "body": "body",
-    "createdAt": "created_at",
-    "editedAt": "edited_at",
-    "deletedAt": "deleted_at",
-    "deletedBy": "deleted_by",
-    "replyCount": "reply_count",
-    "lastReplyAt": "last_reply_at",
-}
+# A node's fields: GraphQL name -> the value of the inbox row that answers it, named as the field
+# (store.conversations.INBOX_JSON_VALUES, LAST_MESSAGE_JSON_VALUES).
+_CONVERSATION = {to_camel_case(name): name for name in INBOX_JSON_VALUES}
+_MESSAGE = {to_camel_case(name): name for name in LAST_MESSAGE_JSON_VALUES}
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,8 +386,9 @@ def _opaque_id(type_name: str, *keys: str) -> str:
     return f"rtrim(translate(encode(convert_to({raw}, 'UTF8'), 'base64'), E'+/\\n', '-_'), '=')"
 
 
-# What an inbox node's JSON may show of the page's row (p): the values graphql's Conversation.from_row
-# makes of the same columns, as JSON (the settings ones only with the membership's settings columns).
+# What an inbox node's JSON may show of the page's row (p), by the name of the field of graphql's
+# Conversation each is (what Conversation.from_row makes of the same columns), as JSON (the settings
+# ones only with the membership's settings columns).
 _INBOX_PLAIN_JSON_VALUES = {
     "id": "p.id::text",
     "type": "p.type",
@@ -395,7 +396,7 @@ _INBOX_PLAIN_JSON_VALUES = {
     "last_seq": "p.last_seq",
     "last_message_at": _json_time("p.last_message_at"),
     "created_at": _json_time("p.created_at"),
-    "own_read": "p.own_read",
+    "last_read_seq": "p.own_read",
     "unread_count": "greatest(p.last_seq - p.own_read - p.unread_deleted, 0)",
     "pinned_at": _json_time("p.pinned_at"),
     "pinned": "(p.pinned_at IS NOT NULL)",
@@ -407,9 +408,9 @@ INBOX_JSON_VALUES = {
     "archived": "p.archived",
     "kept_archived": "(p.archived AND p.keep_archived)",
     "last_change_seq": "p.last_change_seq",
-    "receipts_private": "p.receipts_private",
+    "private_receipts": "p.receipts_private",
 }
-# ... and of its last message (lm; its conversation and seq are the row's): graphql's Message.
+# ... and of its last message (lm; its conversation and seq are the row's), by graphql's Message's fields.
 _LAST_MESSAGE_PLAIN_JSON_VALUES = {
     "id": _opaque_id("Message", "p.id", "p.last_seq"),
     "conversation_id": "p.id::text",
