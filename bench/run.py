@@ -56,16 +56,7 @@ FIGURE_VERDICTS = {
     "fanout": ("fanout_last_ms",),
     "connections": ("kb_per_subscription",),
 }
-TARGETS = {  # ratios to the same-run pgbench (issue 25: the inbox and markRead at 0.6, sends at 0.5)
-    "send_spread": 0.5,
-    "send_hot": 0.5,
-    "read": 0.6,
-    "inbox": 0.6,
-    "live_p99_ms": 50.0,
-    "live_vs_kafka_p99": 3.0,
-    "fanout_last_ms": 150.0,  # issue 10: selecting seen + seenByCount (was 250 ms without them)
-    "kb_per_subscription": 20.0,
-}
+TARGETS = report.TARGETS
 TARGET_TEXT = {
     **{name: ">= {}" for name in SCENARIOS},
     "live_p99_ms": "< {} ms",
