@@ -238,6 +238,10 @@ def crash_rounds(tmp_path: Path, rounds: int = 5, *, expect_zombie: bool = False
             held = HeldBackend(serve.pgdata) if round_ % 2 == 0 else None
             killed = serve.postmaster_pid()
             serve.kill_with_postgres()
+            if expect_zombie:
+                # SIGKILL is delivered at once, but a postmaster is torn down for a while (R or D)
+                # before it is a zombie: serve starts on the zombie, the case this variant is for.
+                _wait_for_zombie(killed, f"round {round_}")
             serve.start()
             if expect_zombie:
                 assert _state(killed) == "Z", f"round {round_}: postmaster {killed} is {_state(killed)}"
@@ -257,6 +261,10 @@ def crash_rounds(tmp_path: Path, rounds: int = 5, *, expect_zombie: bool = False
     finally:
         returncode = serve.stop()
     assert returncode == 0, serve.tail()
+
+
+def _wait_for_zombie(pid: int, what: str) -> None:
+    _wait(lambda: _state(pid) == "Z", 60, lambda: f"{what}: the killed postmaster {pid} is {_state(pid)}, not a zombie")
 
 
 def _state(pid: int) -> str:
