@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -73,8 +74,13 @@ def export_src(rev: str, into: Path) -> Path:
 
 
 def _cpu(pid: int) -> tuple[float, float]:
-    t = psutil.Process(pid).cpu_times()
-    return t.user, t.system
+    """User and system CPU of the server: the process and (with workers) its children, summed."""
+    process = psutil.Process(pid)
+    times = [process.cpu_times()]
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            times.append(child.cpu_times())
+    return sum(t.user for t in times), sum(t.system for t in times)
 
 
 def _segment(
@@ -134,7 +140,13 @@ async def _seed(url: str) -> None:
 
 
 def run(
-    baseline: str, figures: tuple[str, ...], rounds: int, seconds: float, report: Path, profile: Path | None = None
+    baseline: str,
+    figures: tuple[str, ...],
+    rounds: int,
+    seconds: float,
+    report: Path,
+    profile: Path | None = None,
+    workers: int = 1,
 ) -> dict:
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-perf-"))
@@ -155,7 +167,7 @@ def run(
         databases = {name: f"perf_{i}" for i, name in enumerate(sides)}
         asyncio.run(_create_databases(pg, list(databases.values())))
         for name, src in sides.items():
-            server = Server(_database_url(pg, databases[name]), scratch, None)
+            server = Server(_database_url(pg, databases[name]), scratch, None, workers=workers)
             server.env["PYTHONPATH"] = str(src)
             server.env["CHATGQL_MIGRATE_ON_START"] = "true"
             server.log_path = scratch / f"chatgql-{name.replace(' ', '-')}.log"
@@ -186,13 +198,13 @@ def run(
         if pg is not None:
             pg.stop()
         shutil.rmtree(scratch, ignore_errors=True)
-    text = _report(results, base_rev, rounds, seconds)
+    text = _report(results, base_rev, rounds, seconds, workers)
     report.write_text(text)
     print(text)
     return results
 
 
-def _report(results: dict, base_rev: str, rounds: int, seconds: float) -> str:
+def _report(results: dict, base_rev: str, rounds: int, seconds: float, workers: int = 1) -> str:
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True
     ).stdout.strip()
@@ -201,7 +213,13 @@ def _report(results: dict, base_rev: str, rounds: int, seconds: float) -> str:
         "# Server CPU per request: this tree against a baseline (`python -m bench.perf`)",
         "",
         f"Baseline: commit {base_rev}; this tree: {head}{' with uncommitted changes' if dirty.stdout.strip() else ''}. "
-        f"Both servers ran at once against one PostgreSQL, a database each; the load (wrk, {SIZES.clients} connections) "
+        + (
+            f"Each server ran as {workers} workers (`chatgql serve --workers {workers}`), its CPU summed over "
+            "the supervisor and its workers. "
+            if workers > 1
+            else "Each server ran as one process. "
+        )
+        + f"Both servers ran at once against one PostgreSQL, a database each; the load (wrk, {SIZES.clients} connections) "
         f"alternated between them in {rounds} segments of {seconds:g} s each per figure. "
         f"Load average at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())} (2 cores, shared).",
         "",
@@ -235,6 +253,12 @@ def main() -> None:
         help="also run py-spy on each server in its segments: raw stacks in DIR/<figure>-<server>.txt "
         "(py-spy's own CPU makes the figures of such a run worse; measure without it)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="each server as `chatgql serve --workers N` (its CPU summed over the supervisor and its workers)",
+    )
     args = parser.parse_args()
     figures = tuple(f for f in args.only.split(",") if f)
     unknown = set(figures) - set(FIGURES)
@@ -242,7 +266,7 @@ def main() -> None:
         parser.error(f"unknown figures: {', '.join(sorted(unknown))}")
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
-    run(args.baseline, figures, args.rounds, args.seconds, args.report, args.profile)
+    run(args.baseline, figures, args.rounds, args.seconds, args.report, args.profile, args.workers)
 
 
 if __name__ == "__main__":

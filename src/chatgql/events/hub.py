@@ -26,6 +26,11 @@ Frames, both ways: a 4-byte big-endian length, then a kind byte and its fields, 
     hub -> worker   A (a subscription taken) | R taken retry_after (a rate-limit answer)
                     | D trouble (empty: healthy) | M channel message
 Answers (A, R, D) come in the order of the requests, on the connection that asked.
+
+Both ends write a loop turn's frames at once (_Outbox): the rate-limit checks of the requests
+that started in one turn go out as one write, and the hub answers what it read in one. A busy
+worker so pays a write, a read and a wake-up per turn, not per request; W is sent once a turn
+whatever the commits in it.
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ def _frame(kind: bytes, *fields: bytes) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+_WAKE = _frame(b"W")
+
+
 def _text(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -88,14 +96,40 @@ async def _frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         yield await reader.readexactly(size)
 
 
+class _Outbox:
+    """Frames for one connection, written together once the loop turn that queued them ends."""
+
+    __slots__ = ("transport", "frames", "_loop")
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self.transport = transport
+        self.frames: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def put(self, frame: bytes) -> None:
+        if not self.frames:
+            self._loop.call_soon(self.flush)
+        self.frames.append(frame)
+
+    @property
+    def held(self) -> int:
+        """Bytes written and not yet taken by the other end (what the kernel did not take)."""
+        return self.transport.get_write_buffer_size()
+
+    def flush(self) -> None:
+        frames, self.frames = self.frames, []
+        if frames and not self.transport.is_closing():
+            self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+
 # --- the supervisor's side -------------------------------------------------------------------
 
 
 class _Peer:
-    __slots__ = ("writer", "channels")
+    __slots__ = ("outbox", "channels")
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+        self.outbox = _Outbox(writer.transport)
         self.channels: set[str] = set()
 
 
@@ -137,7 +171,7 @@ class Hub:
             _serving.pop(self.path, None)
             self._server.close()
             for peer in list(self._peers):
-                peer.writer.transport.abort()
+                peer.outbox.transport.abort()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2):
                     await self._server.wait_closed()
@@ -152,14 +186,14 @@ class Hub:
                 self._send(peer, frame)
 
     def _send(self, peer: _Peer, frame: bytes) -> None:
-        transport = peer.writer.transport
-        if transport.is_closing():
+        outbox = peer.outbox
+        if outbox.transport.is_closing():
             return
-        if transport.get_write_buffer_size() > MAX_BUFFERED:
+        if outbox.held > MAX_BUFFERED:
             log.warning("hub: a worker stopped reading (%d bytes held for it); cutting it off", MAX_BUFFERED)
-            transport.abort()
+            outbox.transport.abort()
             return
-        peer.writer.write(frame)
+        outbox.put(frame)
 
     def take(self, action: str, user: str, rate: float, burst: int) -> float | None:
         """None: a token was taken; else the seconds until there is one."""
@@ -218,6 +252,7 @@ class _Connection:
         self._path = path
         self._on_message = on_message
         self._writer: asyncio.StreamWriter | None = None
+        self._outbox: _Outbox | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._waiting: deque[asyncio.Future[list[bytes]]] = deque()
         self.failure: BaseException | None = None
@@ -225,6 +260,7 @@ class _Connection:
 
     async def open(self) -> None:
         reader, self._writer = await asyncio.open_unix_connection(self._path)
+        self._outbox = _Outbox(self._writer.transport)
         self._reader_task = asyncio.create_task(self._read(reader), name="hub-reader")
 
     @property
@@ -232,17 +268,24 @@ class _Connection:
         return self._writer is not None and self.failure is None and not self._writer.transport.is_closing()
 
     def send(self, frame: bytes) -> None:
+        """Queue a frame: it goes out with the others of this loop turn."""
         if not self.usable:
             raise BusBroken(f"the hub connection is closed ({self.failure!r})")
-        assert self._writer is not None
-        self._writer.write(frame)
+        assert self._outbox is not None
+        self._outbox.put(frame)
+
+    def queued(self, frame: bytes) -> bool:
+        """Is this very frame (the same object) queued and not yet written?"""
+        return self._outbox is not None and any(queued is frame for queued in self._outbox.frames)
 
     async def request(self, frame: bytes, timeout: float) -> list[bytes]:
         answer: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
         self.send(frame)
         self._waiting.append(answer)
+        # A caller that times out or is cancelled cancels `answer`; its answer, when it comes, is
+        # matched to it all the same (in order) and dropped.
         async with asyncio.timeout(timeout):
-            return await asyncio.shield(answer)
+            return await answer
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         error: BaseException = ConnectionResetError("the hub closed the connection")
@@ -436,7 +479,8 @@ class HubStore:
         """Wake the supervisor's relay (nothing when the hub is not connected: the relay polls)."""
         connection = self._connection
         if connection is not None and connection.usable:
-            connection.send(_frame(b"W"))
+            if not connection.queued(_WAKE):  # one a loop turn, whatever the commits in it
+                connection.send(_WAKE)
         else:
             with contextlib.suppress(RuntimeError):
                 asyncio.get_running_loop().create_task(self._open())
