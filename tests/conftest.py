@@ -280,6 +280,24 @@ async def server(suite_url: str) -> AsyncIterator[RunningServer]:
         yield running
 
 
+@pytest.fixture(autouse=True)
+async def no_subscription_left(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """A test of the session's server leaves no live subscription in it: the next test of this
+    worker counts the server's subscriptions from zero. Waits for the websockets' ends to reach
+    the server (they are asynchronous), then fails this test, the one that left one, by name."""
+    yield
+    if "server" not in request.fixturenames:
+        return
+    dispatcher = request.getfixturevalue("server").runtime.deps.dispatcher
+    deadline = time.monotonic() + 30
+    while dispatcher.active and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if dispatcher.active:
+        from .support.live import describe_subscriptions
+
+        pytest.fail(f"the test left live subscriptions in the session's server: {describe_subscriptions(dispatcher)}")
+
+
 class GraphQLClient:
     """An ordinary GraphQL-over-HTTP client."""
 

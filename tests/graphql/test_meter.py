@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import multiprocessing
 import subprocess
 import sys
 import threading
@@ -211,19 +210,29 @@ def test_a_sampled_process_exits_cleanly():
         assert done.returncode == 0, (done.returncode, done.stderr)
 
 
-def _sampled_thread_after_install() -> object:
-    async def main() -> object:
-        meter.install(asyncio.get_running_loop())
-        return meter._sampler.thread
-
-    return (meter._sampler.thread, asyncio.run(main()))
-
-
-async def test_a_forked_child_samples_afresh():
+def test_a_forked_child_samples_afresh():
     """A child forked without exec inherits SIGPROF's handler but not the timer: were it to take
-    itself for sampled, its requests would never be charged."""
-    meter.install(asyncio.get_running_loop())
-    assert meter._sampler.thread is not None
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        before, after = await asyncio.to_thread(pool.apply, _sampled_thread_after_install)
-    assert before is None and after is not None
+    itself for sampled, its requests would never be charged.
+
+    Forked from a fresh interpreter of its own, not from pytest's worker: a fork copies the
+    locks other threads hold (xdist's receiver thread sits in a read of its channel), and the
+    child would wait on one for good."""
+    script = (
+        "import asyncio, multiprocessing\n"
+        "from chatgql.graphql import meter\n"
+        "def child():\n"
+        "    async def main():\n"
+        "        meter.install(asyncio.get_running_loop())\n"
+        "        return meter._sampler.thread is not None\n"
+        "    return (meter._sampler.thread is not None, asyncio.run(main()))\n"
+        "async def parent():\n"
+        "    meter.install(asyncio.get_running_loop())\n"
+        "    assert meter._sampler.thread is not None\n"
+        "    with multiprocessing.get_context('fork').Pool(1) as pool:\n"
+        "        return await asyncio.to_thread(pool.apply, child)\n"
+        "before, after = asyncio.run(parent())\n"
+        "print(before, after)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"], done.stdout  # not sampled when forked; sampled once installed

@@ -45,9 +45,12 @@ READ_UPDATED = "subscription($c: ID) { readUpdated(conversationId: $c) { convers
 
 
 async def wait_until(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, what: str, interval: float = 0.05
+    predicate: Callable[[], bool | Awaitable[bool]],
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = 0.05,
 ) -> None:
-    """Poll predicate until true; fail with `what` after timeout seconds."""
+    """Poll predicate until true; fail with `what` (or what it returns then) after timeout seconds."""
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()
@@ -56,7 +59,7 @@ async def wait_until(
         if result:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         await asyncio.sleep(interval)
 
 
@@ -79,8 +82,17 @@ async def wait_active_subscriptions(server: Any, count: int, timeout: float = 10
     """Wait until the server's dispatcher holds `count` live subscriptions."""
     dispatcher = server.runtime.deps.dispatcher
     await wait_until(
-        lambda: dispatcher.active == count, timeout, f"{count} active subscriptions (have {dispatcher.active})"
+        lambda: dispatcher.active == count,
+        timeout,
+        lambda: f"{count} active subscriptions (have {dispatcher.active}: {describe_subscriptions(dispatcher)})",
     )
+
+
+def describe_subscriptions(dispatcher: Any) -> str:
+    """The dispatcher's subscriptions, as (user, conversation or None, event type), for a failure's message."""
+    subs = [sub for by_user in dispatcher._by_conversation.values() for s in by_user.values() for sub in s]
+    subs += [sub for s in dispatcher._by_user.values() for sub in s]
+    return ", ".join(f"({sub.user_id}, {sub.conversation_id}, {sub.event_type})" for sub in subs) or "none"
 
 
 async def wait_leader(server: Any, timeout: float = 15) -> None:
