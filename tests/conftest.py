@@ -277,7 +277,11 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 async def server(suite_url: str) -> AsyncIterator[RunningServer]:
     """One chatgql (embedded event bus, no Kafka) for the whole session."""
     async with RunningServer(make_settings(suite_url)) as running:
+        _session_servers.add(id(running))
         yield running
+
+
+_session_servers: set[int] = set()  # the session's `server` of this worker (modules may name their own so)
 
 
 @pytest.fixture(autouse=True)
@@ -288,7 +292,10 @@ async def no_subscription_left(request: pytest.FixtureRequest) -> AsyncIterator[
     yield
     if "server" not in request.fixturenames:
         return
-    dispatcher = request.getfixturevalue("server").runtime.deps.dispatcher
+    server = request.getfixturevalue("server")
+    if id(server) not in _session_servers:
+        return
+    dispatcher = server.runtime.deps.dispatcher
     deadline = time.monotonic() + 30
     while dispatcher.active and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
