@@ -73,13 +73,12 @@ def export_src(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def _cpu(pid: int) -> tuple[float, float]:
-    """User and system CPU of the server: the process and (with workers) its children, summed."""
-    process = psutil.Process(pid)
-    times = [process.cpu_times()]
-    for child in process.children(recursive=True):
+def _cpu(server: Server) -> tuple[float, float]:
+    """User and system CPU of the server's process tree (with workers: the supervisor and its workers)."""
+    times = []
+    for process in server.processes():
         with contextlib.suppress(psutil.Error):
-            times.append(child.cpu_times())
+            times.append(process.cpu_times())
     return sum(t.user for t in times), sum(t.system for t in times)
 
 
@@ -90,9 +89,9 @@ def _segment(
     if profile is not None:  # py-spy on the server for this segment, its raw stacks appended to `profile`
         recorder = profiles.Recorder(server.pid, seconds, profile.with_suffix(".part")).start()
         recorder.attached()
-    user0, sys0 = _cpu(server.pid)
+    user0, sys0 = _cpu(server)
     load = httpload.run(server.port, scenario, workdir, seconds, base)
-    user1, sys1 = _cpu(server.pid)
+    user1, sys1 = _cpu(server)
     if recorder is not None and profile is not None:
         recorder.wait()
         with profile.open("a") as out:

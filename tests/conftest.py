@@ -295,14 +295,12 @@ async def no_subscription_left(request: pytest.FixtureRequest) -> AsyncIterator[
     server = request.getfixturevalue("server")
     if id(server) not in _session_servers:
         return
-    dispatcher = server.runtime.deps.dispatcher
-    deadline = time.monotonic() + 30
-    while dispatcher.active and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    if dispatcher.active:
-        from .support.live import describe_subscriptions
+    from .support.live import wait_active_subscriptions  # it imports this module
 
-        pytest.fail(f"the test left live subscriptions in the session's server: {describe_subscriptions(dispatcher)}")
+    try:
+        await wait_active_subscriptions(server, 0, timeout=30)
+    except AssertionError as error:
+        pytest.fail(f"the test left live subscriptions in the session's server: {error}")
 
 
 class GraphQLClient:

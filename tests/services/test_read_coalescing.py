@@ -109,8 +109,7 @@ class PoolTransactions:
 
     def __init__(self) -> None:
         self.count = 0
-        self.connections: list[Any] = []
-        self._loggers: list[tuple[Any, Any]] = []
+        self._loggers: list[tuple[Any, Any]] = []  # (connection, its logger)
 
     async def attach(self, pool: Any) -> None:
         """A logger on every connection of the pool, filled to its largest size first, so that
@@ -119,31 +118,35 @@ class PoolTransactions:
         try:
             for proxy in held:
                 conn = proxy._con  # the connection itself: the proxy is handed back on release
-                in_transaction = False
-
-                def logged(query: Any, conn: Any = conn) -> None:
-                    nonlocal in_transaction
-                    statement = query.query.lstrip().upper()
-                    if statement.startswith(("BEGIN", "START TRANSACTION")):
-                        in_transaction = True
-                    elif statement.startswith(("COMMIT", "ROLLBACK", "END")):
-                        in_transaction = False
-                        self.count += 1
-                    elif not in_transaction:
-                        self.count += 1
-
+                logged = self._logger()
                 conn.add_query_logger(logged)
                 self._loggers.append((conn, logged))
-                self.connections.append(conn)
         finally:
             for proxy in held:
                 await pool.release(proxy)
+
+    def _logger(self) -> Any:
+        """A query logger for one connection: each has its own BEGIN .. COMMIT state."""
+        in_transaction = False
+
+        def logged(query: Any) -> None:
+            nonlocal in_transaction
+            statement = query.query.lstrip().upper()
+            if statement.startswith(("BEGIN", "START TRANSACTION")):
+                in_transaction = True
+            elif statement.startswith(("COMMIT", "ROLLBACK", "END")):
+                in_transaction = False
+                self.count += 1
+            elif not in_transaction:
+                self.count += 1
+
+        return logged
 
     def detach(self, pool: Any) -> None:
         for conn, logged in self._loggers:
             conn.remove_query_logger(logged)
         live = {id(holder._con) for holder in pool._holders if holder._con is not None}
-        assert live == {id(conn) for conn in self.connections}, "a connection of the pool opened or closed uncounted"
+        assert live == {id(conn) for conn, _ in self._loggers}, "a connection of the pool opened or closed uncounted"
 
 
 async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_well_below_once_per_call(
