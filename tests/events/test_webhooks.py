@@ -23,6 +23,7 @@ from standardwebhooks import Webhook
 from chatgql import cli
 from chatgql.events.presence import Presence
 from chatgql.events.webhooks import parse_secret, sign
+from chatgql.services.erase import erase_user
 from chatgql.settings import load_settings
 
 from ..conftest import REPO, RunningServer, free_port, make_settings
@@ -313,3 +314,111 @@ async def test_presence_is_shared_through_redis_and_a_silent_process_drops_out(r
 
 async def _offline(presence: Presence, user: int) -> bool:
     return not await presence.online([user])
+
+
+# --- deletes and erases reach the webhooks ---------------------------------------------------
+
+SECRETS = ("alpha-secret", "bravo-secret", "bravo-secret-edited", "charlie-secret", "delta-secret")
+EDIT = "mutation($c: ID!, $s: Long!, $b: String!) { editMessage(conversationId: $c, seq: $s, body: $b) { changeSeq } }"
+DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
+
+
+async def _stored_secrets(conn) -> list[str]:
+    """Every stored event row (outbox, webhook queue, dead letters) that holds one of SECRETS."""
+    rows = await conn.fetch(
+        """
+        SELECT 'outbox ' || payload::text AS row FROM outbox
+        UNION ALL SELECT 'queue ' || payload::text || ' ' || coalesce(body, '') FROM webhook_queue
+        UNION ALL SELECT 'dead ' || payload::text || ' ' || coalesce(body, '') FROM webhook_dead
+        """
+    )
+    return [r["row"] for r in rows if any(secret in r["row"] for secret in SECRETS)]
+
+
+async def test_a_deleted_or_erased_message_is_withdrawn_from_the_webhook_queue_and_dead_letters(
+    migrated_url: str, http, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages whose webhooks wait (their endpoint refusing: one dead-lettered, two held back by a
+    Retry-After) are deleted, edited then deleted, and erased with the user: their text is in no
+    stored row afterwards, and the endpoint, once it takes everything, never gets it; it gets their
+    message.deleted (body empty), and every id in a body is a string."""
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        settings = make_settings(
+            migrated_url,
+            webhook_url=receiver.url,
+            webhook_secret=secret,
+            webhook_events="message.new,message.edited,message.deleted",
+            webhook_max_attempts=3,
+            **{**FAST, "webhook_max_backoff_seconds": 600, "big_group_threshold": 10},
+        )
+
+        def refuse_secrets(event: dict, attempt: int) -> str:
+            body = event["data"].get("body") or ""
+            if body.startswith("alpha"):
+                return "fail"  # three attempts, then a dead letter
+            if any(body.startswith(s) for s in ("bravo", "charlie")):
+                return "busy 429 3600"  # held back for 600 s (the cap) after its first attempt
+            return "ok"
+
+        receiver.policy = refuse_secrets
+        async with RunningServer(settings) as server:
+            api = ChatApi.of(server, http)
+            dead, held = await api.create_group(1, [2]), await api.create_group(1, [2])
+            erased = await api.create_group(1, [2, 4])
+            alpha = await api.send(1, dead, "alpha-secret")
+            bravo = await api.send(1, held, "bravo-secret")
+            await api.data(EDIT, {"c": held, "s": bravo, "b": "bravo-secret-edited"}, user=1)  # queued behind it
+            charlie = await api.send(4, erased, "charlie-secret")
+            database = server.runtime.deps.database
+
+            async def waiting() -> bool:
+                async with database.connection() as conn:
+                    dead_rows = await conn.fetchval("SELECT count(*) FROM webhook_dead")
+                    held_rows = await conn.fetchval(
+                        "SELECT count(*) FROM webhook_queue WHERE attempts >= 1 AND body IS NOT NULL"
+                    )
+                return dead_rows == 1 and held_rows == 2
+
+            await wait_until(waiting, 30, "alpha dead-lettered, bravo and charlie held back after an attempt")
+            async with database.connection() as conn:
+                assert len(await _stored_secrets(conn)) == 4  # the texts are there, waiting
+
+            await api.data(DELETE, {"c": dead, "s": alpha}, user=1)
+            await api.data(DELETE, {"c": held, "s": bravo}, user=1)
+            assert await erase_user(database, "4") == 1
+            async with database.connection() as conn:
+                assert await _stored_secrets(conn) == []
+                assert await conn.fetchval("SELECT count(*) FROM webhook_dead") == 0
+
+            # The conversations go on: what is sent next reaches the endpoint, in order, with no
+            # deleted text before it (their heads were the withdrawn rows).
+            after = [await api.send(1, cid, "delta-after") for cid in (dead, held, erased)]
+            assert after == [alpha + 1, bravo + 1, charlie + 1]
+            await wait_until(
+                lambda: {(r.event["data"]["conversationId"], r.event["data"]["seq"]) for r in receiver.done()}
+                >= {(dead, after[0]), (held, after[1]), (erased, after[2])},
+                30,
+                "the messages sent after the deletes taken",
+            )
+            monkeypatch.setenv("CHATGQL_DATABASE_URL", migrated_url)
+            assert "queued again: 0" in await _cli("webhooks", "replay", "--all")
+            async with database.connection() as conn:
+                await wait_until(
+                    lambda: conn.fetchval("SELECT count(*) = 0 FROM webhook_queue"), 30, "the queue drained"
+                )
+                assert await _stored_secrets(conn) == []
+
+        taken = receiver.done()
+        assert not [r.body for r in taken if any(s.encode() in r.body for s in SECRETS)]
+        deleted = {
+            (r.event["data"]["conversationId"], r.event["data"]["seq"]): r.event["data"]
+            for r in taken
+            if r.event["type"] == "message.deleted"
+        }
+        assert set(deleted) == {(dead, alpha), (held, bravo), (erased, charlie)}
+        assert all(data["body"] == "" and data["deletedAt"] for data in deleted.values())
+        for r in receiver.requests:  # ids are strings, as in the GraphQL API
+            data = r.event["data"]
+            assert isinstance(data["conversationId"], str) and isinstance(data["senderId"], str), data
+        assert receiver.unverified == 0
