@@ -16,13 +16,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
 from chatgql import cli
 from chatgql.events.presence import Presence
-from chatgql.events.webhooks import parse_secret, sign
+from chatgql.events.webhooks import Deliverer, parse_retry_after, parse_secret, retry_delay, sign
 from chatgql.services.erase import erase_user
 from chatgql.settings import load_settings
 
@@ -422,3 +423,120 @@ async def test_a_deleted_or_erased_message_is_withdrawn_from_the_webhook_queue_a
             data = r.event["data"]
             assert isinstance(data["conversationId"], str) and isinstance(data["senderId"], str), data
         assert receiver.unverified == 0
+
+
+async def test_a_message_deleted_before_its_event_is_relayed_is_relayed_without_its_text_and_never_posted(
+    migrated_url: str, http
+) -> None:
+    """The relay stopped: a message, its edit and its delete wait in the outbox. The delete erased
+    the body of the first two there; relayed later, they are not queued for the webhooks (only the
+    message.deleted is posted), and the text is in no stored row at any point after the delete."""
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        base = make_settings(
+            migrated_url,
+            webhook_url=receiver.url,
+            webhook_secret=secret,
+            webhook_events="message.new,message.edited,message.deleted",
+            **FAST,
+        )
+        async with RunningServer(base.model_copy(update={"run_relay": False})) as server:
+            api = ChatApi.of(server, http)
+            cid = await api.create_group(1, [2])
+            kept = await api.send(1, cid, "kept")
+            seq = await api.send(1, cid, "echo alpha-secret")
+            await api.data(EDIT, {"c": cid, "s": seq, "b": "bravo-secret-edited"}, user=1)
+            async with server.runtime.deps.database.connection() as conn:
+                assert len(await _stored_secrets(conn)) == 2
+                await api.data(DELETE, {"c": cid, "s": seq}, user=1)
+                assert await _stored_secrets(conn) == []
+                erased = await conn.fetch(
+                    "SELECT payload->>'type' AS type, payload->>'body' AS body FROM outbox WHERE payload ? 'erased' ORDER BY id"
+                )
+                assert [(r["type"], r["body"]) for r in erased] == [("message.new", ""), ("message.edited", "")]
+        async with RunningServer(base) as server:  # the relay runs: the outbox drains
+            async with server.runtime.deps.database.connection() as conn:
+                await wait_until(
+                    lambda: conn.fetchval("SELECT count(*) = 0 FROM outbox"), 30, "the outbox relayed"
+                )
+            await wait_until(lambda: len(receiver.done()) == 2, 30, "two events posted")
+            async with server.runtime.deps.database.connection() as conn:
+                await wait_until(lambda: conn.fetchval("SELECT count(*) = 0 FROM webhook_queue"), 30, "queue drained")
+                assert await _stored_secrets(conn) == []
+        posted = [(r.event["type"], r.event["data"]["seq"], r.event["data"]["body"]) for r in receiver.done()]
+        assert posted == [("message.new", kept, "kept"), ("message.deleted", seq, "")]
+
+
+async def test_retry_after_of_a_429_or_503_is_honoured_up_to_the_backoffs_cap(migrated_url: str, http) -> None:
+    """The next attempt's time is stored when an attempt fails: read it, no waiting. A 429 asking for
+    20 s waits 20 s (the backoff alone: 0.02 s); a 503 asking for 9999 s waits the cap, 30 s."""
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        settings = make_settings(
+            migrated_url,
+            webhook_url=receiver.url,
+            webhook_secret=secret,
+            **{**FAST, "webhook_max_backoff_seconds": 30},
+        )
+        async with RunningServer(settings) as server:
+            api = ChatApi.of(server, http)
+            slow, down = await api.create_group(1, [2]), await api.create_group(1, [2])
+            answers = {slow: "busy 429 20", down: "busy 503 9999"}
+            receiver.policy = lambda event, attempt: answers[event["data"]["conversationId"]]
+            await api.send(1, slow)
+            await api.send(1, down)
+            async with server.runtime.deps.database.connection() as conn:
+
+                async def waits() -> dict[str, tuple]:
+                    rows = await conn.fetch(
+                        "SELECT msg_key, attempts, last_error,"
+                        " extract(epoch FROM next_attempt_at - now())::float8 AS wait FROM webhook_queue"
+                    )
+                    return {r["msg_key"]: (r["attempts"], r["last_error"], r["wait"]) for r in rows}
+
+                await wait_until(
+                    lambda: _all_attempted(waits()), 30, "one attempt of each"
+                )
+                got = await waits()
+            assert len(receiver.requests) == 2, [r.answer for r in receiver.requests]
+        (slow_attempts, slow_error, slow_wait), (down_attempts, down_error, down_wait) = got[slow], got[down]
+        assert (slow_attempts, slow_error, down_attempts, down_error) == (1, "HTTP 429", 1, "HTTP 503")
+        assert 15 < slow_wait <= 20, got
+        assert 25 < down_wait <= 30, got
+
+
+async def _all_attempted(waits) -> bool:  # noqa: ANN001
+    rows = await waits
+    return len(rows) == 2 and all(attempts == 1 for attempts, _, _ in rows.values())
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date_and_bounded_by_the_backoff() -> None:
+    now = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+    assert parse_retry_after("20", now) == 20
+    assert parse_retry_after("Thu, 01 Jan 2026 00:01:30 GMT", now) == 90
+    assert parse_retry_after("Wed, 31 Dec 2025 23:00:00 GMT", now) == 0  # past: now
+    assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
+    assert retry_delay(1, 0.02, 30, 20) == 20
+    assert retry_delay(1, 0.02, 30, 9999) == 30  # never past the cap
+    assert 2 <= retry_delay(3, 1, 30, 0.5) <= 4  # never shorter than the backoff
+
+
+async def test_a_2xx_whose_body_trickles_is_cut_at_the_timeout_for_the_whole_exchange() -> None:
+    """The endpoint answers 200 at once, then a byte every 0.05 s forever: each read is well within
+    the 1 s timeout, the exchange is not. It is cut at 1 s, a failed attempt (time measured only
+    against a bound the old cut, at the timeout + 1 s, could not meet)."""
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        receiver.policy = lambda event, attempt: "trickle"
+        deliverer = Deliverer(
+            "postgresql://unused", Presence(None), url=receiver.url, secret=parse_secret(secret), big_group_threshold=2,
+            timeout_seconds=1.0,
+        )
+        body = b'{"type":"message.new","data":{"conversationId":"1","seq":1}}'
+        async with httpx.AsyncClient(timeout=1.0) as client:
+            started = time.monotonic()
+            outcome = await deliverer.post(client, "msg_1", body)
+            elapsed = time.monotonic() - started
+        assert outcome.error == "TimeoutError", outcome
+        assert [r.answer for r in receiver.requests] == ["trickle"]
+        assert 1.0 <= elapsed < 1.9, elapsed
