@@ -22,16 +22,18 @@ from pydantic import ValidationError
 from standardwebhooks import Webhook
 
 from chatgql import cli
+from chatgql.events.hub import Hub, HubPresenceLink
 from chatgql.events.presence import Presence
 from chatgql.events.webhooks import Deliverer, parse_retry_after, parse_secret, retry_delay, sign
 from chatgql.services.erase import erase_user
 from chatgql.settings import load_settings
 
 from ..conftest import REPO, RunningServer, free_port, make_settings
-from ..support.infra import JWT_SECRET, ChatProcess, chat_env
+from ..support.infra import JWT_SECRET, ChatProcess, chat_env, tail
 from ..support.live import ChatApi, WsClient, bearer, metrics, wait_until, ws_connect
 from ..support.webhooks import Receiver, new_secret
 from .test_multiprocess import redis_url  # noqa: F401  the fixture
+from .test_workers import only_one_accepting, sockets_by_worker, workers_server
 
 FAST = {
     "webhook_allow_private": True,  # the endpoint is 127.0.0.1, over http
@@ -540,3 +542,76 @@ async def test_a_2xx_whose_body_trickles_is_cut_at_the_timeout_for_the_whole_exc
         assert outcome.error == "TimeoutError", outcome
         assert [r.answer for r in receiver.requests] == ["trickle"]
         assert 1.0 <= elapsed < 1.9, elapsed
+
+
+async def test_presence_on_the_hub_lists_the_users_of_every_worker_and_drops_a_workers_users_with_it(
+    tmp_path: Path,
+) -> None:
+    """The supervisor's presence reads its hub; each worker tells it its users over a connection of
+    its own. A user is online while any worker lists them; a worker whose connection ends drops out,
+    and tells its whole set again when it connects again."""
+    hub = Hub(str(tmp_path / "hub.sock"))
+    async with hub.serving():
+        supervisor = Presence(None, hub=hub)
+        workers = [Presence(None, heartbeat_seconds=0.05, hub_link=HubPresenceLink(hub.url)) for _ in range(2)]
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        try:
+            first, second = workers
+            first.connected("7")
+            first.connected("7")  # two sockets on one worker
+            second.connected("8")
+            await wait_until(lambda: _online(supervisor, ["7", "8", "9"], {"7", "8"}), 5, "7 and 8 online")
+            first.disconnected("7")
+            second.connected("7")  # and one on the other
+            first.disconnected("7")
+            await wait_until(lambda: _online(supervisor, ["7", "8"], {"7", "8"}), 5, "7 online on the second")
+            second.disconnected("7")
+            await wait_until(lambda: _online(supervisor, ["7", "8"], {"8"}), 5, "7 offline once no worker lists it")
+            tasks[1].cancel()  # the second worker's link ends: its users drop out
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks[1]
+            await wait_until(lambda: _online(supervisor, ["8"], set()), 5, "a gone worker's users offline")
+            tasks[1] = asyncio.create_task(second.run())
+            await wait_until(lambda: _online(supervisor, ["8"], {"8"}), 5, "told again on a new connection")
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _online(presence: Presence, users: list[str], expected: set[str]) -> bool:
+    return await presence.online(users) == expected
+
+
+async def test_on_the_default_two_worker_serve_a_member_online_on_either_worker_is_not_pushed(
+    migrated_url: str, tmp_path: Path, http
+) -> None:
+    """`chatgql serve` with 2 workers and no Redis (the hub): user 2's websocket on one worker, user
+    3's on the other (the other worker stopped while each connects); the supervisor's deliverer
+    lists only user 4, who has none, as offline."""
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        env = {
+            "CHATGQL_WEBHOOK_URL": receiver.url,
+            "CHATGQL_WEBHOOK_SECRET": secret,
+            **{f"CHATGQL_{k.upper()}": str(v).lower() for k, v in {**FAST, "big_group_threshold": 10}.items()},
+        }
+        async with workers_server(migrated_url, tmp_path, None, "unused", bus="hub", env_extra=env) as server:
+            pids = server.process.workers()
+            assert len(pids) == 2, tail(server.process.log)
+            api = ChatApi(http, server.url, server.settings)
+            cid = await api.create_group(1, [2, 3, 4])
+            sockets = []
+            try:
+                for user, pid in ((2, pids[0]), (3, pids[1])):
+                    with only_one_accepting(server.process, pid):
+                        sockets.append(await WsClient.connect(server.ws_url, bearer(server.settings, user)))
+                held = sockets_by_worker(server.process, server.port)
+                assert all(held[pid] for pid in pids), f"a socket on each worker: {held}"
+                seq = await api.send(1, cid, "hello")
+                await wait_until(lambda: len(receiver.done()) == 1, 30, "the message posted")
+            finally:
+                await asyncio.gather(*(s.close() for s in sockets), return_exceptions=True)
+        (posted,) = receiver.done()
+        assert (posted.event["data"]["conversationId"], posted.event["data"]["seq"]) == (cid, seq)
+        assert posted.event["recipients"] == {"memberCount": 4, "offline": ["4"]}
