@@ -399,8 +399,10 @@ async def test_a_deleted_or_erased_message_is_withdrawn_from_the_webhook_queue_a
             after = [await api.send(1, cid, "delta-after") for cid in (dead, held, erased)]
             assert after == [alpha + 1, bravo + 1, charlie + 1]
             await wait_until(
-                lambda: {(r.event["data"]["conversationId"], r.event["data"]["seq"]) for r in receiver.done()}
-                >= {(dead, after[0]), (held, after[1]), (erased, after[2])},
+                lambda: (
+                    {(r.event["data"]["conversationId"], r.event["data"]["seq"]) for r in receiver.done()}
+                    >= {(dead, after[0]), (held, after[1]), (erased, after[2])}
+                ),
                 30,
                 "the messages sent after the deletes taken",
             )
@@ -458,9 +460,7 @@ async def test_a_message_deleted_before_its_event_is_relayed_is_relayed_without_
                 assert [(r["type"], r["body"]) for r in erased] == [("message.new", ""), ("message.edited", "")]
         async with RunningServer(base) as server:  # the relay runs: the outbox drains
             async with server.runtime.deps.database.connection() as conn:
-                await wait_until(
-                    lambda: conn.fetchval("SELECT count(*) = 0 FROM outbox"), 30, "the outbox relayed"
-                )
+                await wait_until(lambda: conn.fetchval("SELECT count(*) = 0 FROM outbox"), 30, "the outbox relayed")
             await wait_until(lambda: len(receiver.done()) == 2, 30, "two events posted")
             async with server.runtime.deps.database.connection() as conn:
                 await wait_until(lambda: conn.fetchval("SELECT count(*) = 0 FROM webhook_queue"), 30, "queue drained")
@@ -496,9 +496,7 @@ async def test_retry_after_of_a_429_or_503_is_honoured_up_to_the_backoffs_cap(mi
                     )
                     return {r["msg_key"]: (r["attempts"], r["last_error"], r["wait"]) for r in rows}
 
-                await wait_until(
-                    lambda: _all_attempted(waits()), 30, "one attempt of each"
-                )
+                await wait_until(lambda: _all_attempted(waits()), 30, "one attempt of each")
                 got = await waits()
             assert len(receiver.requests) == 2, [r.answer for r in receiver.requests]
         (slow_attempts, slow_error, slow_wait), (down_attempts, down_error, down_wait) = got[slow], got[down]
@@ -531,7 +529,11 @@ async def test_a_2xx_whose_body_trickles_is_cut_at_the_timeout_for_the_whole_exc
     async with Receiver(secret) as receiver:
         receiver.policy = lambda event, attempt: "trickle"
         deliverer = Deliverer(
-            "postgresql://unused", Presence(None), url=receiver.url, secret=parse_secret(secret), big_group_threshold=2,
+            "postgresql://unused",
+            Presence(None),
+            url=receiver.url,
+            secret=parse_secret(secret),
+            big_group_threshold=2,
             timeout_seconds=1.0,
         )
         body = b'{"type":"message.new","data":{"conversationId":"1","seq":1}}'

@@ -263,8 +263,8 @@ class Hub:
             log.warning("hub: dropping a worker's connection", exc_info=True)
         finally:
             self._peers.discard(peer)
-            for user in peer.online:
-                self._unlist(user)
+            for listed in peer.online:
+                self._unlist(listed)
             peer.online.clear()
             writer.transport.abort()
 
@@ -546,7 +546,7 @@ class HubPresenceLink:
         while True:
             ended = asyncio.Event()
             connection = _Connection(self._path)
-            connection.on_broken = lambda _error: ended.set()
+            connection.on_broken = lambda _error, ended=ended: ended.set()
             try:
                 await connection.open()
                 for user in users():
