@@ -528,7 +528,8 @@ def served_hub(url: str) -> Hub | None:
 
 class HubPresenceLink:
     """A worker's presence on its supervisor's hub: the users online here, told as they change
-    (frames O and F, written at once: the hub knows before the websocket's ack goes out). On a new
+    (frames O and F, written at once, not at the loop turn's end: the hub has it as the websocket's
+    ack reaches its client, long before anything that client sends is relayed). On a new
     connection the whole set is told again; while there is none, nothing is (the hub dropped this
     worker's users with the old one)."""
 
