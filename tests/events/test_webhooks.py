@@ -25,8 +25,11 @@ from chatgql import cli
 from chatgql.events.hub import Hub, HubPresenceLink
 from chatgql.events.presence import Presence
 from chatgql.events.webhooks import Deliverer, parse_retry_after, parse_secret, retry_delay, sign
+from chatgql.services.changes import CONTENT_KINDS
 from chatgql.services.erase import erase_user
 from chatgql.settings import load_settings
+from chatgql.store import outbox
+from chatgql.store import webhooks as webhook_store
 
 from ..conftest import REPO, RunningServer, free_port, make_settings
 from ..support.infra import JWT_SECRET, ChatProcess, chat_env, tail
@@ -617,3 +620,66 @@ async def test_on_the_default_two_worker_serve_a_member_online_on_either_worker_
         (posted,) = receiver.done()
         assert (posted.event["data"]["conversationId"], posted.event["data"]["seq"]) == (cid, seq)
         assert posted.event["recipients"] == {"memberCount": 4, "offline": ["4"]}
+
+
+async def test_a_delete_racing_the_relays_move_into_the_queue_leaves_no_text_whichever_commits_first(
+    migrated_url: str, http
+) -> None:
+    """The relay's statement that moves a message.new from the outbox into the webhook queue, and the
+    delete of that message, each made to wait for the other's row lock (two transactions held
+    open, each wait seen in pg_stat_activity): relay first, the delete's later statement withdraws
+    the queued row; delete first, the relay moves the erased row, which is not queued."""
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        settings = make_settings(migrated_url, webhook_url=receiver.url, webhook_secret=secret, **FAST)
+        async with RunningServer(settings.model_copy(update={"run_relay": False, "run_webhooks": False})) as server:
+            api = ChatApi.of(server, http)
+            cid = await api.create_group(1, [2])
+            relay_first = await api.send(1, cid, "alpha-secret")
+            delete_first = await api.send(1, cid, "bravo-secret")
+            database = server.runtime.deps.database
+            kinds = ["message.new"]
+
+            async def outbox_id(seq: int) -> int:
+                async with database.connection() as conn:
+                    return await conn.fetchval(
+                        "SELECT id FROM outbox WHERE payload->>'type' = 'message.new' AND (payload->>'seq')::int = $1",
+                        seq,
+                    )
+
+            async def someone_waits_for_a_lock() -> bool:
+                async with database.connection() as conn:
+                    return await conn.fetchval(
+                        "SELECT count(*) > 0 FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+
+            # The relay first: its move is uncommitted while the delete runs into its row lock.
+            async with database.connection() as relay:
+                moving = relay.transaction()
+                await moving.start()
+                await outbox.delete(relay, [await outbox_id(relay_first)], kinds)
+                deleting = asyncio.create_task(api.data(DELETE, {"c": cid, "s": relay_first}, user=1))
+                await wait_until(someone_waits_for_a_lock, 10, "the delete waits for the relay's move")
+                await moving.commit()
+                await deleting
+            # The delete first: its erase is uncommitted while the relay's move runs into it.
+            row = await outbox_id(delete_first)
+            async with database.connection() as deleter:
+                erasing = deleter.transaction()
+                await erasing.start()
+                await outbox_store_erase(deleter, cid, delete_first)
+                async with database.connection() as relay:
+                    moving_task = asyncio.create_task(outbox.delete(relay, [row], kinds))
+                    await wait_until(someone_waits_for_a_lock, 10, "the relay's move waits for the erase")
+                    await erasing.commit()
+                    await moving_task
+            async with database.connection() as conn:
+                assert await _stored_secrets(conn) == []
+                assert await conn.fetchval("SELECT count(*) FROM webhook_queue") == 0
+
+
+async def outbox_store_erase(conn, cid: str, seq: int) -> None:  # noqa: ANN001
+    """What the delete's transaction does to the stored events, in its order (services.changes.tombstone_txn)."""
+    await outbox.erase_txn(conn, cid, [seq], CONTENT_KINDS)
+    await webhook_store.withdraw_txn(conn, cid, [seq], CONTENT_KINDS)
