@@ -14,15 +14,17 @@ exchange) is tried again after an exponential backoff with jitter (or after a 42
 Retry-After when that is longer, never past the backoff's cap), up to `max_attempts` attempts;
 then the event moves to the dead letters (webhook_dead) and the conversation goes on. A delete
 withdraws its message's events from the queue and the dead letters (services/changes.py
-tombstone_txn): a row gone before its first attempt is not posted. At least once: a deliverer killed after the
-endpoint answered and before the row's delete sends it again, with the same webhook-id.
+tombstone_txn): a withdrawn row is not posted again (a request already on its way is not
+recalled). At least once: a deliverer killed after the endpoint answered and before the row's
+delete sends it again, with the same webhook-id.
 
 Requests are signed as Standard Webhooks specifies (https://www.standardwebhooks.com/):
 webhook-id, webhook-timestamp (epoch seconds) and webhook-signature "v1,<base64 HMAC-SHA256 of
 '<id>.<timestamp>.<body>'>", the key being the base64-decoded secret (whsec_ prefix optional).
 The body is fixed at the first attempt: {"type", "timestamp", "data": the event as subscribers
-get it, its conversationId a string as in the GraphQL API}, and for message.new "recipients": the members not online anywhere (events/presence.py),
-or in a group of more than big_group_threshold members only its memberCount (a notice).
+get it, its conversationId a string as in the GraphQL API}, and for message.new "recipients":
+the members not online anywhere (events/presence.py), or in a group of more than
+big_group_threshold members only its memberCount (a notice).
 """
 
 from __future__ import annotations
