@@ -18,8 +18,10 @@ arguments (variables included), before any resolver runs:
   `first` (default 20) and of searchMessages `first` (default 20), on their
   `nodes` and `edges`; `members(first:)` and
   `seenBy(first:)` their page, capped by CHATGQL_MEMBERS_PAGE_MAX;
-  `nodes(ids:)` the ids given; `sync` its cursors times `limit`; a list this
-  module does not know, 100 items;
+  `nodes(ids:)` the ids given; `sync` its cursors times `limit`; a message's
+  `attachments`, `reactions` and `mentions` the most a message can hold
+  (CHATGQL_MAX_ATTACHMENTS, ..._REACTIONS_PER_MESSAGE, ..._MENTIONS); a list
+  this module does not know, 100 items;
 - `__schema` and `__type` subtrees cost nothing here (introspection is off in
   production and has a depth rule of its own).
 
@@ -84,6 +86,9 @@ class CostLimits:
     members_page_max: int = 1000
     max_sync_cursors: int = 500
     max_sync_messages: int = 1000
+    max_attachments: int = 10
+    max_reactions: int = 20
+    max_mentions: int = 50
 
 
 class _Walk:
@@ -239,6 +244,18 @@ def _sync(walk: _Walk, node: FieldNode) -> int:
     return walk.length(node, "cursors", cap=walk.limits.max_sync_cursors)
 
 
+def _attachments(walk: _Walk, node: FieldNode) -> int:
+    return walk.limits.max_attachments
+
+
+def _reactions(walk: _Walk, node: FieldNode) -> int:
+    return walk.limits.max_reactions
+
+
+def _mentions(walk: _Walk, node: FieldNode) -> int:
+    return walk.limits.max_mentions
+
+
 def _delivered_many(walk: _Walk, node: FieldNode) -> int:
     return walk.length(node, "items", cap=walk.limits.max_sync_cursors)
 
@@ -254,6 +271,9 @@ _LIST_SIZES: dict[tuple[str, str], Callable[[_Walk, FieldNode], int]] = {
     ("Message", "seenBy"): _seen_by,
     ("Message", "reactedBy"): _seen_by,
     ("Message", "replies"): lambda walk, node: walk.count(node, "first", default=DEFAULT_PAGE, cap=MAX_PAGE),
+    ("Message", "attachments"): _attachments,
+    ("Message", "reactions"): _reactions,
+    ("Message", "mentions"): _mentions,
     ("Query", "nodes"): _nodes,
     ("Query", "sync"): _sync,
     ("Mutation", "markDeliveredMany"): _delivered_many,

@@ -151,6 +151,9 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
                 members_page_max=settings.members_page_max,
                 max_sync_cursors=settings.max_sync_cursors,
                 max_sync_messages=settings.max_sync_messages,
+                max_attachments=settings.max_attachments,
+                max_reactions=settings.max_reactions_per_message,
+                max_mentions=settings.max_mentions,
             )
         )
         schema = build_schema(
