@@ -23,7 +23,10 @@ import graphql
 import httpx
 import pytest
 
+from chatgql import compat
+from chatgql.graphql.cost import CostCache, CostLimits
 from chatgql.graphql.examples import CLIENT_MSG_ID, EXAMPLES
+from chatgql.graphql.schema import schema
 
 from ..conftest import REPO, GraphQLClient, RunningServer, make_settings, scratch_database
 from ..support.live import wait_active_subscriptions, ws_connect
@@ -153,3 +156,24 @@ async def test_a_documented_operation_is_accepted_as_written(
         await wait_active_subscriptions(prod, 1)
         await live.stop()
         await wait_active_subscriptions(prod, 0)
+
+
+def _documented_sync() -> Documented:
+    (sync,) = [d for d in DOCUMENTED if d.where.startswith("docs/guide/api.md") and "sync" in d.query]
+    return sync
+
+
+async def test_the_documented_sync_takes_its_default_limit_over_every_conversation(world: GraphQLClient):
+    cursors = [{"conversationId": str(n), "afterSeq": 0, "afterChangeSeq": 0} for n in range(1, 10)]
+    body = await world.execute(_documented_sync().query, {"cursors": cursors}, user=1)
+    assert "errors" not in body, body["errors"]
+    pages = {s["conversationId"]: s for s in body["data"]["sync"]}
+    assert len(pages["1"]["messages"]) == 300 // 9 and pages["1"]["hasMore"]  # the budget, shared
+
+
+def test_the_documented_sync_is_priced_within_the_production_bound_up_to_356_cursors(prod: RunningServer):
+    costs = CostCache(CostLimits.of(prod.settings))
+    document = graphql.parse(_documented_sync().query)
+    for count in (1, 3, 4, 300, 356):
+        cost, _ = costs.cost(compat.core_schema(schema), document, None, {"cursors": [{}] * count})
+        assert cost <= prod.settings.max_operation_cost, (count, cost)

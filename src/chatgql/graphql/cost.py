@@ -63,6 +63,7 @@ from graphql import (
 from ..services.checks import DEFAULT_PAGE, MAX_PAGE
 from ..services.history import sync_page
 from ..services.search import DEFAULT_SEARCH_PAGE
+from ..settings import Settings
 from .nodes import MAX_NODES
 
 _SCALARS = {"ID": 20, "Long": 20, "Int": 11, "Float": 24, "Boolean": 5, "DateTime": 32, "UUID": 38, "String": 64}
@@ -85,10 +86,26 @@ class CostLimits:
     title_chars: int = 200
     members_page_max: int = 1000
     max_sync_cursors: int = 500
-    max_sync_messages: int = 1000
+    max_sync_messages: int = 300
     max_attachments: int = 10
     max_reactions: int = 20
     max_mentions: int = 50
+
+    @classmethod
+    def of(cls, settings: Settings) -> CostLimits:
+        return cls(
+            max_cost=settings.max_operation_cost,
+            max_event_cost=settings.max_subscription_event_cost,
+            max_socket_event_cost=settings.max_socket_event_cost,
+            body_chars=settings.max_body_chars,
+            title_chars=settings.max_title_chars,
+            members_page_max=settings.members_page_max,
+            max_sync_cursors=settings.max_sync_cursors,
+            max_sync_messages=settings.max_sync_messages,
+            max_attachments=settings.max_attachments,
+            max_reactions=settings.max_reactions_per_message,
+            max_mentions=settings.max_mentions,
+        )
 
 
 class _Walk:
