@@ -28,7 +28,7 @@ from chatgql.graphql.cost import CostCache, CostLimits
 from chatgql.graphql.examples import CLIENT_MSG_ID, EXAMPLES
 from chatgql.graphql.schema import schema
 
-from ..conftest import REPO, GraphQLClient, RunningServer, make_settings, scratch_database
+from ..conftest import REPO, GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
 from ..support.live import wait_active_subscriptions, ws_connect
 
 SECRET = "a-production-secret-for-documented-operations-0123456789"
@@ -121,6 +121,7 @@ async def prod(database_url: str) -> AsyncIterator[RunningServer]:
     assert settings.env == "production" and not settings.introspection_enabled
     async with RunningServer(settings) as running:
         yield running
+    await drop_database(database_url, "chatgql_documented")
 
 
 @pytest.fixture(scope="module")
