@@ -20,7 +20,8 @@ arguments (variables included), before any resolver runs:
   `seenBy(first:)` their page, capped by CHATGQL_MEMBERS_PAGE_MAX;
   `nodes(ids:)` the ids given; `sync` its cursors times `limit`; a message's
   `attachments`, `reactions` and `mentions` the most a message can hold
-  (CHATGQL_MAX_ATTACHMENTS, ..._REACTIONS_PER_MESSAGE, ..._MENTIONS); a list
+  (CHATGQL_MAX_ATTACHMENTS, ..._REACTIONS_PER_MESSAGE, and for mentions
+  CHATGQL_MAX_GROUP_MEMBERS: an everyone-mention lists every member); a list
   this module does not know, 100 items;
 - `__schema` and `__type` subtrees cost nothing here (introspection is off in
   production and has a depth rule of its own).
@@ -89,7 +90,7 @@ class CostLimits:
     max_sync_messages: int = 300
     max_attachments: int = 10
     max_reactions: int = 20
-    max_mentions: int = 50
+    max_mentions: int = 1000  # an everyone-mention lists every member of the group
 
     @classmethod
     def of(cls, settings: Settings) -> CostLimits:
@@ -104,7 +105,7 @@ class CostLimits:
             max_sync_messages=settings.max_sync_messages,
             max_attachments=settings.max_attachments,
             max_reactions=settings.max_reactions_per_message,
-            max_mentions=settings.max_mentions,
+            max_mentions=max(settings.max_mentions, settings.max_group_members),
         )
 
 
