@@ -173,9 +173,10 @@ class Settings(BaseSettings):
     max_title_chars: int = 200
     max_group_members: int = 1000
     max_sync_cursors: int = 500
-    # One sync answers at most this many messages in all: each cursor's page is then
-    # min(limit, max(1, max_sync_messages // cursors)), hasMore says where more wait.
-    max_sync_messages: int = Field(default=1000, ge=1)
+    # One sync answers at most this many messages in all, and as many changes: each cursor's page is
+    # min(limit, max(1, max_sync_messages // cursors)), hasMore says where more wait. 300 full messages
+    # and 300 changes price at about 6 MB, within max_operation_cost (docs/operating/limits.md).
+    max_sync_messages: int = Field(default=300, ge=1)
     subscriber_buffer: int = Field(default=1000, ge=1)
     max_subscriptions_per_connection: int = 100
 

@@ -141,18 +141,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         self.limits = OperationLimits(
             settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
         )
-        self.costs = CostCache(
-            CostLimits(
-                max_cost=settings.max_operation_cost,
-                max_event_cost=settings.max_subscription_event_cost,
-                max_socket_event_cost=settings.max_socket_event_cost,
-                body_chars=settings.max_body_chars,
-                title_chars=settings.max_title_chars,
-                members_page_max=settings.members_page_max,
-                max_sync_cursors=settings.max_sync_cursors,
-                max_sync_messages=settings.max_sync_messages,
-            )
-        )
+        self.costs = CostCache(CostLimits.of(settings))
         schema = build_schema(
             introspection=settings.introspection_enabled,
             limits=self.limits,
