@@ -215,6 +215,7 @@ def _frame_size(header: bytes) -> int | None:
         return 10 + mask + int.from_bytes(header[2:10], "big")
     return 2 + mask + length
 
+
 # A message shorter than this is sent uncompressed (RSV1 unset, RFC 7692 section 6): connection_ack,
 # ka, complete, pong gain nothing from deflate, and an idle subscriber gets nothing else.
 _PLAIN_BELOW = 64
