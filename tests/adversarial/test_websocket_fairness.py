@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -25,6 +26,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+import websockets
+from websockets.exceptions import ConnectionClosed
 
 from .conftest import ServeProcess, serve_process
 from .test_websocket_floods import BYSTANDER_P99, RemoteBystander, _text_frame
@@ -212,3 +215,83 @@ async def test_five_sockets_batching_pings_are_closed_4429_and_leave_a_bystander
         assert s.frames_sent > s.pongs, report  # it did send more than it was answered
     bystander.assert_served(BYSTANDER_P99)
     assert rounds_during >= MIN_ROUNDS, report
+
+
+# --- the budgets sockets share -------------------------------------------------------------------------
+
+# Slow refills, so that what one socket spent is still spent when the next one sends.
+SHARED = {
+    "CHATGQL_WS_MESSAGES_PER_SECOND": "0.5",
+    "CHATGQL_WS_MESSAGES_BURST": "100",
+    "CHATGQL_WS_MESSAGES_PER_ADDRESS_PER_SECOND": "0.5",
+    "CHATGQL_WS_MESSAGES_PER_ADDRESS_BURST": "150",
+}
+
+
+@pytest.fixture(scope="module")
+async def budgets(migrated_url: str) -> AsyncIterator[ServeProcess]:
+    async with serve_process(migrated_url, **SHARED) as process:
+        yield process
+
+
+async def _socket(server: ServeProcess, user_id: int, address: str):
+    ws = await websockets.connect(
+        server.ws_url,
+        subprotocols=["graphql-transport-ws"],
+        compression=None,
+        ping_interval=None,
+        proxy=None,
+        local_addr=(address, 0),
+    )
+    payload = {"Authorization": f"Bearer {server.token(user_id)}"}
+    await ws.send(json.dumps({"type": "connection_init", "payload": payload}))
+    assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+    return ws
+
+
+async def _pings(ws, count: int) -> tuple[int, tuple[int | None, str | None]]:
+    """Send count pings; (pongs answered, the close) once all are answered or the socket closed."""
+    for _ in range(count):
+        await ws.send('{"type":"ping"}')
+    pongs = 0
+    with contextlib.suppress(ConnectionClosed):
+        while pongs < count:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), 15))
+            pongs += frame["type"] == "pong"
+    return pongs, (ws.close_code, ws.close_reason)
+
+
+async def test_a_users_sockets_share_one_message_budget(budgets: ServeProcess) -> None:
+    """The user's first socket spends most of the burst; its second socket gets only the rest and
+    is closed with 4429, while another user's socket from another address is answered in full."""
+    first = await _socket(budgets, 8201, "127.0.0.2")
+    second = await _socket(budgets, 8201, "127.0.0.2")
+    other = await _socket(budgets, 8202, "127.0.0.3")
+    try:
+        # connection_init counts: two of the user's 100 went to the inits.
+        assert (await _pings(first, 80))[0] == 80
+        pongs, close = await _pings(second, 40)
+        assert close == (4429, "Too many messages"), (pongs, close)
+        assert pongs < 40, pongs
+        assert await _pings(other, 40) == (40, (None, None))
+        assert first.close_code is None  # the socket that spent within the budget stays open
+    finally:
+        for ws in (first, second, other):
+            await ws.close()
+
+
+async def test_one_addresss_sockets_share_one_message_budget(budgets: ServeProcess) -> None:
+    """Three users on one address, each within its own budget, together past the address's: the
+    socket whose message went past it is closed with 4429; another address is not touched."""
+    sockets = [await _socket(budgets, user, "127.0.0.4") for user in (8301, 8302, 8303)]
+    elsewhere = await _socket(budgets, 8304, "127.0.0.5")
+    try:
+        assert (await _pings(sockets[0], 60))[0] == 60
+        assert (await _pings(sockets[1], 60))[0] == 60
+        pongs, close = await _pings(sockets[2], 60)  # 3 inits + 180 pings > 150
+        assert close == (4429, "Too many messages"), (pongs, close)
+        assert pongs < 60, pongs
+        assert await _pings(elsewhere, 60) == (60, (None, None))
+    finally:
+        for ws in (*sockets, elsewhere):
+            await ws.close()
