@@ -548,7 +548,8 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
         cut = self._cut(data)
         if cut < len(data):
             self._held = data[cut:]
-            self.transport.pause_reading()
+            if not self.transport.is_closing():
+                self.transport.pause_reading()
             self._parse_next = self.loop.call_soon(self._parse_held)
             data = data[:cut]
         if data:
@@ -557,8 +558,8 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
     def _parse_held(self) -> None:
         self._parse_next = None
         held, self._held = self._held, None
-        if held is None or self._lost:
-            return
+        if held is None or self._lost or self._lingering is not None or self.transport.is_closing():
+            return  # gone, or failed meanwhile: nothing more is parsed
         self._parse(held)
         if self._held is None and not self._lost and not self.read_paused and not self.transport.is_closing():
             self.transport.resume_reading()  # through _BoundedTransport: not while writes stall
@@ -601,5 +602,6 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
             return
         self._deaf = True
         self._held = None
-        self.transport.pause_reading()
+        if not self.transport.is_closing():
+            self.transport.pause_reading()
         self.loop.call_later(_LINGER_SECONDS, self.transport.close)
