@@ -6,9 +6,10 @@ time (one TCP write holding a batch of websocket frames) as fast as the socket t
 reading and discarding what comes back; an attacker that is closed connects again and goes on.
 A bystander in its own process (remote_bystander.py) asks a query and /healthz throughout.
 
-What holds: every frame is counted whatever the batching (each socket is closed with 4429 "Too
-many messages", and a user gets no more answers than one budget allows, over all of its sockets);
-and the server stays fair (the bystander's every request is answered, many times over while the
+The attacker ignores its close frame and writes on. What holds: every frame is counted whatever
+the batching (each socket is closed with 4429 "Too many messages", and a user gets no more answers
+than one budget allows, over all of its sockets); the server stops reading a socket that writes on
+after its close frame, and ends it; and the server stays fair (the bystander's every request is answered, many times over while the
 flood lasts, with a p99 far from the seconds a starved one waits).
 """
 
@@ -103,45 +104,51 @@ class _Frames:
 
 
 def _one_connection(port: int, token: str, batch: bytes, frame_size: int, stats: FlooderStats, end: float) -> None:
-    """Connect, connection_init, then write the batch over and over (reading and discarding in
-    another thread) until the server ends the connection or the flood's time is up."""
+    """Connect, connection_init, then write the batch over and over, reading and discarding in
+    another thread, whatever comes back (a close frame too), until the server ends the connection
+    or the flood's time is up."""
     try:
         sock = _upgrade(port)
     except OSError:
         stats.cut_off += 1
         return
     stats.connections += 1
-    done = threading.Event()
+    ended = threading.Event()
 
     def read() -> None:
         frames = _Frames()
+        closed = False
         try:
-            while True:
-                data = sock.recv(65536)
+            while not ended.is_set():
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    continue
                 if not data:
                     break
                 for opcode, payload in frames.feed(data):
-                    if opcode == CLOSE:
+                    if opcode == CLOSE and not closed:
+                        closed = True
                         code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
                         stats.close_codes.append((code, payload[2:].decode(errors="replace")))
-                        return
-                    if b'"pong"' in payload:
+                    elif b'"pong"' in payload:
                         stats.pongs += 1
-            stats.cut_off += 1
         except OSError:
-            stats.cut_off += 1
+            pass
         finally:
-            done.set()
+            if not closed:
+                stats.cut_off += 1
+            ended.set()
 
+    sock.settimeout(0.2)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    taken = 0  # bytes of ping frames the socket took
     try:
         init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
         sock.sendall(_text_frame(json.dumps(init)))
-        sock.settimeout(0.2)
         pending = memoryview(batch)
-        taken = 0  # bytes of ping frames the socket took
-        while not done.is_set() and time.monotonic() < end:
+        while not ended.is_set() and time.monotonic() < end:
             if not pending:
                 pending = memoryview(batch)
             try:
@@ -150,13 +157,13 @@ def _one_connection(port: int, token: str, batch: bytes, frame_size: int, stats:
                 continue
             taken += n
             pending = pending[n:]
-        stats.frames_sent += taken // frame_size
     except OSError:
-        pass
+        pass  # reset, broken pipe: the server ended it
     finally:
-        done.wait(5)
-        sock.close()
+        stats.frames_sent += taken // frame_size
+        ended.set()
         reader.join(5)
+        sock.close()
 
 
 def _flooder(port: int, token: str, stats: FlooderStats, end: float) -> None:
