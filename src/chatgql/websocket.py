@@ -39,8 +39,7 @@ And what one peer may make the server hold or do (WsBounds, from settings):
 - after the server's close frame (a 4429, say), what the peer still sends
   before its own close frame is parsed up to _LINGER_BYTES; past that the
   socket is not read from any more and closed _LINGER_SECONDS later (uvicorn
-  read and parsed everything for its 10 s close timeout: five flooding
-  sockets that ignored their close held the loop for seconds).
+  alone reads and parses all of it until its 10 s close timeout).
 
 What it uses of uvicorn's protocol beyond asyncio.Protocol: the hooks
 connection_made, handle_ping, handle_pong, send, and the attributes conn,

@@ -177,7 +177,8 @@ class _Session:
     _present: Any = None  # the viewer, counted online (events/presence.py) while the session lasts
 
     async def _within_budget(self) -> bool:
-        """Take one message from the budget; past it, close the socket (once) and say no.
+        """Take one message from the budgets (the socket's, its address's, its user's); past one,
+        close the socket (once) and say no.
 
         Each message first waits its turn in the event loop: what one read brought may be many
         messages, and taking them needs no wait, so a flood would be handled to the end before
