@@ -272,8 +272,15 @@ class Settings(BaseSettings):
     ws_control_frames_burst: int = Field(default=20, ge=1)
     # GraphQL protocol messages (connection_init, ping, pong, subscribe, complete; start, stop)
     # a client may send per socket (token bucket; rate 0: no limit); past it closed with 4429.
+    # The same budget is shared by all of one user's websockets, once connection_init says whose
+    # they are (per process).
     ws_messages_per_second: float = Field(default=50.0, ge=0)
     ws_messages_burst: int = Field(default=200, ge=1)
+    # And one budget for all the websockets of one client address (per process; rate 0: no limit):
+    # generous, since many users may share an address; behind a proxy see
+    # max_unauthenticated_ws_per_address.
+    ws_messages_per_address_per_second: float = Field(default=1000.0, ge=0)
+    ws_messages_per_address_burst: int = Field(default=5000, ge=1)
     # Seconds from connection (or a request's first byte) until its headers are complete, and
     # from the headers until the whole body arrived: the connection is then closed (408).
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)
