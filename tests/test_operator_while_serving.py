@@ -393,6 +393,9 @@ async def test_erase_user_and_dead_letters_beside_a_running_serve_on_the_embedde
     assert url is not None
     await _wait_dead_letters(url, 3)
     await _dead_letters(embedded_serve)
+    code, out, err = await embedded_serve.cli("retention", "run", "--days", "1")  # nothing is that old
+    assert code == 0, err
+    assert out.startswith("erased 0 messages sent before "), out
     code, _, err = await embedded_serve.cli("migrate")  # at head: nothing to do, and no refusal
     assert code == 0, err
     assert embedded_serve.stop() == 0, embedded_serve.log()
@@ -403,3 +406,85 @@ async def test_erase_user_and_dead_letters_beside_a_running_serve_on_an_external
     await _erase_while_sending(external_serve, external_serve.env["CHATGQL_DATABASE_URL"])
     await _wait_dead_letters(external_serve.env["CHATGQL_DATABASE_URL"], 3)
     await _dead_letters(external_serve)
+
+
+OWNER = """
+import sys
+from pathlib import Path
+from chatgql import datadir
+data_dir = Path(sys.argv[1])
+datadir.acquire(data_dir)
+for line in sys.stdin:
+    if line.strip() == "publish":
+        datadir.publish(data_dir, "postgresql://postgres@/postgres?host=/nowhere")
+    elif line.strip() == "release":
+        datadir.release(data_dir)
+    print("done", flush=True)
+"""
+
+
+def _owner(data_dir: Path) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(data_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    _tell(process, "")  # it holds the directory once it answers
+    return process
+
+
+def _tell(process: subprocess.Popen, command: str) -> None:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(command + "\n")
+    process.stdin.flush()
+    assert process.stdout.readline().strip() == "done"
+
+
+def test_a_published_url_counts_while_its_owner_holds_the_data_dir_and_lives(workdir: Path):
+    """The URL an owner publishes is taken only from the live process that owns the directory:
+    not before it publishes, not after it released the directory (the file is gone), not after it
+    was killed (the file stays, naming a pid that is gone). Readable by its user only."""
+    data_dir = workdir / "data"
+    owner = _owner(data_dir)
+    try:
+        assert datadir.published(data_dir) is None  # owned, not published yet
+        _tell(owner, "publish")
+        assert datadir.published(data_dir) == "postgresql://postgres@/postgres?host=/nowhere"
+        assert (data_dir / datadir.SERVER_NAME).stat().st_mode & 0o777 == 0o600
+        assert [p.name for p in data_dir.iterdir() if p.name.startswith(".")] == []  # no temporary left
+        _tell(owner, "release")
+        assert not (data_dir / datadir.SERVER_NAME).exists()
+        assert datadir.published(data_dir) is None
+    finally:
+        owner.kill()
+        owner.wait()
+
+    killed = _owner(data_dir)
+    _tell(killed, "publish")
+    killed.kill()
+    killed.wait()
+    assert (data_dir / datadir.SERVER_NAME).exists()
+    assert datadir.published(data_dir) is None
+
+
+def test_an_operator_command_waits_for_the_owner_to_publish(workdir: Path):
+    """While the owner has the directory and has not published yet (its server is starting),
+    reach_embedded_postgres waits for it rather than refusing; then it uses the owner's URL and
+    starts nothing itself."""
+    data_dir = workdir / "data"
+    owner = _owner(data_dir)
+    try:
+        publish_later = threading.Timer(0.5, _tell, (owner, "publish"))
+        publish_later.start()
+        server, url = db.reach_embedded_postgres(data_dir, timeout=60)
+        publish_later.join()
+        assert (server, url) == (None, "postgresql://postgres@/postgres?host=/nowhere")
+        assert not (data_dir / "pgdata").exists()
+    finally:
+        owner.kill()
+        owner.wait()
+    with pytest.raises(datadir.DataDirInUse):  # an owner that never publishes: refused at the timeout
+        blocker = _owner(data_dir)
+        try:
+            db.reach_embedded_postgres(data_dir, timeout=0.3)
+        finally:
+            blocker.kill()
+            blocker.wait()
