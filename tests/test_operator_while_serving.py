@@ -306,7 +306,7 @@ async def _erase_while_sending(serve: Serve, database_url_of: str | None) -> Non
         first_batch, last_batch = batches[0][0], batches[-1][0]
         during = sorted(seconds for start, seconds in senders.sent_at if first_batch <= start <= last_batch)
         apart = sorted(seconds for start, seconds in senders.sent_at if not started <= start <= finished)
-        assert during or last_batch - first_batch < 0.5, "no send ran while the erase's batches did"
+        assert any(started <= start <= finished for start, _ in senders.sent_at), "no send ran while the erase did"
         # the measurement, for the report (-s): sends while the batches ran, and sends with no erase running
         print(
             f"\nerase-user beside serve: {len(batch_lines)} batches of {BATCH} in {last_batch - first_batch:.2f} s"
@@ -366,7 +366,8 @@ async def _dead_letters(serve: Serve) -> None:
     assert header.split("\t")[:3] == ["id", "conversation", "type"], out
     assert len(rows) == 3, out  # every message.new above went dead at its first refusal
     first = rows[0].split("\t")
-    assert first[2] == "message.new" and first[3].startswith("msg_"), rows
+    assert all(row.split("\t")[2].startswith("message.") for row in rows), rows
+    assert first[3].startswith("msg_"), rows
     code, out, err = await serve.cli("webhooks", "replay", first[0])
     assert (code, out.strip()) == (0, "queued again: 1"), err
 
