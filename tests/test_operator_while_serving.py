@@ -353,6 +353,13 @@ async def _erase_while_sending(serve: Serve, database_url_of: str | None) -> Non
             row = stored[client_msg_id]
             assert (str(row["conversation_id"]), row["seq"]) == (conversation_id, seq)
             assert row["deleted_at"] is None and row["body"], row
+        # the erase's message.deleted events went out through the serve's own relay
+        changes = await conn.fetchval("SELECT count(*) FROM message_change WHERE reason = 'ERASE'")
+        assert changes == GROUP_MESSAGES + DIRECT_MESSAGES
+        deadline = time.monotonic() + 60
+        while await conn.fetchval("SELECT count(*) FROM outbox"):
+            assert time.monotonic() < deadline, "the serve's relay left the erase's events in the outbox"
+            await asyncio.sleep(0.1)
     finally:
         await conn.close()
 
