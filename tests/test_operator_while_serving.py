@@ -496,3 +496,44 @@ def test_an_operator_command_waits_for_the_owner_to_publish(workdir: Path):
         finally:
             blocker.kill()
             blocker.wait()
+
+
+async def test_an_erase_cut_off_by_the_serve_stopping_exits_1_and_running_it_again_finishes(embedded_serve: Serve):
+    """On the embedded default the erase runs on the serve's PostgreSQL, which stops with it: the erase
+    then stops too (exit 1, saying so; its open batch rolled back), and run again it finishes."""
+    data_dir = embedded_serve.cwd / "data"
+    async with httpx.AsyncClient() as http:
+        await embedded_serve.healthy(http)
+        api = Api(http, embedded_serve)
+        group, _ = await _conversations(api)
+        await _victim_sends(api, group, 30)
+    url = datadir.published(data_dir)
+    assert url is not None
+    holder, watcher = await asyncpg.connect(db.dsn(url)), await asyncpg.connect(db.dsn(url))
+    try:
+        held = holder.transaction()
+        await held.start()  # the conversation's lock, as a long send would hold it
+        await holder.execute("SELECT 1 FROM conversation WHERE id = $1 FOR NO KEY UPDATE", int(group))
+        erase = asyncio.create_task(embedded_serve.cli("erase-user", VICTIM, "--batch", "5"))
+        deadline = time.monotonic() + 120
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY%'"
+        while not await watcher.fetchval(waiting):  # the erase's first batch waits for that lock
+            assert not erase.done(), erase.result()
+            assert time.monotonic() < deadline, "the erase never reached the conversation's lock"
+            await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(embedded_serve.stop) == 0, embedded_serve.log()
+        code, out, err = await erase
+    finally:
+        for conn in (holder, watcher):
+            conn.terminate()
+    assert code == 1, (out, err)
+    assert "chatgql: the database cannot be reached" in err and "run the command again" in err, err
+    assert "Traceback" not in err, err
+    assert "erased" not in out, out
+
+    embedded_serve.start()
+    async with httpx.AsyncClient() as http:
+        await embedded_serve.healthy(http)
+    code, out, err = await embedded_serve.cli("erase-user", VICTIM, "--batch", "5")
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"erased 30 messages of user {VICTIM}", out
