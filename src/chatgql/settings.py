@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     retention_days: float | None = Field(default=None, gt=0)
     retention_interval_seconds: float = Field(default=3600, gt=0)
     # Messages of one conversation tombstoned per transaction by an erase or retention (sends to it wait for one)
-    erase_batch_size: int = Field(default=500, ge=1, le=10_000)
+    erase_batch_size: int = Field(default=100, ge=1, le=10_000)
     # Reactions: distinct emojis on one message, and the characters of one emoji
     max_reactions_per_message: int = Field(default=20, ge=1)
     max_emoji_chars: int = Field(default=32, ge=1)
