@@ -43,7 +43,12 @@ async def test_the_demo_page_and_its_built_files_are_served_in_development(
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     config = json.loads(re.search(r'id="chatgql-config" type="application/json">([^<]*)<', page.text).group(1))
-    assert config == {"graphqlPath": "/graphql", "devTokenPath": "/dev/token"}
+    assert config == {
+        "graphqlPath": "/graphql",
+        "devTokenPath": "/dev/token",
+        "maxBodyChars": 4000,
+        "maxTitleChars": 200,
+    }
     parser = _References()
     parser.feed(page.text)
     assets = [url for url in parser.urls if not url.startswith("data:")]

@@ -12,8 +12,18 @@ message, reacts 👍 to one and deletes one: user 2 sees "edited", the count and
 tombstone live (messageChanged). User 1 sees "user 2 is typing…" while user 2 types. A reload pages the history backward. In a group, "seen by N"
 counts the members who read the message.
 
-Screenshots of each step go to tests/out/webchat/ (printed; docs/images/web-chat.png is
-a copy of 05-both.png)."""
+Screenshots of each step go to tests/out/webchat/ (printed).
+
+Then the chat on a phone and with real text, in Debian's chromium and firefox-esr, each at
+1280x800 and 390x844 (tests/webchat_browser/phone_and_real_text.mjs, driven by
+puppeteer-core: CDP for chromium, WebDriver BiDi for Firefox, no browser download): no page
+scrolls sideways with a 150-character word, a long URL or a 50-character group title; every
+input has an accessible name; one pane at a time on a phone; the sign-in's refusal in words;
+"user <id>" and ids without commas in the user ids box; a cleared edit says why; the
+composer warns over the body limit; a refused send shows its reason and is discarded;
+a new message while reading older ones shows "1 new message" and the view stays; a reload
+keeps the open conversation. Its chromium screenshots are docs/images/web-chat.png (1280x800)
+and docs/images/web-chat-phone.png (390x844)."""
 
 from __future__ import annotations
 
@@ -28,8 +38,11 @@ import pytest
 from playwright.async_api import BrowserContext, Page, Route, WebSocketRoute, async_playwright, expect
 
 from .conftest import REPO, GraphQLClient, RunningServer
+from .support.recipes import run_node_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FIREFOX = shutil.which("firefox-esr") or "/usr/bin/firefox-esr"
+BROWSERS = REPO / "tests" / "webchat_browser"
 SHOTS = REPO / "tests" / "out" / "webchat"
 WAIT_MS = 20_000
 EXPECTED_NETWORK_ERROR = re.compile(r"Failed to load resource: net::ERR_(INTERNET_DISCONNECTED|FAILED)")
@@ -339,3 +352,38 @@ async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_ne
     print("\nweb chat screenshots:", *shots, sep="\n  ")
     assert outside == [], f"the page asked for something outside chatgql: {outside}"
     assert page_errors == []
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("size", ["1280x800", "390x844"], ids=["desktop", "phone"])
+@pytest.mark.parametrize("browser", ["chromium", "firefox"])
+async def test_the_chat_on_a_phone_and_with_real_text(server: RunningServer, browser: str, size: str):
+    executable = {"chromium": CHROMIUM, "firefox": FIREFOX}[browser]
+    assert shutil.which(executable), f"the browser test needs Debian's {browser} (scripts/test installs it)"
+    node = shutil.which("node")
+    assert node is not None, "Node.js is needed (20 or later)"
+    assert (BROWSERS / "node_modules" / "puppeteer-core").is_dir(), "run `npm ci` in tests/webchat_browser"
+    report = await run_node_report(
+        node,
+        BROWSERS,
+        "phone_and_real_text.mjs",
+        browser,
+        executable,
+        urljoin(server.url, "/demo"),
+        size,
+        str(SHOTS),
+        timeout=240,
+    )
+    print(f"\n{browser} {size}:", *report["steps"], f"screenshot: {report['screenshot']}", sep="\n  ")
+    steps = [re.sub(r"conversation \d+ not found", "conversation <id> not found", step) for step in report["steps"]]
+    assert steps == [
+        "sign-in refusal: This user id cannot sign in: it is longer than 255 characters.",
+        '"user ben" started a direct conversation with ben',
+        "a 154-character word and a long URL wrap in their bubbles; no sideways scroll",
+        "a cleared edit: A message cannot be empty: delete it instead? delete message",
+        "the composer warns at 4,001 characters and Send is disabled",
+        "a 50-character group title fits (ellipsised where it must be)",
+        "a refused send shows its reason (not sent: conversation <id> not found), no retry, discarded",
+        'a new message while reading older ones: "1 new message ↓", the view stays',
+        "a reload keeps the open conversation",
+    ], report

@@ -45,6 +45,9 @@ class DemoFiles:
         config = {
             "graphqlPath": f"{root}/graphql",
             "devTokenPath": f"{root}{DEV_TOKEN_PATH}" if settings.dev_sign_in_enabled else None,
+            # The composer warns before a send the server would refuse.
+            "maxBodyChars": settings.max_body_chars,
+            "maxTitleChars": settings.max_title_chars,
         }
         page = self.template.replace("{assets}", f"{root}{DEMO_PATH}/assets").replace(
             "{config}", json.dumps(config).replace("<", "\\u003c")

@@ -5,6 +5,7 @@ import { Inbox } from "./Inbox.jsx";
 import { VIEWER } from "./operations.js";
 import { SignIn } from "./SignIn.jsx";
 import { saveToken, savedToken } from "./devToken.js";
+import { openConversationId, rememberOpenConversation } from "./openConversation.js";
 import { useInbox } from "./useInbox.js";
 
 function urls(graphqlPath) {
@@ -17,6 +18,7 @@ function urls(graphqlPath) {
 export function App({ config }) {
   const [token, setToken] = useState(savedToken);
   const signIn = (next) => {
+    if (!next) rememberOpenConversation(null); // the next person starts at their inbox
     saveToken(next);
     setToken(next);
   };
@@ -30,7 +32,12 @@ function Chat({ config, token, onSignOut }) {
   useEffect(() => () => ws.dispose(), [ws]);
   const [viewer, setViewer] = useState(null);
   const [error, setError] = useState(null);
-  const [openId, setOpenId] = useState(null);
+  // Kept in the page's address (#conversation=<id>): a reload opens it again.
+  const [openId, setOpenId] = useState(openConversationId);
+  const open = (id) => {
+    rememberOpenConversation(id);
+    setOpenId(id);
+  };
 
   useEffect(() => {
     run(client, "query", VIEWER, {}).then((data) => setViewer(data.viewer), (error) => setError(error));
@@ -49,15 +56,16 @@ function Chat({ config, token, onSignOut }) {
     <ChatLayout
       client={client}
       viewer={viewer}
+      config={config}
       connection={connection}
       openId={openId}
-      onOpen={setOpenId}
+      onOpen={open}
       onSignOut={onSignOut}
     />
   );
 }
 
-function ChatLayout({ client, viewer, connection, openId, onOpen, onSignOut }) {
+function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSignOut }) {
   const inbox = useInbox(client);
   const total = inbox.viewer?.totalUnread ?? 0;
   useEffect(() => {
@@ -65,7 +73,8 @@ function ChatLayout({ client, viewer, connection, openId, onOpen, onSignOut }) {
   }, [total, viewer.userId]);
   const open = inbox.conversations.find((conversation) => conversation.id === openId);
   return (
-    <div className="chat">
+    // On a narrow screen one pane at a time: the inbox, or the open conversation with a back button.
+    <div className={`chat ${openId ? "has-open" : ""}`}>
       <aside>
         <header>
           <strong>user {viewer.userId}</strong>
@@ -76,10 +85,18 @@ function ChatLayout({ client, viewer, connection, openId, onOpen, onSignOut }) {
             sign out
           </button>
         </header>
-        <Inbox client={client} viewer={viewer} inbox={inbox} openId={openId} onOpen={onOpen} />
+        <Inbox client={client} viewer={viewer} config={config} inbox={inbox} openId={openId} onOpen={onOpen} />
       </aside>
       {openId ? (
-        <Conversation key={openId} client={client} viewer={viewer} conversationId={openId} summary={open} />
+        <Conversation
+          key={openId}
+          client={client}
+          viewer={viewer}
+          config={config}
+          conversationId={openId}
+          summary={open}
+          onBack={() => onOpen(null)}
+        />
       ) : (
         <section className="empty">Pick a conversation, or start one.</section>
       )}

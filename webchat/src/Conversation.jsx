@@ -1,21 +1,82 @@
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useLayoutEffect, useRef, useState } from "react";
 import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
 import { useConversation } from "./useConversation.js";
 
-export function Conversation({ client, viewer, conversationId }) {
-  const { state, loadOlder, send, edit, remove, react, typing } = useConversation(client, conversationId, viewer.userId);
-  const [draft, setDraft] = useState("");
-  const bottom = useRef(null);
-  const newest = state.messages.length ? state.messages[state.messages.length - 1].seq : 0;
-  useEffect(() => {
-    bottom.current?.scrollIntoView({ block: "end" });
-  }, [newest, state.pending.length]);
+// How close to the bottom (px) still counts as "at the newest message".
+const AT_BOTTOM_PX = 48;
 
-  if (!state.loaded) return <section className="conversation">Loading…</section>;
+export function Conversation({ client, viewer, config, conversationId, onBack }) {
+  const { state, loadOlder, send, discard, edit, remove, react, typing } = useConversation(
+    client,
+    conversationId,
+    viewer.userId,
+  );
+  const [draft, setDraft] = useState("");
+  const list = useRef(null);
+  const bottom = useRef(null);
+  // Following the newest message (at the bottom), or reading older ones: then a new
+  // message does not move the view, it shows the "new messages" button instead.
+  const following = useRef(true);
+  const [unseen, setUnseen] = useState(0);
+  const newestMessage = state.messages.length ? state.messages[state.messages.length - 1] : null;
+  const newest = newestMessage ? newestMessage.seq : 0;
+  const shown = useRef(0);
+
+  useLayoutEffect(() => {
+    const arrived = newest - shown.current;
+    shown.current = newest;
+    if (arrived <= 0) return;
+    if (following.current || newestMessage.senderId === viewer.userId) {
+      bottom.current?.scrollIntoView({ block: "end" });
+      setUnseen(0);
+    } else {
+      setUnseen((count) => count + arrived);
+    }
+  }, [newest]); // eslint-disable-line react-hooks/exhaustive-deps
+  useLayoutEffect(() => {
+    if (state.pending.length) toNewest(); // one's own send: show it
+  }, [state.pending.length]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  function toNewest() {
+    bottom.current?.scrollIntoView({ block: "end" });
+    following.current = true;
+    setUnseen(0);
+  }
+
+  function scrolled() {
+    const element = list.current;
+    following.current = element.scrollHeight - element.scrollTop - element.clientHeight < AT_BOTTOM_PX;
+    if (following.current) setUnseen(0);
+  }
+
+  const back = (
+    <button className="back" onClick={onBack} aria-label="Back to the inbox" data-testid="back">
+      ←
+    </button>
+  );
+  if (!state.loaded) {
+    return (
+      <section className="conversation">
+        <header>{back}</header>
+        <p className="loading">Loading…</p>
+      </section>
+    );
+  }
+  if (state.missing) {
+    return (
+      <section className="conversation" data-testid="conversation-missing">
+        <header>{back}</header>
+        <p className="loading">This conversation is not yours to read (or no longer exists).</p>
+      </section>
+    );
+  }
   const members = Object.keys(state.watermarks).map((userId) => ({ userId }));
   const group = state.conversation.type === "GROUP";
+  const name = conversationName({ ...state.conversation, members }, viewer.userId);
+  const length = [...draft].length; // characters as the server counts them (code points)
+  const tooLong = config.maxBodyChars && length > config.maxBodyChars;
 
   function change(event) {
     setDraft(event.target.value);
@@ -24,7 +85,7 @@ export function Conversation({ client, viewer, conversationId }) {
 
   function submit(event) {
     event.preventDefault();
-    if (!draft.trim()) return;
+    if (!draft.trim() || tooLong) return;
     send(draft);
     setDraft("");
   }
@@ -32,10 +93,15 @@ export function Conversation({ client, viewer, conversationId }) {
   return (
     <section className="conversation" data-testid="conversation" data-conversation-id={conversationId}>
       <header>
-        <strong>{conversationName({ ...state.conversation, members }, viewer.userId)}</strong>
-        <span className="members">{members.map((member) => member.userId).join(", ")}</span>
+        {back}
+        <strong className="title" title={name} data-testid="conversation-title">
+          {name}
+        </strong>
+        <span className="members" title={members.map((member) => member.userId).join(", ")}>
+          {members.map((member) => member.userId).join(", ")}
+        </span>
       </header>
-      <ol className="messages">
+      <ol className="messages" ref={list} onScroll={scrolled} data-testid="messages">
         {state.hasOlder && (
           <li className="older">
             <button onClick={loadOlder}>Load older messages</button>
@@ -47,6 +113,7 @@ export function Conversation({ client, viewer, conversationId }) {
             message={message}
             mine={message.senderId === viewer.userId}
             group={group}
+            maxBodyChars={config.maxBodyChars}
             seenBy={seenBy(state, message)}
             onEdit={(body) => edit(message.seq, body)}
             onDelete={() => remove(message.seq)}
@@ -54,14 +121,40 @@ export function Conversation({ client, viewer, conversationId }) {
           />
         ))}
         {state.pending.map((pending) => (
-          <PendingMessage key={pending.clientMsgId} pending={pending} onRetry={() => send(pending.body, pending.clientMsgId)} />
+          <PendingMessage
+            key={pending.clientMsgId}
+            pending={pending}
+            onRetry={() => send(pending.body, pending.clientMsgId)}
+            onDiscard={() => discard(pending.clientMsgId)}
+          />
         ))}
         <li ref={bottom} className="bottom" />
       </ol>
+      {unseen > 0 && (
+        <button className="new-messages" data-testid="new-messages" onClick={toNewest}>
+          {unseen} new {unseen === 1 ? "message" : "messages"} ↓
+        </button>
+      )}
       <Typing userIds={Object.keys(state.typing)} />
+      {tooLong && (
+        <p className="over-limit error" role="alert" data-testid="over-limit">
+          {length.toLocaleString("en")} characters: a message holds at most {config.maxBodyChars.toLocaleString("en")}.
+          Shorten it or send it in parts.
+        </p>
+      )}
       <form className="composer" onSubmit={submit}>
-        <input name="body" value={draft} onChange={change} placeholder="Message" autoComplete="off" />
-        <button type="submit">Send</button>
+        <input
+          name="body"
+          value={draft}
+          onChange={change}
+          placeholder="Message"
+          aria-label="Message"
+          aria-invalid={Boolean(tooLong)}
+          autoComplete="off"
+        />
+        <button type="submit" disabled={Boolean(tooLong)}>
+          Send
+        </button>
       </form>
     </section>
   );

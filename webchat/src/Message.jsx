@@ -5,7 +5,7 @@ const THUMBS_UP = "👍";
 // One message: its body ("edited" once edited; a tombstone once deleted), its 👍 toggle
 // with the count, and for the viewer's own messages edit and delete. A reply's quote
 // would go here too, fed by the reducer in conversation.js.
-export function Message({ message, mine, group, seenBy, onEdit, onDelete, onReact }) {
+export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, onDelete, onReact }) {
   const [editing, setEditing] = useState(false);
   const [error, setError] = useState(null);
   // Run an edit, delete or reaction; true when it worked, its error shown when not.
@@ -29,6 +29,8 @@ export function Message({ message, mine, group, seenBy, onEdit, onDelete, onReac
       {editing ? (
         <EditForm
           body={message.body}
+          maxBodyChars={maxBodyChars}
+          onDelete={() => attempt(onDelete)}
           onCancel={() => setEditing(false)}
           onSave={(body) => attempt(() => onEdit(body)).then((saved) => saved && setEditing(false))}
         />
@@ -69,19 +71,46 @@ export function Message({ message, mine, group, seenBy, onEdit, onDelete, onReac
   );
 }
 
-function EditForm({ body, onSave, onCancel }) {
+// An edit cannot empty a message (the server refuses a blank body): saving a cleared
+// text says so and offers delete instead; one over the limit says the limit.
+function EditForm({ body, maxBodyChars, onSave, onDelete, onCancel }) {
   const [draft, setDraft] = useState(body);
+  const [problem, setProblem] = useState(null);
   function submit(event) {
     event.preventDefault();
-    if (draft.trim()) onSave(draft);
+    if (!draft.trim()) setProblem("empty");
+    else if (maxBodyChars && [...draft].length > maxBodyChars) setProblem("long");
+    else onSave(draft);
   }
   return (
     <form className="edit" onSubmit={submit}>
-      <input name="edit" value={draft} onChange={(e) => setDraft(e.target.value)} autoFocus autoComplete="off" />
+      <input
+        name="edit"
+        value={draft}
+        onChange={(e) => (setDraft(e.target.value), setProblem(null))}
+        aria-label="Edit message"
+        aria-invalid={Boolean(problem)}
+        autoFocus
+        autoComplete="off"
+      />
       <button type="submit">Save</button>
       <button type="button" className="link" onClick={onCancel}>
         cancel
       </button>
+      {problem === "empty" && (
+        <span className="error" role="alert" data-testid="edit-problem">
+          A message cannot be empty: delete it instead?{" "}
+          <button type="button" className="link" onClick={onDelete}>
+            delete message
+          </button>
+        </span>
+      )}
+      {problem === "long" && (
+        <span className="error" role="alert" data-testid="edit-problem">
+          {[...draft].length.toLocaleString("en")} characters: a message holds at most{" "}
+          {maxBodyChars.toLocaleString("en")}.
+        </span>
+      )}
     </form>
   );
 }
@@ -96,18 +125,27 @@ function Ticks({ group, seenBy }) {
   );
 }
 
-// Not acknowledged yet: "sending…" until the server answers; "not sent" with a retry
-// that sends the same clientMsgId again (stored at most once).
-export function PendingMessage({ pending, onRetry }) {
+// Not acknowledged yet: "sending…" until the server answers. A failure shows its reason
+// and can be discarded; a send that did not get through (the network, the server busy)
+// also offers a retry with the same clientMsgId (stored at most once). One the server
+// refused for what it is (too long, not a member) would be refused again: no retry.
+export function PendingMessage({ pending, onRetry, onDiscard }) {
   return (
     <li className="message mine pending" data-testid="pending">
       <span className="body">{pending.body}</span>
       <span className="meta">
         {pending.failed ? (
           <>
-            <span className="error">not sent</span>{" "}
-            <button className="link" onClick={onRetry}>
-              retry
+            <span className="error" data-testid="send-error">
+              not sent: {pending.error}
+            </span>
+            {pending.retryable && (
+              <button className="link" onClick={onRetry}>
+                retry
+              </button>
+            )}
+            <button className="link" onClick={onDiscard}>
+              discard
             </button>
           </>
         ) : (

@@ -10,10 +10,14 @@ export function SignIn({ config, onToken }) {
   async function submit(event) {
     event.preventDefault();
     setError(null);
+    if (!value.trim()) {
+      setError(dev ? "Type a user id to sign in as: any id works here, for example 1." : "Paste a token to sign in.");
+      return;
+    }
     try {
       onToken(dev ? await devSignIn(config.devTokenPath, value.trim()) : value.trim());
     } catch (error) {
-      setError(error.message);
+      setError(humane(error.message));
     }
   }
 
@@ -35,7 +39,17 @@ export function SignIn({ config, onToken }) {
         <button type="submit">Sign in</button>
       </form>
       {dev && <p className="hint">Any user id works: development tokens are signed with the development secret.</p>}
-      {error && <p className="error">{error}</p>}
+      {error && (
+        <p className="error" role="alert" data-testid="signin-error">
+          {error}
+        </p>
+      )}
     </main>
   );
+}
+
+// The sign-in's refusal says what is wrong with the id, not the name of the API's field.
+function humane(message) {
+  if (!/^userId\b/.test(message)) return message;
+  return `This user id cannot sign in: ${message.replace(/^userId\s*/, "it ")}.`;
 }

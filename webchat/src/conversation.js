@@ -18,8 +18,14 @@ export const initialConversation = {
   watermarks: {}, // userId -> lastReadSeq
   changeSeqs: {}, // seq -> the changeSeq of the newest change held for that message
   typing: {}, // userId -> until when "typing…" shows (ms since the epoch, this browser's clock)
-  pending: [], // sends not acknowledged yet: { clientMsgId, body, failed }
+  pending: [], // sends not acknowledged yet: { clientMsgId, body, failed, error, retryable }
+  missing: false, // the viewer cannot read it (not a member, or no such conversation)
 };
+
+// A send refused for what it is (too long, not a member, ...) fails the same way again:
+// only a send that did not reach the server, or was turned away for now, is worth a retry.
+const RETRYABLE = new Set(["NETWORK", "UNAVAILABLE", "RATE_LIMITED", "TIMEOUT", "INTERNAL_SERVER_ERROR"]);
+export const retryable = (code) => RETRYABLE.has(code);
 
 function bySeq(messages, incoming) {
   const held = new Map(messages.map((message) => [message.seq, message]));
@@ -108,9 +114,15 @@ export function conversationReducer(state, action) {
       return {
         ...state,
         pending: state.pending.map((send) =>
-          send.clientMsgId === action.clientMsgId ? { ...send, failed: true, error: action.error } : send,
+          send.clientMsgId === action.clientMsgId
+            ? { ...send, failed: true, error: action.error, retryable: retryable(action.code) }
+            : send,
         ),
       };
+    case "discard": // a failed send the person gave up on
+      return { ...state, pending: state.pending.filter((send) => send.clientMsgId !== action.clientMsgId) };
+    case "missing":
+      return { ...state, loaded: true, missing: true };
     default:
       throw new Error(`unknown action ${action.type}`);
   }

@@ -5,6 +5,8 @@ export async function devSignIn(devTokenPath, userId) {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ userId }),
+  }).catch(() => {
+    throw new Error("The server could not be reached: try again.");
   });
   const body = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(body.errors?.[0]?.message ?? `sign-in refused (HTTP ${response.status})`);

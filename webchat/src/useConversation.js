@@ -71,22 +71,32 @@ export function useConversation(client, conversationId, viewerId) {
     async function load() {
       const data = await run(client, "query", HISTORY, { c: conversationId, last: PAGE_SIZE });
       if (stopped) return;
+      if (!data.conversation) {
+        dispatch({ type: "missing" });
+        return false;
+      }
       held.current = data.conversation.lastSeq;
       changed.current = data.conversation.lastChangeSeq;
       dispatch({ type: "history", conversation: data.conversation });
       markRead(data.conversation.lastSeq);
+      return true;
     }
 
     async function start() {
+      let found = false;
       for (let attempt = 0; !stopped; attempt++) {
         try {
-          await load();
+          found = await load();
           break;
-        } catch {
+        } catch (error) {
+          if (error.code === "NOT_FOUND" || error.code === "FORBIDDEN") {
+            dispatch({ type: "missing" });
+            break;
+          }
           await new Promise((resolve) => setTimeout(resolve, Math.min(4000, 250 * 2 ** attempt)));
         }
       }
-      if (stopped) return;
+      if (stopped || !found) return;
       stops.push(
         live(
           client,
@@ -155,11 +165,12 @@ export function useConversation(client, conversationId, viewerId) {
         // Not the resume cursor: messages before it may still be on their way live.
         dispatch({ type: "message", message: data.sendMessage.message });
       } catch (error) {
-        dispatch({ type: "sendFailed", clientMsgId, error: error.message });
+        dispatch({ type: "sendFailed", clientMsgId, error: error.message, code: error.code });
       }
     },
     [client, conversationId],
   );
+  const discard = useCallback((clientMsgId) => dispatch({ type: "discard", clientMsgId }), []);
 
   // Edit, delete, react: the answer is shown at once (our own change also comes back on
   // messageChanged; the reducer keeps whichever is newer). A failure is thrown to the view.
@@ -185,5 +196,5 @@ export function useConversation(client, conversationId, viewerId) {
     run(client, "mutation", TYPING, { c: conversationId }).catch(() => {});
   }, [client, conversationId]);
 
-  return { state, loadOlder, send, edit, remove, react, typing };
+  return { state, loadOlder, send, discard, edit, remove, react, typing };
 }
