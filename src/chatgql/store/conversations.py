@@ -28,8 +28,8 @@ ARCHIVED = "(m.archived_seq IS NOT NULL AND (m.keep_archived OR c.last_seq <= m.
 # The viewer's membership as a Conversation shows it (graphql/types.py Conversation.from_row).
 # UNREAD_DELETED: deleted messages above the member's own read position: the counter kept on write
 #   (0010: those above the watermark), corrected, while an own position apart from the watermark holds,
-#   by the deleted ones between the two (counted on message_change_deleted_idx within that range only,
-#   never over the history): added when the own position is below the watermark (markUnread's rewind),
+#   by the deleted ones between the two (counted on message_change_deleted_idx, deleted messages only,
+#   within that range only): added when the own position is below the watermark (markUnread's rewind),
 #   taken off when it is above it (private receipts: the deleted ones the member has read).
 UNREAD_DELETED = (
     "(m.unread_deleted + CASE WHEN m.own_read_seq IS NOT NULL AND m.own_read_below = m.last_read_seq"
