@@ -196,3 +196,22 @@ async def test_the_last_event_to_the_viewers_devices_is_the_final_state(server, 
         assert finals <= {2, 3, 5}
     finally:
         await device.close()
+
+
+async def test_mark_read_after_mark_unread_answers_the_unread_the_conversation_then_has(server, http):
+    """The issue's case: with deleted messages inside the rewound range, markRead's answer counts the deleted
+    ones above its new own position, as Conversation.unreadCount read right after it does."""
+    api = ChatApi.of(server, http)
+    cid = await group_with(api, 5, read_by_2=5)
+    for seq in (1, 4):
+        await api.data(
+            "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }",
+            {"c": cid, "s": seq},
+            user=1,
+        )
+    assert (await mark_unread(api, 2, cid, 1))["unreadCount"] == 3
+    answer = await api.mark_read(2, cid, 2)
+    after = await conversation(api, 2, cid)
+    assert answer == {"lastReadSeq": 2, "advanced": False, "unreadCount": 2}
+    assert (after["lastReadSeq"], after["unreadCount"]) == (2, 2)
+    assert (await api.data(TOTALS, user=2))["viewer"]["totalUnread"] == 2

@@ -1,5 +1,5 @@
 """Mentions: sendMessage(mentions:) for members only, Message.mentions, Conversation.unreadMentions,
-Viewer.totalUnreadMentions, and the store's replace/delete that edits and deletes will use."""
+Viewer.totalUnreadMentions, and edits (editMessage(mentions:)) and deletes keeping them exact."""
 
 from __future__ import annotations
 
@@ -127,3 +127,67 @@ async def test_an_everyone_mention_counts_for_each_member_and_is_for_a_groups_ad
     ]["id"]
     dm = await api.error(everyone, {"c": direct, "m": str(uuid.uuid4())}, user=1)
     assert error_code(dm) == "BAD_USER_INPUT" and dm["extensions"]["reason"] == "MENTION_EVERYONE_IN_DIRECT"
+
+
+EDIT = """
+mutation($c: ID!, $s: Long!, $b: String!, $mentions: [ID!]) {
+  editMessage(conversationId: $c, seq: $s, body: $b, mentions: $mentions) { changeSeq message { body mentions } } }
+"""
+
+
+async def edit(api: ChatApi, user: int, cid: str, seq: int, body: str, mentioned: list[int] | None) -> dict:
+    variables = {"c": cid, "s": seq, "b": body, "mentions": None if mentioned is None else [str(u) for u in mentioned]}
+    return (await api.data(EDIT, variables, user=user))["editMessage"]
+
+
+async def test_an_edit_that_removes_a_mention_stops_it_counting_and_one_that_adds_it_counts(server, http):
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, [2, 3])
+    await send(api, 1, cid, [2])  # "@anna": the wrong one
+    assert await state(api, 2, cid) == (1, 1) and await state(api, 3, cid) == (0, 0)
+    fixed = await edit(api, 1, cid, 1, "@ana look", [3])
+    assert fixed["message"] == {"body": "@ana look", "mentions": ["3"]} and fixed["changeSeq"] == 1
+    assert await state(api, 2, cid) == (0, 0)
+    assert await state(api, 3, cid) == (1, 1)
+    kept = await edit(api, 1, cid, 1, "@ana look!", None)  # no mentions given: it keeps them
+    assert kept["message"]["mentions"] == ["3"] and await state(api, 3, cid) == (1, 1)
+    await api.mark_read(3, cid, 1)
+    await edit(api, 1, cid, 1, "@ana @anna look!", [2, 3])  # 3 has read it; 2 has not
+    assert await state(api, 3, cid) == (0, 0) and await state(api, 2, cid) == (1, 1)
+    gone = await edit(api, 1, cid, 1, "look!", [])
+    assert gone["message"]["mentions"] == [] and await state(api, 2, cid) == (0, 0)
+
+
+async def test_an_edit_of_the_mentions_alone_is_a_change_and_the_same_again_is_none(server, http):
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, [2])
+    await send(api, 1, cid, None)
+    first = await edit(api, 1, cid, 1, "hey", [2])  # the body it has, a mention more
+    assert first["changeSeq"] == 1 and first["message"]["mentions"] == ["2"]
+    assert await state(api, 2, cid) == (1, 1)
+    again = await edit(api, 1, cid, 1, "hey", [2])
+    assert again["changeSeq"] is None
+
+
+async def test_an_edit_mentioning_a_non_member_is_refused_and_changes_nothing(server, http):
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, [2])
+    await send(api, 1, cid, [2])
+    body = await api.execute(EDIT, {"c": cid, "s": 1, "b": "changed", "mentions": ["2", "9"]}, user=1)
+    assert error_code(body["errors"][0]) == "BAD_USER_INPUT"
+    assert body["errors"][0]["extensions"]["notMembers"] == ["9"]
+    data = await api.data(
+        "query($c: ID!) { conversation(id: $c) { lastMessage { body mentions } } }", {"c": cid}, user=1
+    )
+    assert data["conversation"]["lastMessage"] == {"body": "hey", "mentions": ["2"]}
+    assert await state(api, 2, cid) == (1, 1)
+
+
+async def test_an_edit_replaces_an_everyone_mention_too(server, http):
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, [2, 3])
+    everyone = 'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "@all", mentionEveryone: true) { message { seq } } }'
+    await api.data(everyone, {"c": cid, "m": str(uuid.uuid4())}, user=1)
+    assert await state(api, 2, cid) == (1, 1) and await state(api, 3, cid) == (1, 1)
+    await edit(api, 1, cid, 1, "@bea only", [3])
+    assert await state(api, 2, cid) == (0, 0) and await state(api, 3, cid) == (1, 1)

@@ -80,3 +80,57 @@ async def test_a_conversation_may_differ_from_the_default_and_new_ones_take_the_
     await api.data(SETTINGS, {"p": True}, user=2)
     assert (await own(api, public_here))["privateReceipts"] is False
     assert (await api.data("{ viewer { privateReceipts } }", user=2))["viewer"] == {"privateReceipts": True}
+
+
+DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
+INBOX_ROW = "{ inbox(first: 10) { nodes { id unreadCount } } }"
+
+
+async def test_deleted_messages_the_private_reader_has_read_never_lower_their_unread(server, http):
+    """The issue's case: deletes at or below the own read position (above the public watermark, which private
+    receipts keep at 0) are read already; only those above it leave the unread count, which never goes below 0."""
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, [2, 3])
+    for _ in range(5):
+        await api.send(1, cid)
+    for seq in (1, 4):
+        await api.data(DELETE, {"c": cid, "s": seq}, user=1)
+    await api.data(OVERRIDE, {"c": cid, "p": True}, user=3)
+    answer = await api.mark_read(3, cid, 3)
+    assert answer == {"lastReadSeq": 3, "advanced": False, "unreadCount": 1}  # seq 5
+    assert await own(api, cid, user=3) == {
+        "lastReadSeq": 3,
+        "unreadCount": 1,
+        "privateReceipts": True,
+        "totalUnread": 1,
+    }
+    await api.data(DELETE, {"c": cid, "s": 2}, user=1)  # read already: nothing changes
+    assert await own(api, cid, user=3) == {
+        "lastReadSeq": 3,
+        "unreadCount": 1,
+        "privateReceipts": True,
+        "totalUnread": 1,
+    }
+    await api.data(DELETE, {"c": cid, "s": 5}, user=1)  # the one unread: none left
+    assert (await own(api, cid, user=3))["unreadCount"] == (await own(api, cid, user=3))["totalUnread"] == 0
+    rows = (await api.data(INBOX_ROW, user=3))["inbox"]["nodes"]
+    assert rows == [{"id": cid, "unreadCount": 0}]
+    assert (await receipts(api, cid, of=3))["lastReadSeq"] == 0  # still private
+
+
+async def test_turning_private_receipts_off_keeps_what_was_read_and_the_next_mark_read_publishes(server, http):
+    """markRead never lowers the own read position: after reading to 4 privately and turning private receipts
+    off, a markRead(2) publishes 2 and leaves the viewer's own position (and unread) where it was."""
+    api = ChatApi.of(server, http)
+    cid = await api.create_group(1, [2])
+    for _ in range(5):
+        await api.send(1, cid)
+    await api.data(DELETE, {"c": cid, "s": 3}, user=1)
+    await api.data(OVERRIDE, {"c": cid, "p": True}, user=2)
+    assert await api.mark_read(2, cid, 4) == {"lastReadSeq": 4, "advanced": False, "unreadCount": 1}
+    await api.data(OVERRIDE, {"c": cid, "p": False}, user=2)
+    assert await api.mark_read(2, cid, 2) == {"lastReadSeq": 4, "advanced": True, "unreadCount": 1}
+    assert await own(api, cid) == {"lastReadSeq": 4, "unreadCount": 1, "privateReceipts": False, "totalUnread": 1}
+    assert (await receipts(api, cid))["lastReadSeq"] == 2
+    assert await api.mark_read(2, cid, 5) == {"lastReadSeq": 5, "advanced": True, "unreadCount": 0}
+    assert (await receipts(api, cid))["lastReadSeq"] == 5

@@ -198,20 +198,41 @@ class Mutation(ReadStateMutation, GroupMutation):
 
     @strawberry.mutation(
         description="The sender replaces the body of their message (within CHATGQL_EDIT_WINDOW_SECONDS of sending, "
-        "when set). It keeps its seq and takes the next changeSeq; the previous body joins editHistory. The same "
-        "body again changes nothing (changeSeq null). Never changes unread counts; subscribers get it on "
+        "when set), and its mentions when `mentions` is given. It keeps its seq and takes the next changeSeq; the "
+        "previous body joins editHistory. The same body and mentions again change nothing (changeSeq null). Never "
+        "changes unreadCount; unreadMentions follows the mentions as they are now. Subscribers get it on "
         "messageChanged (kind EDITED), never on messageNew. Someone else's message: FORBIDDEN; a deleted one: "
         "CONFLICT."
     )
-    async def edit_message(self, info: Info, conversation_id: ID, seq: Long, body: str) -> ChangeMessagePayload:
+    async def edit_message(
+        self,
+        info: Info,
+        conversation_id: ID,
+        seq: Long,
+        body: str,
+        mentions: Annotated[
+            list[ID] | None,
+            strawberry.argument(
+                description="The user ids the message mentions from now on (additive), replacing those it had "
+                "(a mentionEveryone's too); left out or null: it keeps them. Members of the conversation only, else "
+                "BAD_USER_INPUT and nothing is changed; at most CHATGQL_MAX_MENTIONS. A newly mentioned member is "
+                "not pushed (no messageNew, no webhook of its own): the mention counts in their unreadMentions."
+            ),
+        ] = strawberry.UNSET,
+    ) -> ChangeMessagePayload:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         at = check_seq(seq)
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
+        mentioned = (
+            None
+            if mentions is strawberry.UNSET or mentions is None
+            else check_user_ids(mentions, "mention", limit=ctx.settings.max_mentions)
+        )
         await ctx.deps.limits.check("editMessage", viewer)
         result = await change_service.do_edit_message(
-            ctx.database, viewer, cid, at, body, window_seconds=ctx.settings.edit_window_seconds
+            ctx.database, viewer, cid, at, body, window_seconds=ctx.settings.edit_window_seconds, mentions=mentioned
         )
         ctx.forget_conversation(cid)
         return ChangeMessagePayload(

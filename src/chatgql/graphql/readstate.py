@@ -244,7 +244,8 @@ class MembershipUpdatedEvent:
     archived: bool
     pinned: bool
     last_read_seq: Long = strawberry.field(
-        description="The subscriber's own read position (their unreadCount is lastSeq - lastReadSeq)."
+        description="The subscriber's own read position (their unreadCount is lastSeq - lastReadSeq, less the "
+        "deleted messages above it)."
     )
     new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
 

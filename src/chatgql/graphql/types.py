@@ -583,7 +583,10 @@ class Conversation(Node):
     last_seq: Long = strawberry.field(description="Seq of the newest message; 0 when there is none.")
     last_message_at: datetime | None
     created_at: datetime
-    last_read_seq: Long = strawberry.field(description="The viewer's own watermark here.")
+    last_read_seq: Long = strawberry.field(
+        description="The viewer's own read position here: the watermark others see (Member.lastReadSeq), but "
+        "below it after a markUnread and above it after a markRead with private receipts."
+    )
     # A value, not a resolver: an inbox page asks for it on every node.
     unread_count: Long = strawberry.field(
         description="lastSeq - lastReadSeq for the viewer, less the deleted messages above lastReadSeq."
@@ -942,10 +945,15 @@ class SendMessagePayload:
 class MarkReadPayload:
     conversation_id: ID
     last_read_seq: Long = strawberry.field(
-        description="The viewer's watermark after the call (clamped to lastSeq, never lowered)."
+        description="The viewer's own read position after the call (Conversation.lastReadSeq): clamped to lastSeq, "
+        "never lowered."
     )
-    advanced: bool = strawberry.field(description="True when the watermark moved forward.")
-    unread_count: Long
+    advanced: bool = strawberry.field(
+        description="True when the watermark others see moved forward (never with private receipts)."
+    )
+    unread_count: Long = strawberry.field(
+        description="Conversation.unreadCount after the call, as a query right after it reads."
+    )
 
 
 @strawberry.type

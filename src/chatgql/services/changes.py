@@ -19,6 +19,7 @@ from ..models import MESSAGE_FIELDS
 from ..store import changes, conversations, outbox, reactions, webhooks
 from .checks import check_page_size, check_seq
 from .history import check_cursors, replay_ranges, sync_page, too_far_behind, visible_conversations
+from .mentions import check_edit_mentions_txn, do_edit_mentions_txn
 
 GROUP_ADMINS = frozenset({"OWNER", "ADMIN"})  # who may delete any message of a group
 # The event kinds that carry a message's body (all but the tombstone's own): what a delete erases
@@ -68,12 +69,21 @@ async def _locked_message(conn: Connection, conversation_id: int, seq: int, view
 
 
 async def do_edit_message(
-    database: Database, viewer_id: str, conversation_id: int, seq: int, body: str, *, window_seconds: float = 0
+    database: Database,
+    viewer_id: str,
+    conversation_id: int,
+    seq: int,
+    body: str,
+    *,
+    window_seconds: float = 0,
+    mentions: Sequence[str] | None = None,
 ) -> ChangeResult:
-    """The sender replaces the body of their message (within window_seconds of sending when > 0).
+    """The sender replaces the body of their message (within window_seconds of sending when > 0), and its
+    mentions with `mentions` when given (members only: BAD_USER_INPUT; None keeps them).
 
-    The previous body joins the edit history; the same body again changes nothing (no change seq, no event).
-    A tombstone cannot be edited (CONFLICT); someone else's message: FORBIDDEN. The body must be validated."""
+    The previous body joins the edit history; the same body and mentions again change nothing (no change
+    seq, no event). A tombstone cannot be edited (CONFLICT); someone else's message: FORBIDDEN. The body
+    must be validated."""
     check_seq(seq)
     async with database.transaction() as conn:
         conv, message = await _locked_message(conn, conversation_id, seq, viewer_id)
@@ -85,10 +95,13 @@ async def do_edit_message(
             raise Forbidden(
                 f"a message may be edited only within {window_seconds:g} s of sending", reason="EDIT_WINDOW_CLOSED"
             )
-        if message["body"] == body:
+        mentions_changed = await check_edit_mentions_txn(conn, conversation_id, seq, mentions)
+        if message["body"] == body and not mentions_changed:
             return ChangeResult(message, None)
         change_seq = await changes.record_change_txn(conn, conversation_id, seq, MessageEdited.KIND, viewer_id)
         edited = await changes.edit_txn(conn, conversation_id, seq, change_seq, body)
+        if mentions_changed:
+            await do_edit_mentions_txn(conn, conversation_id, seq, mentions or [])
         await outbox.append(conn, [change_event(MessageEdited, edited, change_seq, viewer_id).outbox_row()])
         database.events_written(conn)
     return ChangeResult(edited, change_seq)

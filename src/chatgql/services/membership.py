@@ -107,17 +107,18 @@ async def do_mark_unread(database: Database, viewer_id: str, conversation_id: in
         return row
 
 
-async def raise_own_read(database: Database, viewer_id: str, conversation_id: int, seq: int) -> int | None:
-    """markRead's part during a markUnread rewind (services/reads.py): the own read position rises to
-    min(seq, lastSeq), ending the rewind at the watermark, and the viewer's devices are told. Returns
-    the new own read position; None when nothing rose (no rewind any more)."""
+async def raise_own_read(database: Database, viewer_id: str, conversation_id: int, seq: int) -> Row | None:
+    """markRead's part during a markUnread rewind, or with private receipts (services/reads.py): the own
+    read position rises to min(seq, lastSeq), ending a rewind at the watermark, and the viewer's devices
+    are told. Returns the member's read state after it, risen or not (another device may have raised it
+    meanwhile): (last_read_seq, last_seq, own_read, unread_deleted); None when no longer a member."""
     async with database.transaction() as conn:
         row = await membership.raise_own_read_txn(conn, conversation_id, viewer_id, seq)
         if row is None:
-            return None
+            return await reads.watermark(conn, conversation_id, viewer_id)
         await outbox.append(conn, [own_event(conversation_id, viewer_id, row).outbox_row()])
         database.events_written(conn)
-        return int(row["own_read"])
+        return row
 
 
 async def do_set_private_receipts(database: Database, viewer_id: str, private: bool) -> None:

@@ -44,9 +44,9 @@ class MarkReadResult:
     last_read_seq: int
     last_seq: int
     advanced: bool
-    unread_deleted: int = 0  # deleted messages above last_read_seq: unread = last_seq - last_read_seq - this
-    # The member's own read position: below last_read_seq while a markUnread rewind lasts
-    # (services/reads.py raises it); None: equal to last_read_seq.
+    unread_deleted: int = 0  # deleted messages above the own read position: unread = last_seq - own - this
+    # The member's own read position: below last_read_seq while a markUnread rewind lasts, above it
+    # with private receipts (services/reads.py raises it); None: equal to last_read_seq.
     own_read: int | None = None
 
 
@@ -60,7 +60,12 @@ async def mark_read_alone(
         if moved is not None:
             database.events_written(conn)  # the statement committed its read.updated: wake the relay
             return MarkReadResult(
-                conversation_id, moved.last_read_seq, moved.last_seq, advanced=True, unread_deleted=moved.unread_deleted
+                conversation_id,
+                moved.last_read_seq,
+                moved.last_seq,
+                advanced=True,
+                unread_deleted=moved.unread_deleted,
+                own_read=moved.own_read,
             )
         # Nothing moved: read the watermark as it is now (it may be higher than
         # the update's snapshot showed, if another device just raised it).

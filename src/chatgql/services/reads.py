@@ -29,9 +29,10 @@ async def do_mark_read(
     else:
         result = await mark_read_alone(database, viewer_id, conversation_id, seq, event)
     if result.own_read is not None and result.own_read < min(seq, result.last_seq):
-        # A markUnread rewind and a seq below the watermark: only the viewer's own read position
-        # rises (a second statement, only while a rewind lasts).
+        # A markUnread rewind and a seq below the watermark, or private receipts: only the viewer's
+        # own read position rises (a second statement, only then). The answer is the state after it,
+        # its own position and the deleted messages above that position together.
         own = await raise_own_read(database, viewer_id, conversation_id, seq)
         if own is not None:
-            return replace(result, own_read=own)
+            return replace(result, own_read=own["own_read"], unread_deleted=own["unread_deleted"])
     return result

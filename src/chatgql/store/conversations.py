@@ -14,8 +14,9 @@ from ..models import MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS
 _CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq"
 
 # The member's own state (0011), as SQL over conversation_member m joined with conversation c:
-# OWN_READ: the member's own read position: markUnread's own_read_seq while the public watermark
-#   has not moved since it was set, else the watermark (a later markRead or send ends the rewind);
+# OWN_READ: the member's own read position: own_read_seq while the public watermark has not moved since
+#   it was set (below the watermark after a markUnread, above it after a markRead with private
+#   receipts), else the watermark;
 # MUTED: muted, and the mute has not expired; ARCHIVED: archived, and no message came after it
 #   (unless kept archived).
 OWN_READ = (
@@ -26,12 +27,16 @@ MUTED = "(m.muted AND (m.muted_until IS NULL OR m.muted_until > now()))"
 ARCHIVED = "(m.archived_seq IS NOT NULL AND (m.keep_archived OR c.last_seq <= m.archived_seq))"
 # The viewer's membership as a Conversation shows it (graphql/types.py Conversation.from_row).
 # UNREAD_DELETED: deleted messages above the member's own read position: the counter kept on write
-#   (0010, above last_read_seq), plus, while markUnread's rewind holds, the deleted ones it rewound over
-#   (counted on message_change_deleted_idx within the rewound range only, never over the history).
+#   (0010: those above the watermark), corrected, while an own position apart from the watermark holds,
+#   by the deleted ones between the two (counted on message_change_deleted_idx, deleted messages only,
+#   within that range only): added when the own position is below the watermark (markUnread's rewind),
+#   taken off when it is above it (private receipts: the deleted ones the member has read).
 UNREAD_DELETED = (
     "(m.unread_deleted + CASE WHEN m.own_read_seq IS NOT NULL AND m.own_read_below = m.last_read_seq"
-    " THEN (SELECT count(*) FROM message_change d WHERE d.conversation_id = m.conversation_id"
-    " AND d.kind = 'DELETED' AND d.seq > m.own_read_seq AND d.seq <= m.last_read_seq) ELSE 0 END)"
+    " THEN (SELECT CASE WHEN m.own_read_seq < m.last_read_seq THEN count(*) ELSE -count(*) END"
+    " FROM message_change d WHERE d.conversation_id = m.conversation_id AND d.kind = 'DELETED'"
+    " AND d.seq > LEAST(m.own_read_seq, m.last_read_seq) AND d.seq <= GREATEST(m.own_read_seq, m.last_read_seq))"
+    " ELSE 0 END)"
 )
 # UNREAD: what unreadCount says
 UNREAD = f"(c.last_seq - {OWN_READ} - {UNREAD_DELETED})"

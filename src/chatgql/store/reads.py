@@ -9,6 +9,15 @@ from ..db import Connection, Row
 from . import key_literal
 from .conversations import OWN_READ, UNREAD_DELETED
 
+# A watermark raised to {target} below the member's own read position (private receipts turned off after
+# a markRead moved only the own one) keeps that position: markRead never lowers it. The own position
+# holds while own_read_below is the watermark (store.conversations.OWN_READ), so it follows the watermark;
+# otherwise it is left, and the raised watermark ends any markUnread rewind.
+_KEEP_OWN_READ = (
+    "CASE WHEN m.own_read_seq IS NOT NULL AND m.own_read_below = m.last_read_seq AND m.own_read_seq > {target}"
+    " THEN {target} ELSE m.own_read_below END"
+)
+
 # The statements below complete the read.updated payload the service passes in with the one key
 # its definition leaves to the store, 'lastReadSeq' (events/types.py: ReadUpdated.last_read_seq),
 # as chat_send does for its events; tests/events/test_event_types.py checks both.
@@ -20,7 +29,7 @@ async def advance_watermark(
     """The monotonic, clamped update of DESIGN.md, and its read.updated outbox
     row, in one statement (so one transaction even in autocommit).
 
-    Returns (last_read_seq, last_seq, unread_deleted) when the watermark moved forward; None
+    Returns (last_read_seq, last_seq, own_read, unread_deleted) when the watermark moved forward; None
     when it did not (a seq at or below it, nothing newer, or not a member),
     and then no event is written. Concurrent calls serialise on the member
     row and re-check the condition, so the watermark only takes the maximum.
@@ -35,18 +44,19 @@ def _advance_watermark_sql(key: str) -> str:
     """advance_watermark's statement, its key spliced in (store.key_literal)."""
     return f"""
         WITH moved AS (
-            UPDATE conversation_member m SET last_read_seq = LEAST($3::bigint, c.last_seq)
+            UPDATE conversation_member m SET last_read_seq = LEAST($3::bigint, c.last_seq),
+                   own_read_below = {_KEEP_OWN_READ.format(target="LEAST($3::bigint, c.last_seq)")}
               FROM conversation c
              WHERE c.id = m.conversation_id AND m.conversation_id = $1::bigint AND m.user_id = $2::text
                AND m.last_read_seq < LEAST($3::bigint, c.last_seq)
                AND NOT m.receipts_private  -- private receipts: the own read position only (services/reads.py)
-            RETURNING m.last_read_seq, c.last_seq, m.unread_deleted
+            RETURNING m.last_read_seq, c.last_seq, {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
             SELECT ($1::bigint)::text, $4::jsonb || jsonb_build_object({key_literal(key)}, moved.last_read_seq)
               FROM moved
         )
-        SELECT last_read_seq, last_seq, unread_deleted FROM moved
+        SELECT last_read_seq, last_seq, own_read, unread_deleted FROM moved
         """
 
 
@@ -86,7 +96,8 @@ async def advance_watermarks(
     - before: the watermark just before this statement raised it (the latest committed one: the
       row is locked first), or, when it did not move, equal to last_read_seq;
     - own_read: the member's own read position, below the watermark while a markUnread rewind
-      lasts; a key that moved has ended its rewind: last_read_seq. Of the locked row when the
+      lasts, above it after markRead with private receipts (kept when the watermark rises below
+      it); a key that moved has ended any rewind. Of the updated row when it moved, else of the locked row when the
       key was locked (another process may have raised the watermark after this statement's
       snapshot: the snapshot's own read is then stale, below the watermark answered), else of
       the snapshot. The same for unread_deleted.
@@ -130,10 +141,12 @@ def _advance_watermarks_sql(key: str) -> str:
              ORDER BY m.conversation_id, m.user_id
                FOR UPDATE OF m
         ), moved AS (
-            UPDATE conversation_member m SET last_read_seq = l.target
+            UPDATE conversation_member m SET last_read_seq = l.target,
+                   own_read_below = {_KEEP_OWN_READ.format(target="l.target")}
               FROM locked l
              WHERE m.conversation_id = l.cid AND m.user_id = l.uid AND m.last_read_seq < l.target
-            RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq, m.unread_deleted
+            RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq,
+                      {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
         ), event AS (
             INSERT INTO outbox (msg_key, payload)
             SELECT mv.cid::text, l.event || jsonb_build_object({key_literal(key)}, mv.last_read_seq)
@@ -144,7 +157,7 @@ def _advance_watermarks_sql(key: str) -> str:
                COALESCE(mv.last_read_seq, l.before, s.last_read_seq) AS last_read_seq,
                mv.cid IS NOT NULL AS moved,
                COALESCE(l.before, s.last_read_seq) AS before,
-               COALESCE(mv.last_read_seq, l.own_read, s.own_read) AS own_read,
+               COALESCE(mv.own_read, l.own_read, s.own_read) AS own_read,
                COALESCE(mv.unread_deleted, l.unread_deleted, s.unread_deleted) AS unread_deleted
           FROM snap s
           LEFT JOIN locked l ON l.cid = s.cid AND l.uid = s.uid
