@@ -62,8 +62,14 @@ def _line(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
+AS_USER = re.compile(r"^# as user (\w+)", re.MULTILINE)  # a block's own caller, where user 1 is not the one
+
+
 def _operations(where: str, source: str) -> list[Documented]:
-    """Each operation of a block (several anonymous ones may share a block), with the block's fragments."""
+    """Each operation of a block (several anonymous ones may share a block), with the block's fragments;
+    run as user 1, or as the user a `# as user N` line of the block names."""
+    caller = AS_USER.search(source)
+    user = caller.group(1) if caller else "1"
     document = graphql.parse(source)
     fragments = [d for d in document.definitions if isinstance(d, graphql.FragmentDefinitionNode)]
     operations = [d for d in document.definitions if isinstance(d, graphql.OperationDefinitionNode)]
@@ -76,7 +82,7 @@ def _operations(where: str, source: str) -> list[Documented]:
             if definition.default_value is None:
                 assert name in SAMPLES, f"{where}: give ${name} a value in SAMPLES"
                 variables[name] = SAMPLES[name]
-        found.append(Documented(f"{where}#{n}", query, variables))
+        found.append(Documented(f"{where}#{n}", query, variables, user))
     return found
 
 
