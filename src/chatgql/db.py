@@ -2,7 +2,7 @@
 
 The running service talks to PostgreSQL through `Database` (an asyncpg pool):
 store/ holds hand-written SQL, so a query builder in between only cost CPU
-(about a fifth of a sendMessage request's, measured with py-spy).
+(about a fifth of a sendMessage request's: bench/results/micro.md).
 SQLAlchemy stays for Alembic's migrations (and tests use it to inspect the
 database).
 """
@@ -243,7 +243,7 @@ async def upgrade(url: str, revision: str = "head") -> None:
     """Apply Alembic migrations up to revision (Alembic's env runs its own loop).
 
     A database already at head is left alone without starting Alembic: importing it
-    and SQLAlchemy's engine was a third of a restart's time to serving (measured).
+    and SQLAlchemy's engine is a large part of a restart's time to serving.
     """
     if revision == "head" and await _at_head(url):
         return
