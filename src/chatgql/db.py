@@ -39,6 +39,22 @@ log = logging.getLogger(__name__)
 
 # alembic/ lives at the repository root (next to alembic.ini); chatgql runs from a checkout.
 ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+# Each stored function's source: alembic/functions/NAME.sql is today's text, whose first line names the
+# migration that installs it; an earlier text a migration installed is kept as NAME@REVISION.sql
+# (docs/development/migrations.md).
+FUNCTIONS_DIR = ALEMBIC_DIR / "functions"
+
+
+def function_source(name: str, revision: str) -> str:
+    """The text of stored function `name` that migration `revision` installs (CREATE OR REPLACE)."""
+    current = FUNCTIONS_DIR / f"{name}.sql"
+    text = current.read_text()
+    if text.splitlines()[0] == f"-- revision: {revision}":
+        return text
+    frozen = FUNCTIONS_DIR / f"{name}@{revision}.sql"
+    if not frozen.exists():
+        raise FileNotFoundError(f"{current} is not migration {revision}'s, and {frozen.name} does not exist")
+    return frozen.read_text()
 
 
 def asyncpg_url(url: str) -> str:
