@@ -344,8 +344,10 @@ class Server:
             CHATGQL_METRICS_TOKEN=METRICS_TOKEN,
             CHATGQL_DATA_DIR=str(scratch / "unused-data-dir"),
             # Every benchmark client connects from 127.0.0.1, 64 handshakes at a time per process:
-            # one address, far past a real client's count of sockets waiting for connection_init.
+            # one address, far past a real client's count of sockets waiting for connection_init
+            # and of one address's websocket messages.
             CHATGQL_MAX_UNAUTHENTICATED_WS_PER_ADDRESS="0",
+            CHATGQL_WS_MESSAGES_PER_ADDRESS_PER_SECOND="0",
         )
         if kafka is not None:
             env["CHATGQL_KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap

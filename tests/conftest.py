@@ -270,6 +270,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "max_groups_per_day": 0,
         # ...and open hundreds of websockets at once, all from 127.0.0.1 (tests/adversarial tests the limit).
         "max_unauthenticated_ws_per_address": 0,
+        "ws_messages_per_address_per_second": 0,
     }
     base.update(overrides)
     return load_settings(**base)

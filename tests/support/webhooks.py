@@ -3,7 +3,9 @@
 It records every request (attempts included), checks each signature with the Standard Webhooks
 reference library, and answers as its `policy` says: "ok" (204), "fail" (503) or "hang" (answers
 204 only after the deliverer's timeout: the deliverer counts a failure although the endpoint did
-the work, so a duplicate follows, as with a real slow endpoint).
+the work, so a duplicate follows, as with a real slow endpoint); "busy <status> <Retry-After>"
+(that status with that Retry-After header); "trickle" (200, then a body of a byte every
+trickle_seconds, never ending: only the deliverer's timeout ends it).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import uvicorn
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..conftest import free_port
@@ -48,9 +50,10 @@ Policy = Callable[[dict, int], str]  # (event, attempt) -> "ok" | "fail" | "hang
 
 
 class Receiver:
-    def __init__(self, secret: str, hang_seconds: float = 1.0) -> None:
+    def __init__(self, secret: str, hang_seconds: float = 1.0, trickle_seconds: float = 0.05) -> None:
         self.verifier = Webhook(secret)
         self.hang_seconds = hang_seconds
+        self.trickle_seconds = trickle_seconds
         self.policy: Policy = lambda event, attempt: "ok"
         self.requests: list[Received] = []  # in arrival order
         self.unverified = 0
@@ -82,11 +85,21 @@ class Receiver:
             return Response(status_code=503)
         if answer == "hang":
             await asyncio.sleep(self.hang_seconds)
+        if answer.startswith("busy "):
+            _, status, retry_after = answer.split(" ", 2)
+            return Response(status_code=int(status), headers={"retry-after": retry_after})
+        if answer == "trickle":
+            return StreamingResponse(self._trickle(), status_code=200)
         return Response(status_code=204)
+
+    async def _trickle(self):  # noqa: ANN202
+        while True:
+            yield b" "
+            await asyncio.sleep(self.trickle_seconds)
 
     def done(self) -> list[Received]:
         """The requests the endpoint took (a hung one too: it did the work)."""
-        return [r for r in self.requests if r.answer != "fail"]
+        return [r for r in self.requests if r.answer in ("ok", "hang")]
 
     def taken_keys(self) -> set[tuple[int, int]]:
         return {r.key for r in self.done() if r.event["type"] == "message.new"}

@@ -3,7 +3,7 @@
 uvicorn's supervisor (the process `chatgql serve` starts) serves a hub on a Unix socket of its
 own, and runs the outbox relay, the Kafka consumer and the webhooks (one of each, whatever the
 worker count). Each worker connects to it (bus URL `chatgql+unix:///path/to/hub.sock`, set by
-`chatgql serve`, never by hand) for three things:
+`chatgql serve`, never by hand) for these things:
 
 - the bus: a worker subscribes to channels (answered once the hub took it: nothing published
   after that is missed) and receives what is published on them, the relay's events and the
@@ -13,7 +13,10 @@ worker count). Each worker connects to it (bus URL `chatgql+unix:///path/to/hub.
   user gets the configured rate across the workers, not N times it;
 - the relay's wake-up: a worker's committed sends wake the supervisor's relay through the
   hub, not through a NOTIFY of PostgreSQL (a notifying commit takes a database-wide lock);
-- liveness: a worker's /healthz fails while its supervisor's embedded PostgreSQL is down.
+- liveness: a worker's /healthz fails while its supervisor's embedded PostgreSQL is down;
+- presence: a worker tells the hub when a user's first websocket on it opens and their last
+  closes, so the supervisor's webhook deliverer knows who is online on any worker (a worker's
+  users drop out when its connection ends).
 
 A worker that stops reading (a stalled process) is cut off once the hub holds MAX_BUFFERED
 bytes for it, as Redis cuts a subscriber past its output limit: its bus feed then ends its
@@ -22,7 +25,7 @@ reaches the hub without the socket (LocalHubBackend).
 
 Frames, both ways: a 4-byte big-endian length, then a kind byte and its fields, NUL-separated.
     worker -> hub   S channel | U channel | P channel message | T action rate burst user | W
-                    | H (the supervisor's health)
+                    | H (the supervisor's health) | O user (online here) | F user (offline here)
     hub -> worker   A (a subscription taken) | R taken retry_after (a rate-limit answer)
                     | D trouble (empty: healthy) | M channel message
 Answers (A, R, D) come in the order of the requests, on the connection that asked.
@@ -40,8 +43,8 @@ import contextlib
 import logging
 import os
 import struct
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -126,11 +129,12 @@ class _Outbox:
 
 
 class _Peer:
-    __slots__ = ("outbox", "channels")
+    __slots__ = ("outbox", "channels", "online")
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.outbox = _Outbox(writer.transport)
         self.channels: set[str] = set()
+        self.online: set[str] = set()  # the users this worker says have a websocket open on it
 
 
 class Hub:
@@ -152,6 +156,7 @@ class Hub:
         self.trouble: Callable[[], str | None] = lambda: None
         self._peers: set[_Peer] = set()
         self._limiters: dict[tuple[str, float, int], Any] = {}
+        self._online: Counter[str] = Counter()  # user -> how many workers list them
         self._server: asyncio.AbstractServer | None = None
 
     @property
@@ -195,6 +200,23 @@ class Hub:
             return
         outbox.put(frame)
 
+    def online(self, users: Iterable[str]) -> set[str]:
+        """Those of `users` that some worker lists as online."""
+        return {user for user in users if user in self._online}
+
+    def _listed(self, peer: _Peer, user: str, online: bool) -> None:
+        if online and user not in peer.online:
+            peer.online.add(user)
+            self._online[user] += 1
+        elif not online and user in peer.online:
+            peer.online.discard(user)
+            self._unlist(user)
+
+    def _unlist(self, user: str) -> None:
+        self._online[user] -= 1
+        if self._online[user] <= 0:
+            del self._online[user]
+
     def take(self, action: str, user: str, rate: float, burst: int) -> float | None:
         """None: a token was taken; else the seconds until there is one."""
         if self._limiter is None:
@@ -214,6 +236,9 @@ class Hub:
                 if kind == b"P":
                     channel, _, message = body[1:].partition(_SEP)
                     self.publish(channel.decode(), message)
+                    continue
+                if kind in (b"O", b"F"):
+                    self._listed(peer, body[1:].decode(), kind == b"O")
                     continue
                 fields = body[1:].split(_SEP, 3)  # a user id comes last: whatever it holds, it is one field
                 if kind == b"T":
@@ -238,6 +263,9 @@ class Hub:
             log.warning("hub: dropping a worker's connection", exc_info=True)
         finally:
             self._peers.discard(peer)
+            for listed in peer.online:
+                self._unlist(listed)
+            peer.online.clear()
             writer.transport.abort()
 
 
@@ -267,12 +295,14 @@ class _Connection:
     def usable(self) -> bool:
         return self._writer is not None and self.failure is None and not self._writer.transport.is_closing()
 
-    def send(self, frame: bytes) -> None:
-        """Queue a frame: it goes out with the others of this loop turn."""
+    def send(self, frame: bytes, *, now: bool = False) -> None:
+        """Queue a frame: it goes out with the others of this loop turn (now: at once, after them)."""
         if not self.usable:
             raise BusBroken(f"the hub connection is closed ({self.failure!r})")
         assert self._outbox is not None
         self._outbox.put(frame)
+        if now:
+            self._outbox.flush()
 
     def queued(self, frame: bytes) -> bool:
         """Is this very frame (the same object) queued and not yet written?"""
@@ -489,3 +519,47 @@ class HubStore:
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
+
+
+def served_hub(url: str) -> Hub | None:
+    """The hub this process serves at url (the supervisor's), None in a worker."""
+    return _serving.get(_path(url))
+
+
+class HubPresenceLink:
+    """A worker's presence on its supervisor's hub: the users online here, told as they change
+    (frames O and F, written at once, not at the loop turn's end: the hub has it as the websocket's
+    ack reaches its client, long before anything that client sends is relayed). On a new
+    connection the whole set is told again; while there is none, nothing is (the hub dropped this
+    worker's users with the old one)."""
+
+    def __init__(self, url: str) -> None:
+        self._path = _path(url)
+        self._connection: _Connection | None = None
+
+    def tell(self, user: str, online: bool) -> None:
+        connection = self._connection
+        if connection is not None and connection.usable:
+            connection.send(_frame(b"O" if online else b"F", user.encode()), now=True)
+
+    async def run(self, users: Callable[[], Iterable[str]], retry_seconds: float) -> None:
+        """Keep a connection to the hub, telling it users() on each, until cancelled."""
+        while True:
+            ended = asyncio.Event()
+            connection = _Connection(self._path)
+            connection.on_broken = lambda _error, ended=ended: ended.set()
+            try:
+                await connection.open()
+                for user in users():
+                    connection.send(_frame(b"O", user.encode()))
+                self._connection = connection
+                await ended.wait()
+                log.warning("presence: the hub connection ended (%r); connecting again", connection.failure)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001  the supervisor is restarting: try again
+                log.warning("presence: the hub did not answer (%r); trying again", error)
+            finally:
+                self._connection = None
+                await connection.close()
+            await asyncio.sleep(retry_seconds)

@@ -1,5 +1,6 @@
 """Who is online: the users with an acknowledged websocket, in this process and, with a Redis bus,
-in every process of the deployment (what the webhooks tell the app, so it pushes only to the
+in every process of the deployment, or, on the hub of `chatgql serve` with several workers and no
+Redis, in every worker of that serve (what the webhooks tell the app, so it pushes only to the
 offline members of a conversation).
 
 Each process counts its own sockets per user. With Redis it also keeps, in the bus's Redis, a
@@ -8,6 +9,10 @@ live processes ({chatgql.presence}.processes, scored by when the entry expires);
 refreshed every heartbeat and expire without one, so a process that dies (SIGKILL) drops out
 within presence_ttl. Changes are written by the heartbeat loop (woken at once), never on the
 websocket's own path. One hash tag: every key is in one Redis Cluster slot.
+
+On the hub (events/hub.py), each worker tells its supervisor's hub as its users come and go, at
+once, on a connection of its own; the supervisor, whose deliverer asks, reads the hub's table in
+process. A worker whose connection ends drops out of it (it dies with its supervisor anyway).
 
 A user is online when any live process lists them. When Redis does not answer, only this
 process's sockets count: a member is then taken for offline (pushed to), never silently skipped.
@@ -22,8 +27,11 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from .hub import Hub, HubPresenceLink
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +40,20 @@ PROCESSES = f"{PREFIX}.processes"
 
 
 class Presence:
-    def __init__(self, redis_url: str | None, *, heartbeat_seconds: float = 5.0, timeout: float = 1.0) -> None:
+    def __init__(
+        self,
+        redis_url: str | None,
+        *,
+        heartbeat_seconds: float = 5.0,
+        timeout: float = 1.0,
+        hub: Hub | None = None,
+        hub_link: HubPresenceLink | None = None,
+    ) -> None:
+        """hub: the hub this process serves (the supervisor: asks it); hub_link: this worker's
+        link to its supervisor's hub (tells it)."""
         self._redis_url = redis_url
+        self._hub = hub
+        self._hub_link = hub_link
         self._heartbeat = heartbeat_seconds
         self._ttl_ms = int(heartbeat_seconds * 3 * 1000)
         self._timeout = timeout
@@ -47,13 +67,15 @@ class Presence:
 
     @property
     def shared(self) -> bool:
-        return self._redis_url is not None
+        return self._redis_url is not None or self._hub is not None or self._hub_link is not None
 
     def connected(self, user: Hashable) -> None:
         self._local[user] += 1
         if self._local[user] == 1:
             self._changed.add(user)
             self._wake.set()
+            if self._hub_link is not None:
+                self._hub_link.tell(str(user), True)
 
     def disconnected(self, user: Hashable) -> None:
         self._local[user] -= 1
@@ -61,6 +83,8 @@ class Presence:
             del self._local[user]
             self._changed.add(user)
             self._wake.set()
+            if self._hub_link is not None:
+                self._hub_link.tell(str(user), False)
 
     def here(self, user: Hashable) -> bool:
         return user in self._local
@@ -70,6 +94,10 @@ class Presence:
         users = list(users)
         found = {user for user in users if user in self._local}
         rest = [user for user in users if user not in found]
+        if rest and self._hub is not None:
+            listed = self._hub.online(str(user) for user in rest)
+            found.update(user for user in rest if str(user) in listed)
+            return found
         if not rest or self._redis_url is None:
             return found
         try:
@@ -91,7 +119,11 @@ class Presence:
         return found
 
     async def run(self) -> None:
-        """Write this process's changes and heartbeats to Redis until cancelled (no-op without Redis)."""
+        """Write this process's changes and heartbeats to Redis, or keep this worker's link to its
+        supervisor's hub, until cancelled (no-op with neither)."""
+        if self._hub_link is not None:
+            await self._hub_link.run(lambda: [str(user) for user in self._local], self._heartbeat)
+            return
         if self._redis_url is None:
             return
         try:
@@ -159,8 +191,15 @@ class Presence:
 
 
 def presence_for(broadcast_url: str, heartbeat_seconds: float) -> Presence:
-    """The deployment's presence: in the bus's Redis when the bus is Redis, else this process's."""
+    """The deployment's presence: in the bus's Redis when the bus is Redis; on the hub when the bus
+    is the supervisor's hub (asked in the supervisor, told by its workers); else this process's."""
     from .backends import CLUSTER_SCHEMES
+    from .hub import HubPresenceLink, is_hub, served_hub
 
+    if is_hub(broadcast_url):
+        hub = served_hub(broadcast_url)
+        if hub is not None:
+            return Presence(None, heartbeat_seconds=heartbeat_seconds, hub=hub)
+        return Presence(None, heartbeat_seconds=heartbeat_seconds, hub_link=HubPresenceLink(broadcast_url))
     shared = urlsplit(broadcast_url).scheme in ("redis", "rediss", *CLUSTER_SCHEMES)
     return Presence(broadcast_url if shared else None, heartbeat_seconds=heartbeat_seconds)

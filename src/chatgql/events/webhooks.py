@@ -9,17 +9,22 @@ nothing the API, the relay or the live path use.
 
 Order: a conversation's events are sent one at a time, in outbox order; a failure holds back
 that conversation only (head-of-line blocking per conversation), up to `concurrency`
-conversations in flight. Each failure (no 2xx within the timeout) is tried again after an
-exponential backoff with jitter, up to `max_attempts` attempts; then the event moves to the dead
-letters (webhook_dead) and the conversation goes on. At least once: a deliverer killed after the
-endpoint answered and before the row's delete sends it again, with the same webhook-id.
+conversations in flight. Each failure (no 2xx within the timeout, which covers the whole
+exchange) is tried again after an exponential backoff with jitter (or after a 429's or 503's
+Retry-After when that is longer, never past the backoff's cap), up to `max_attempts` attempts;
+then the event moves to the dead letters (webhook_dead) and the conversation goes on. A delete
+withdraws its message's events from the queue and the dead letters (services/changes.py
+tombstone_txn): a withdrawn row is not posted again (a request already on its way is not
+recalled). At least once: a deliverer killed after the endpoint answered and before the row's
+delete sends it again, with the same webhook-id.
 
 Requests are signed as Standard Webhooks specifies (https://www.standardwebhooks.com/):
 webhook-id, webhook-timestamp (epoch seconds) and webhook-signature "v1,<base64 HMAC-SHA256 of
 '<id>.<timestamp>.<body>'>", the key being the base64-decoded secret (whsec_ prefix optional).
 The body is fixed at the first attempt: {"type", "timestamp", "data": the event as subscribers
-get it}, and for message.new "recipients": the members not online anywhere (events/presence.py),
-or in a group of more than big_group_threshold members only its memberCount (a notice).
+get it, its conversationId a string as in the GraphQL API}, and for message.new "recipients":
+the members not online anywhere (events/presence.py), or in a group of more than
+big_group_threshold members only its memberCount (a notice).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import email.utils
 import hashlib
 import hmac
 import ipaddress
@@ -35,6 +41,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -159,6 +166,46 @@ def backoff(attempt: int, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
+def retry_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
+    """Seconds before attempt `attempt` + 1: the backoff, or what the endpoint's Retry-After asked
+    for when that is longer, never more than cap."""
+    delay = backoff(attempt, base, cap)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, cap))
+    return delay
+
+
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds a Retry-After header asks to wait (delay-seconds or an HTTP date, RFC 9110); None
+    when absent or not understood."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One attempt: error None when the endpoint took it (2xx); retry_after: what it asked for."""
+
+    error: str | None
+    retry_after: float | None = None
+
+
+WITHDRAWN = Outcome("withdrawn")  # the row went (a delete withdrew it) before it was posted
+
+
 class Deliverer:
     def __init__(
         self,
@@ -276,9 +323,12 @@ class Deliverer:
         key = row["msg_key"]
         try:
             while row is not None:
-                error = await self._attempt(database, http, row)
+                outcome = await self._attempt(database, http, row)
+                error = outcome.error
                 async with database.connection() as conn:
-                    if error is None:
+                    if outcome is WITHDRAWN:
+                        row = await queue.delivered_next(conn, row["id"], key)
+                    elif error is None:
                         self._on_delivered()
                         row = await queue.delivered_next(conn, row["id"], key)
                     elif row["attempts"] + 1 >= self._max_attempts:
@@ -292,7 +342,8 @@ class Deliverer:
                         row = await queue.dead_letter_next(conn, row["id"], key, error)
                     else:
                         self._on_retried()
-                        await queue.retry_later(conn, row["id"], backoff(row["attempts"] + 1, *self._backoff), error)
+                        delay = retry_delay(row["attempts"] + 1, *self._backoff, outcome.retry_after)
+                        await queue.retry_later(conn, row["id"], delay, error)
                         row = None
         except asyncio.CancelledError:
             raise
@@ -304,16 +355,20 @@ class Deliverer:
                 del self._busy[key]
             self._wake.set()
 
-    async def _attempt(self, database: Database, http: httpx.AsyncClient, row: Any) -> str | None:
-        """POST the row once: None when the endpoint took it (2xx), else what went wrong."""
+    async def _attempt(self, database: Database, http: httpx.AsyncClient, row: Any) -> Outcome:
+        """POST the row once (WITHDRAWN: not at all, a delete withdrew it)."""
         body = row["body"]
         if body is None:
             body = await self._body(database, row)
             async with database.connection() as conn:
-                await queue.set_body(conn, row["id"], body)
-        webhook_id = f"msg_{row['webhook_id'].hex}"
+                if not await queue.set_body(conn, row["id"], body):
+                    return WITHDRAWN
+        return await self.post(http, f"msg_{row['webhook_id'].hex}", body.encode())
+
+    async def post(self, http: httpx.AsyncClient, webhook_id: str, data: bytes) -> Outcome:
+        """POST a body once, signed, within the timeout for the whole exchange (connecting, sending,
+        the answer's status and the part of its body that is read)."""
         timestamp = int(time.time())
-        data = body.encode()
         headers = {
             "content-type": "application/json",
             "webhook-id": webhook_id,
@@ -322,7 +377,7 @@ class Deliverer:
             "user-agent": "chatgql-webhooks",
         }
         try:
-            async with asyncio.timeout(self._timeout + 1):  # the whole exchange, not per read
+            async with asyncio.timeout(self._timeout):  # the whole exchange: httpx times each read alone
                 request = http.build_request("POST", self._url, content=data, headers=headers)
                 response = await http.send(request, stream=True)
                 try:  # read (and drop) a short answer, so the connection is kept for the next request
@@ -334,13 +389,18 @@ class Deliverer:
                 finally:
                     await response.aclose()
         except (httpx.HTTPError, TimeoutError, OSError) as failure:
-            return f"{type(failure).__name__}: {failure}"[:500] if str(failure) else type(failure).__name__
-        if 200 <= response.status_code < 300:
-            return None
-        return f"HTTP {response.status_code}"
+            return Outcome(f"{type(failure).__name__}: {failure}"[:500] if str(failure) else type(failure).__name__)
+        status = response.status_code
+        if 200 <= status < 300:
+            return Outcome(None)
+        retry_after = None
+        if status in RETRY_AFTER_STATUSES:
+            retry_after = parse_retry_after(response.headers.get("retry-after"), time.time())
+        return Outcome(f"HTTP {status}", retry_after)
 
     async def _body(self, database: Database, row: Any) -> str:
         event = with_text_user_ids(orjson.loads(row["payload"]))  # the body names users by text ids
+        event["conversationId"] = str(event["conversationId"])  # an ID: text, as in the GraphQL API
         out: dict[str, Any] = {
             "type": event["type"],
             "timestamp": datetime.fromtimestamp(row["created"], UTC).isoformat(),

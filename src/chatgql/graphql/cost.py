@@ -18,8 +18,11 @@ arguments (variables included), before any resolver runs:
   `first` (default 20) and of searchMessages `first` (default 20), on their
   `nodes` and `edges`; `members(first:)` and
   `seenBy(first:)` their page, capped by CHATGQL_MEMBERS_PAGE_MAX;
-  `nodes(ids:)` the ids given; `sync` its cursors times `limit`; a list this
-  module does not know, 100 items;
+  `nodes(ids:)` the ids given; `sync` its cursors times `limit`; a message's
+  `attachments`, `reactions` and `mentions` the most a message can hold
+  (CHATGQL_MAX_ATTACHMENTS, ..._REACTIONS_PER_MESSAGE, and for mentions
+  CHATGQL_MAX_GROUP_MEMBERS: an everyone-mention lists every member); a list
+  this module does not know, 100 items;
 - `__schema` and `__type` subtrees cost nothing here (introspection is off in
   production and has a depth rule of its own).
 
@@ -61,6 +64,7 @@ from graphql import (
 from ..services.checks import DEFAULT_PAGE, MAX_PAGE
 from ..services.history import sync_page
 from ..services.search import DEFAULT_SEARCH_PAGE
+from ..settings import Settings
 from .nodes import MAX_NODES
 
 _SCALARS = {"ID": 20, "Long": 20, "Int": 11, "Float": 24, "Boolean": 5, "DateTime": 32, "UUID": 38, "String": 64}
@@ -83,7 +87,26 @@ class CostLimits:
     title_chars: int = 200
     members_page_max: int = 1000
     max_sync_cursors: int = 500
-    max_sync_messages: int = 1000
+    max_sync_messages: int = 300
+    max_attachments: int = 10
+    max_reactions: int = 20
+    max_mentions: int = 1000  # an everyone-mention lists every member of the group
+
+    @classmethod
+    def of(cls, settings: Settings) -> CostLimits:
+        return cls(
+            max_cost=settings.max_operation_cost,
+            max_event_cost=settings.max_subscription_event_cost,
+            max_socket_event_cost=settings.max_socket_event_cost,
+            body_chars=settings.max_body_chars,
+            title_chars=settings.max_title_chars,
+            members_page_max=settings.members_page_max,
+            max_sync_cursors=settings.max_sync_cursors,
+            max_sync_messages=settings.max_sync_messages,
+            max_attachments=settings.max_attachments,
+            max_reactions=settings.max_reactions_per_message,
+            max_mentions=max(settings.max_mentions, settings.max_group_members),
+        )
 
 
 class _Walk:
@@ -239,6 +262,18 @@ def _sync(walk: _Walk, node: FieldNode) -> int:
     return walk.length(node, "cursors", cap=walk.limits.max_sync_cursors)
 
 
+def _attachments(walk: _Walk, node: FieldNode) -> int:
+    return walk.limits.max_attachments
+
+
+def _reactions(walk: _Walk, node: FieldNode) -> int:
+    return walk.limits.max_reactions
+
+
+def _mentions(walk: _Walk, node: FieldNode) -> int:
+    return walk.limits.max_mentions
+
+
 def _delivered_many(walk: _Walk, node: FieldNode) -> int:
     return walk.length(node, "items", cap=walk.limits.max_sync_cursors)
 
@@ -254,6 +289,9 @@ _LIST_SIZES: dict[tuple[str, str], Callable[[_Walk, FieldNode], int]] = {
     ("Message", "seenBy"): _seen_by,
     ("Message", "reactedBy"): _seen_by,
     ("Message", "replies"): lambda walk, node: walk.count(node, "first", default=DEFAULT_PAGE, cap=MAX_PAGE),
+    ("Message", "attachments"): _attachments,
+    ("Message", "reactions"): _reactions,
+    ("Message", "mentions"): _mentions,
     ("Query", "nodes"): _nodes,
     ("Query", "sync"): _sync,
     ("Mutation", "markDeliveredMany"): _delivered_many,

@@ -23,12 +23,15 @@ retrieved" for the legacy protocol): 51 of them in a 15-minute soak
 
 And what one socket may ask, once it is open (both protocols):
 
-- messages: a token bucket per socket (ws_messages_per_second, ws_messages_burst)
-  counts every message the client sends, whatever its type (ping, pong,
-  complete for an id that does not exist, subscribe past the limit); past it
-  the socket is closed with 4429 "Too many messages" (graphql-transport-ws's
-  code for too many requests, which it defines for connection_init; the
-  legacy protocol defines none and gets the same);
+- messages: token buckets count every message the client sends, whatever its
+  type (ping, pong, complete for an id that does not exist, subscribe past the
+  limit) and however many came in one read: one per socket and one per user,
+  shared by all of the user's sockets once connection_init said whose they are
+  (both ws_messages_per_second, ws_messages_burst), and a more generous one per
+  client address (ws_messages_per_address_*), all per process (MessageBudgets);
+  past any of them the socket is closed with 4429 "Too many messages"
+  (graphql-transport-ws's code for too many requests, which it defines for
+  connection_init; the legacy protocol defines none and gets the same);
 - operations: past max_subscriptions_per_connection at once, a subscribe
   (start) is answered with an error coded LIMIT_EXCEEDED, reason
   SUBSCRIPTIONS_PER_CONNECTION (Strawberry's own answer has no code);
@@ -62,7 +65,7 @@ from websockets.exceptions import InvalidState
 
 from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..errors import Unauthenticated
-from ..ratelimit import Bucket
+from ..ratelimit import Bucket, RateLimiter
 from .context import Context, ws_operation
 from .parked import IDLE, PARKING, Parked, after, deliver, parkable
 
@@ -115,6 +118,22 @@ class PendingSockets:
         return sum(self._counts.values())
 
 
+class MessageBudgets:
+    """The websocket message budgets sockets share (one process): per user and per client address."""
+
+    def __init__(self, settings: Any) -> None:
+        self.per_user = RateLimiter("websocket message", settings.ws_messages_per_second, settings.ws_messages_burst)
+        self.per_address = RateLimiter(
+            "websocket message", settings.ws_messages_per_address_per_second, settings.ws_messages_per_address_burst
+        )
+
+    def take(self, address: str, user: str | None) -> bool:
+        """Take one message from the address's budget and the user's (when known): False past either."""
+        if self.per_address.wait_for_token(address) is not None:
+            return False
+        return user is None or self.per_user.wait_for_token(user) is None
+
+
 def _address(context: Any) -> str:
     request = getattr(context, "request", None)
     client = request.client if isinstance(request, WebSocket) else None
@@ -150,24 +169,28 @@ class _Session:
     context: Any
     websocket: Any
     _budget: Bucket | None = None
+    _budget_user: str | None = None  # whose budget the socket shares, once connection_init said
+    _budget_address: str | None = None
     _flooded = False
     _expiry: asyncio.TimerHandle | None = None
     _ending: asyncio.Task | None = None
     _present: Any = None  # the viewer, counted online (events/presence.py) while the session lasts
 
     async def _within_budget(self) -> bool:
-        """Take one message from the budget; past it, close the socket (once) and say no.
+        """Take one message from the budgets (the socket's, its address's, its user's); past one,
+        close the socket (once) and say no.
 
-        Each message first waits its turn in the event loop: uvicorn hands over every message
-        of what one read brought (thousands of small ones), and taking them needs no wait, so a
-        flood was handled to the end before anyone else was served (a bystander waited 1.3 s)."""
+        Each message first waits its turn in the event loop: what one read brought may be many
+        messages, and taking them needs no wait, so a flood would be handled to the end before
+        anyone else was served."""
         await asyncio.sleep(0)
         if self._flooded:
             return False
         if self._budget is None:
             settings = self.view.deps.settings
             self._budget = Bucket(settings.ws_messages_per_second, settings.ws_messages_burst)
-        if self._budget.take():
+            self._budget_address = _address(self.context)
+        if self._budget.take() and self.view.budgets.take(self._budget_address, self._budget_user):
             return True
         self._flooded = True
         self._end_session()
@@ -183,7 +206,9 @@ class _Session:
             log.debug("websocket gone before its close (%d %s)", code, reason)
 
     def _start_session(self) -> None:
-        """Once acknowledged: the socket closes when its token expires."""
+        """Once acknowledged: the socket shares its user's message budget, and closes when its token expires."""
+        with suppress(Unauthenticated):
+            self._budget_user = self.context.viewer_id
         expires = getattr(self.context, "token_expires_at", None)
         if expires is not None and self._expiry is None:
             delay = max(0.0, expires - time.time())

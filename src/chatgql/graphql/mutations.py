@@ -220,11 +220,11 @@ class Mutation(ReadStateMutation, GroupMutation):
         )
 
     @strawberry.mutation(
-        description="The sender, or a group's OWNER, deletes a message: it stays at its seq as a tombstone "
+        description="The sender, or a group's OWNER or ADMIN, deletes a message: it stays at its seq as a tombstone "
         "(deletedAt, deletedBy, body empty), its body and edit history erased from storage in the same "
         "transaction; it takes the next changeSeq and no longer counts as unread for members who had not read "
         "it. Subscribers get it on messageChanged (kind DELETED). Deleting it again: CONFLICT; someone else's "
-        "message (not a group's owner): FORBIDDEN."
+        "message (not a group's owner or admin): FORBIDDEN."
     )
     async def delete_message(self, info: Info, conversation_id: ID, seq: Long) -> ChangeMessagePayload:
         ctx = info.context

@@ -33,7 +33,7 @@ from .cost import CostCache, CostLimits, over_cost
 from .errors import redact, to_contract_errors
 from .gather import gather_with_cancel
 from .graphiql import GraphiQLFiles
-from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
+from .handshake import LegacyWSHandler, MessageBudgets, PendingSockets, TransportWSHandler
 from .http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
 from .limits import OperationLimits, check_document
 from .mutations import Mutation
@@ -141,18 +141,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         self.limits = OperationLimits(
             settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
         )
-        self.costs = CostCache(
-            CostLimits(
-                max_cost=settings.max_operation_cost,
-                max_event_cost=settings.max_subscription_event_cost,
-                max_socket_event_cost=settings.max_socket_event_cost,
-                body_chars=settings.max_body_chars,
-                title_chars=settings.max_title_chars,
-                members_page_max=settings.members_page_max,
-                max_sync_cursors=settings.max_sync_cursors,
-                max_sync_messages=settings.max_sync_messages,
-            )
-        )
+        self.costs = CostCache(CostLimits.of(settings))
         schema = build_schema(
             introspection=settings.introspection_enabled,
             limits=self.limits,
@@ -173,6 +162,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         self.core_schema = compat.core_schema(schema)
         self.graphiql = GraphiQLFiles(dev_sign_in=settings.dev_sign_in_enabled) if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
+        self.budgets = MessageBudgets(settings)
 
     async def render_graphql_ide(self, request: Request) -> Response:
         """chatgql's own GraphiQL page: every asset from this server (graphiql.py)."""

@@ -225,7 +225,7 @@ class Subscription:
                 )
 
     @strawberry.subscription(
-        description="Changes to messages (edits and deletes) in one conversation, or in all of the viewer's: "
+        description="Changes to messages (edits, deletes and reactions) in one conversation, or in all of the viewer's: "
         "each with its changeSeq and the message as it is after it. Never a new message (that is messageNew)."
     )
     async def message_changed(

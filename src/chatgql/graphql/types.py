@@ -163,7 +163,9 @@ class Member(Node):
 class MessageEdit:
     body: str
     written_at: datetime = strawberry.field(description="When this body was sent, or written by an earlier edit.")
-    replaced_at: datetime = strawberry.field(description="When an edit replaced it.")
+    replaced_at: datetime = strawberry.field(
+        description="When an edit replaced it: the editedAt that edit gave the message."
+    )
     change_seq: Long = strawberry.field(description="The change seq of the edit that replaced it.")
 
 
@@ -219,7 +221,7 @@ class Message(Node):
         default=0, description="How many messages reply to this one (deleted replies not counted)."
     )
     last_reply_at: datetime | None = strawberry.field(
-        default=None, description="When the newest reply that is not deleted was sent."
+        default=None, description="The createdAt of the newest reply that is not deleted."
     )
     reply_to_seq: strawberry.Private[int | None] = None
     # Set on subscription events: makes that event's own loaders, on first use (see subscriptions.py).
@@ -610,7 +612,7 @@ class Conversation(Node):
     )
     last_change_seq: Long = strawberry.field(
         default=Long(0),
-        description="The newest change seq: edits and deletes (which never take a message seq) each take the "
+        description="The newest change seq: edits, deletes and reactions (which never take a message seq) each take the "
         "next value of this second gap-free counter. A client holds it beside its message cursor and passes it "
         "to sync (afterChangeSeq) and messageChanged (cursors) to learn what changed while it was away.",
     )
@@ -828,7 +830,7 @@ class ConversationSync:
     )
     changes: list[MessageChange] = strawberry.field(
         default_factory=list,
-        description="With afterChangeSeq: the changes after it (edits, deletes), ascending by changeSeq, at most "
+        description="With afterChangeSeq: the changes after it (edits, deletes, reactions), ascending by changeSeq, at most "
         "`limit`, each with the message as it is now. Empty without afterChangeSeq.",
     )
     last_change_seq: Long = strawberry.field(default=Long(0), description="The conversation's newest change seq.")
@@ -857,7 +859,7 @@ class ChangeReason(enum.Enum):
 
 
 @strawberry.type(
-    description="A change to a message (an edit or a delete): it takes the conversation's next changeSeq, never "
+    description="A change to a message (an edit, a delete, or a reaction added or taken back): it takes the conversation's next changeSeq, never "
     "a seq. `message` is the message as it is now, with its id, so a caching client updates it with no code."
 )
 class MessageChange:

@@ -14,13 +14,18 @@ from typing import Any
 
 from ..db import Connection, Database, Row
 from ..errors import Conflict, Forbidden, LimitExceeded, NotFound, conversation_not_found
-from ..events.types import MessageChange, MessageDeleted, MessageEdited, ReactionChanged
+from ..events.types import REGISTRY, MessageChange, MessageDeleted, MessageEdited, ReactionChanged
 from ..models import MESSAGE_FIELDS
-from ..store import changes, conversations, outbox, reactions
+from ..store import changes, conversations, outbox, reactions, webhooks
 from .checks import check_page_size, check_seq
 from .history import check_cursors, replay_ranges, sync_page, too_far_behind, visible_conversations
 
 GROUP_ADMINS = frozenset({"OWNER", "ADMIN"})  # who may delete any message of a group
+# The event kinds that carry a message's body (all but the tombstone's own): what a delete erases
+# from the events still stored.
+CONTENT_KINDS = sorted(
+    kind for kind, cls in REGISTRY.items() if cls is not MessageDeleted and any(w.name == "body" for w in cls.FIELDS)
+)
 
 
 def message_not_found(conversation_id: int, seq: int) -> NotFound:
@@ -115,12 +120,16 @@ async def tombstone_txn(
     conversation's lock: the messages among seqs not deleted yet become tombstones at their seq, their body, edit
     history, reactions, attachments and mentions erased in this transaction, no longer unread for the members who
     had not read them (store.changes.tombstone_txn); each takes the next change seq and its message.deleted event.
+    The events about them still stored lose the body too: those not relayed yet are relayed with an empty one,
+    and the webhooks not posted yet (queued or dead letters) are withdrawn (docs/operating/webhooks.md).
     deleted_by None: the operator, for `reason` (ERASE, RETENTION: the change's). Returns (tombstone, change seq) in seq order; a seq deleted already is left."""
     tombstones = await changes.tombstone_txn(conn, conversation_id, seqs, deleted_by)
     if not tombstones:
         return []
     kind = MessageDeleted.KIND
     seqs = [t["seq"] for t in tombstones]
+    await outbox.erase_txn(conn, str(conversation_id), seqs, CONTENT_KINDS)
+    await webhooks.withdraw_txn(conn, str(conversation_id), seqs, CONTENT_KINDS)  # after: sees what was relayed
     taken = await changes.record_changes_txn(conn, conversation_id, seqs, kind, deleted_by, reason)
     done = [(t, taken[t["seq"]]) for t in tombstones]
     events = [change_event(MessageDeleted, t, c, deleted_by, reason=reason).outbox_row() for t, c in done]

@@ -46,7 +46,7 @@ class _Run:
 
 
 async def erase_user(
-    database: Database, user_id: str, *, batch_size: int = 500, on_batch: OnBatch | None = None
+    database: Database, user_id: str, *, batch_size: int = 100, on_batch: OnBatch | None = None
 ) -> int:
     """Tombstone every message user_id sent, in every conversation (left ones too); returns how many."""
     run = _Run(on_batch)
@@ -66,7 +66,7 @@ async def erase_user(
 
 
 async def run_retention(
-    database: Database, older_than: datetime, *, batch_size: int = 500, on_batch: OnBatch | None = None
+    database: Database, older_than: datetime, *, batch_size: int = 100, on_batch: OnBatch | None = None
 ) -> int:
     """Tombstone every message sent before older_than; returns how many. Each conversation's retained_seq
     moves past what was erased, so the next run starts there (never walking the tombstones again)."""

@@ -59,18 +59,23 @@ async def record_changes_txn(
 
 
 async def edit_txn(conn: Connection, conversation_id: int, seq: int, change_seq: int, body: str) -> Row:
-    """Replace the body (the previous one, with when it was written, joins message_edit); returns the message."""
+    """Replace the body (the previous one, with when it was written, joins message_edit); returns the message.
+    The edit has one moment: the previous body's replacedAt is the message's new editedAt (never before
+    the previous body was written), so the next edit's history entry starts where this one ends."""
     return await conn.fetchrow(
         f"""
         WITH old AS (
-            SELECT body, coalesce(edited_at, created_at) AS written_at FROM message
+            SELECT body AS old_body, coalesce(edited_at, created_at) AS written_at,
+                   greatest(clock_timestamp(), coalesce(edited_at, created_at)) AS edit_at
+              FROM message
              WHERE conversation_id = $1 AND seq = $2
         ), history AS (
             INSERT INTO message_edit (conversation_id, seq, change_seq, body, written_at, replaced_at)
-            SELECT $1, $2, $3, old.body, old.written_at, clock_timestamp() FROM old
+            SELECT $1, $2, $3, old.old_body, old.written_at, old.edit_at FROM old
         )
-        UPDATE message SET body = $4, edited_at = clock_timestamp()
-         WHERE conversation_id = $1 AND seq = $2
+        UPDATE message m SET body = $4, edited_at = old.edit_at
+          FROM old
+         WHERE m.conversation_id = $1 AND m.seq = $2
         RETURNING {MESSAGE_COLUMNS}
         """,
         conversation_id,

@@ -181,12 +181,15 @@ async def after_many(conn: Connection, cursors: Sequence[tuple[int, int]], limit
 
 async def set_reply_txn(conn: Connection, conversation_id: int, seq: int, reply_to_seq: int) -> bool:
     """Make message seq a reply to reply_to_seq (an earlier message of the conversation), counting it on the
-    quoted one (inside the send's transaction). False when there is no such earlier message: nothing written."""
+    quoted one, whose lastReplyAt becomes the reply's createdAt (inside the send's transaction). False when
+    there is no such earlier message: nothing written."""
     counted = await conn.fetchval(
         """
-        UPDATE message SET reply_count = reply_count + 1, last_reply_at = clock_timestamp()
-         WHERE conversation_id = $1 AND seq = $3 AND seq < $2
-        RETURNING seq
+        UPDATE message p SET reply_count = p.reply_count + 1, last_reply_at = r.created_at
+          FROM message r
+         WHERE p.conversation_id = $1 AND p.seq = $3 AND p.seq < $2
+           AND r.conversation_id = $1 AND r.seq = $2
+        RETURNING p.seq
         """,
         conversation_id,
         seq,

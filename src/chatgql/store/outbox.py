@@ -23,6 +23,22 @@ async def append(conn: Connection, events: Sequence[tuple[str, dict]]) -> None:
     )
 
 
+async def erase_txn(conn: Connection, msg_key: str, seqs: Sequence[int], kinds: Sequence[str]) -> None:
+    """Erase the body of the events of these kinds about these seqs of the conversation msg_key
+    that are not relayed yet (a delete's transaction): they are relayed with an empty body and
+    the key webhooks.ERASED, which keeps them out of the webhook queue."""
+    await conn.execute(
+        f"""
+        UPDATE outbox SET payload = payload || jsonb_build_object('body', '', '{webhooks.ERASED}', true)
+         WHERE slot = (hashtextextended($1::text, 0) & 63)::smallint AND msg_key = $1
+           AND payload->>'type' = ANY($3::text[]) AND (payload->>'seq')::bigint = ANY($2::bigint[])
+        """,
+        msg_key,
+        list(seqs),
+        list(kinds),
+    )
+
+
 # Every outbox row has a slot, a fixed hash of its key (migration 0008): one conversation's
 # events are always in one slot. Shard s of R relays the slots with slot % R == s.
 SLOTS = 64

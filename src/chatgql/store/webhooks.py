@@ -18,12 +18,41 @@ _READ = (
 )
 
 
+# The key an outbox row's payload gets when its message was deleted before the row was relayed
+# (store/outbox.py erase_txn): its body is erased, and it is never queued for the webhooks.
+ERASED = "erased"
+
+
 def queue_from(source: str, kinds_param: int) -> str:
-    """INSERT of the rows of `source` (outbox rows) whose type is in parameter $kinds_param."""
+    """INSERT of the rows of `source` (outbox rows) whose type is in parameter $kinds_param, but
+    those erased by a delete."""
     return (
         "INSERT INTO webhook_queue (id, msg_key, payload, created_at)"
         f" SELECT id, msg_key, payload, created_at FROM {source} WHERE payload->>'type' = ANY(${kinds_param}::text[])"
-        " ON CONFLICT (id) DO NOTHING"
+        f" AND NOT payload ? '{ERASED}' ON CONFLICT (id) DO NOTHING"
+    )
+
+
+async def withdraw_txn(conn: Connection, msg_key: str, seqs: Sequence[int], kinds: Sequence[str]) -> int:
+    """Delete the queued and dead-lettered events of these kinds about these seqs of the
+    conversation msg_key (their payload and body hold what a delete erases): they are never
+    posted. Returns how many. Run it after store/outbox.py erase_txn, as a statement of its own:
+    a row the relay moved from the outbox into the queue meanwhile is committed by then, and seen."""
+    return await conn.fetchval(
+        """
+        WITH queued AS (
+                DELETE FROM webhook_queue
+                 WHERE msg_key = $1 AND payload->>'type' = ANY($3::text[]) AND (payload->>'seq')::bigint = ANY($2::bigint[])
+                RETURNING 1),
+             dead AS (
+                DELETE FROM webhook_dead
+                 WHERE msg_key = $1 AND payload->>'type' = ANY($3::text[]) AND (payload->>'seq')::bigint = ANY($2::bigint[])
+                RETURNING 1)
+        SELECT (SELECT count(*) FROM queued) + (SELECT count(*) FROM dead)
+        """,
+        msg_key,
+        list(seqs),
+        list(kinds),
     )
 
 
@@ -67,9 +96,10 @@ async def delivered_next(conn: Connection, row_id: int, msg_key: str) -> Row | N
     )
 
 
-async def set_body(conn: Connection, row_id: int, body: str) -> None:
-    """Fix the request body at the first attempt: retries send the same bytes."""
-    await conn.execute("UPDATE webhook_queue SET body = $2 WHERE id = $1", row_id, body)
+async def set_body(conn: Connection, row_id: int, body: str) -> bool:
+    """Fix the request body at the first attempt: retries send the same bytes. False: the row is
+    gone (withdrawn by a delete since it was read)."""
+    return await conn.fetchval("UPDATE webhook_queue SET body = $2 WHERE id = $1 RETURNING true", row_id, body) or False
 
 
 async def retry_later(conn: Connection, row_id: int, delay_seconds: float, error: str) -> None:
