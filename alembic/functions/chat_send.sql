@@ -1,4 +1,4 @@
--- revision: 0015_function_sources
+-- revision: 0016_function_sources
 -- One send: the next seq of the conversation, the message, the sender's own watermark and the
 -- message.new (and, when the send also read others' messages, read.updated) outbox rows, in one
 -- statement. Idempotent on (conversation_id, client_msg_id). Called by store/messages.py.

@@ -1,4 +1,4 @@
--- revision: 0015_function_sources
+-- revision: 0016_function_sources
 -- A group commit's sends to one conversation (services/groupcommit.py), in one statement: what
 -- chat_send does for each, the conversation locked once.
 CREATE OR REPLACE FUNCTION public.chat_send_batch(p_conversation_id bigint, p_sender_ids text[], p_client_msg_ids uuid[], p_bodies text[], p_message_events jsonb[], p_read_events jsonb[], p_message_keys text[], p_read_keys text[])

@@ -1,4 +1,4 @@
--- revision: 0015_function_sources
+-- revision: 0016_function_sources
 -- Keeps conversation.member_count as members are added (a statement trigger).
 CREATE OR REPLACE FUNCTION public.conversation_member_count_added()
  RETURNS trigger

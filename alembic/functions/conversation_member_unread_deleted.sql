@@ -1,4 +1,4 @@
--- revision: 0015_function_sources
+-- revision: 0016_function_sources
 -- Keeps conversation_member.unread_deleted (the deleted messages above the watermark) as the
 -- watermark moves.
 CREATE OR REPLACE FUNCTION public.conversation_member_unread_deleted()

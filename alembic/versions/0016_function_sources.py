@@ -1,12 +1,12 @@
 """stored functions from their sources: alembic/functions/*.sql
 
-Revision ID: 0015_function_sources
-Revises: 0014_text_user_ids
+Revision ID: 0016_function_sources
+Revises: 0015_webhook_dead_key
 Create Date: 2026-12-06
 
 Every stored function's current text now lives whole in alembic/functions/NAME.sql, and this
-migration installs them from there: the same functions as 0014 left (only the trigger bodies'
-indentation differs), so nothing changes for a database already at 0014. A later change of a
+migration installs them from there: the same functions as 0015 left (only the trigger bodies'
+indentation differs), so nothing changes for a database already at 0015. A later change of a
 function edits its file and adds a migration that installs it (docs/development/migrations.md).
 """
 
@@ -14,8 +14,8 @@ from alembic import op
 
 from chatgql.db import function_source
 
-revision = "0015_function_sources"
-down_revision = "0014_text_user_ids"
+revision = "0016_function_sources"
+down_revision = "0015_webhook_dead_key"
 branch_labels = None
 depends_on = None
 
@@ -34,4 +34,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """0014's functions are these, but for whitespace: nothing to undo."""
+    """0015's functions are these, but for whitespace: nothing to undo."""
