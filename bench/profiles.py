@@ -11,9 +11,8 @@ asyncpg's Cython code and charges them as work.
 
 What is reported is SELF time by the package of the leaf frame, not inclusive time:
 py-spy sees Python frames only, so code with no Python frame (uvloop, httptools,
-asyncpg's Cython protocol, orjson, greenlet switches) is charged to the nearest Python
-frame below it, and stacks that run inside a greenlet (SQLAlchemy's async adapter)
-may be cut at the greenlet boundary, which makes "everything under X" unreliable.
+asyncpg's Cython protocol, orjson) is charged to the nearest Python frame below it,
+which makes "everything under X" unreliable.
 
 With `chatgql serve --workers N` py-spy records the supervisor and all its workers
 (`--subprocesses`): each stack then starts with `process PID:"command line"` frames (the

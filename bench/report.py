@@ -113,10 +113,10 @@ def _profile_overview(r: dict) -> list[str]:
         f"After the measured runs of each HTTP figure, one more {_f(info.get('seconds'), 0)} s run (same load, not "
         f"counted anywhere) with {info.get('tool') or 'py-spy'} sampling {sampled} at "
         f"{info.get('rate_hz')} Hz. Each sample is charged to the package of its **leaf** Python frame (self time); "
-        "C code without a Python frame of its own (uvloop, httptools, asyncpg's Cython protocol, orjson, greenlet) "
+        "C code without a Python frame of its own (uvloop, httptools, asyncpg's Cython protocol, orjson) "
         "is charged to the Python frame that called it or, for callbacks the loop runs from C, to the loop's "
-        "`run` frame, hence *asyncio/event loop*. Stacks through SQLAlchemy's greenlet can be cut short, so no "
-        'inclusive ("everything under X") figures. '
+        '`run` frame, hence *asyncio/event loop*: self time only, no inclusive ("everything under X") '
+        "figures. "
         "Microseconds = share of samples x the server CPU per request of the **measured** runs (the CPU-per-request "
         "figure, not the slower profiled run). Raw collapsed stacks: "
         f"`{info.get('dir', 'bench/out/profiles')}/<figure>.txt`."
@@ -220,7 +220,7 @@ def _profile_section(prof: dict, vd: dict | None, http: dict, workers: int = 1) 
     out += _profile_tables(prof, prof["us_per_request"], "request")
     out.append(
         f"Samples with a chatgql frame anywhere on the stack: {100 * prof['chatgql_frame_anywhere_share']:.0f}% "
-        "(a lower bound: greenlet stacks are cut). Raw stacks: "
+        "(a lower bound: py-spy drops a sample that races the interpreter). Raw stacks: "
         f"`{prof['raw_file']}`."
     )
     return out
@@ -435,8 +435,8 @@ def render(r: dict) -> str:
     else:
         shape = (
             f"`--workers {workers}`: uvicorn's supervisor and {workers} worker processes sharing the port, each "
-            "with the API, an outbox relay (one leads, the others stand by) and a Kafka consumer in one group; "
-            "uvloop and httptools; each worker its own pool"
+            "serving the API with its own pool; the supervisor runs the outbox relay and the Kafka consumer and "
+            "serves the workers the hub (live events, rate limits); uvloop and httptools"
         )
     add(
         f"- chatgql commit: {v.get('chatgql_commit')} (code from `{v.get('chatgql_source', '?')}`); the server runs "

@@ -32,6 +32,8 @@ from chatgql.auth import issue_token
 from chatgql.httpprotocol import uvicorn_options
 from chatgql.settings import Settings, load_settings
 
+pytest_plugins = ["tests.support.quick"]  # --quick: the PostgreSQL-only loop (scripts/test-quick)
+
 REPO = Path(__file__).resolve().parents[1]
 # The pytest-xdist worker this process is (gw0, gw1, ...; scripts/test runs two), None in one process.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")

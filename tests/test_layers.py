@@ -1,4 +1,4 @@
-"""The layers of STYLE.md, checked by import-linter: graphql -> services -> store -> models -> db,
+"""The layers of docs/development/style.md, checked by import-linter: graphql -> services -> store -> models -> db,
 events beside services, nothing imports app.py, no cycles between siblings. The contracts are
 pyproject.toml's [tool.importlinter]; `lint-imports` runs them as CI does, and shows what broke."""
 

@@ -54,7 +54,7 @@ def issue_token(settings: Settings, user_id: str, ttl_seconds: int | None = None
 
 
 _verified: OrderedDict[tuple, tuple[str, float, str | None]] = OrderedDict()
-_VERIFIED_MAX = 50_000  # about 25 MB when full; a miss costs a signature check (~60 us)
+_VERIFIED_MAX = 50_000  # about 25 MB when full; a miss costs a signature check
 
 
 def user_from_authorization(settings: Settings, authorization: object, keys: KeySet | None = None) -> str:

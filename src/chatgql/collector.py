@@ -90,7 +90,7 @@ def freeze_survivors(
     def young_pass() -> None:
         # The allocation count understates the young generation: every event replaces idle
         # subscriptions' waiting state, and freeing the old (frozen) state lowers the count, so
-        # young passes came rarely and walked many times the threshold (one of 135 ms measured).
+        # young passes came rarely and walked many times the threshold (bench/results/micro.md).
         # A young pass at least every YOUNG_EVERY_SECONDS bounds what it walks by time as well.
         nonlocal timer
         gc.collect(0)
@@ -114,9 +114,9 @@ def freeze() -> None:
     """Freeze every object alive. If cyclic work ran since the last freeze, a full collection
     first (its garbage may be anywhere in the generations: a validation that lived through a
     middle collection is in the oldest; a frozen cycle is never freed): a full pass walks only
-    what is not frozen yet, and runs at most once a second, else the freeze waits (measured:
-    a full pass before every freeze was 2.6 s of pauses in 30 s of new documents; a middle
-    collection instead left ~8% of validations' cycles frozen)."""
+    what is not frozen yet, and runs at most once a second, else the freeze waits (a full pass
+    before every freeze paused far longer; a middle collection instead left some validations'
+    cycles frozen: bench/results/micro.md)."""
     global _cyclic_work_since_freeze, _freeze_pending, _last_collecting_freeze
     _freeze_pending = False
     if _cyclic_work_since_freeze:

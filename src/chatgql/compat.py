@@ -1,6 +1,6 @@
 """Every use chatgql makes of a dependency's non-public API, in one place.
 
-Each access below buys something measured or exact (the docstrings say what)
+Each access below buys something exact or a gain bench/results records (the docstrings say what)
 and would break, loudly or silently, on an upgrade of the library it reaches
 into. So: every library named in PINNED is pinned exactly in pyproject.toml;
 tests/test_compat.py exercises each access against the installed library and
@@ -501,7 +501,7 @@ def replace_websocket_waiters(protocol: Any, queue: Any, writable: Any) -> None:
 def end_websocket_parser(protocol: Any) -> None:
     """A closed connection's websockets ServerProtocol (`conn`): end its parser generator, whose
     frame refers back to it, so it is freed with its permessage-deflate buffers (~35 KB) at once,
-    not at a full collection (measured: 1,000 closed sockets held 50 MB)."""
+    not at a full collection (bench/results/micro.md)."""
     protocol.conn.parser.close()
 
 

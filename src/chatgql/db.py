@@ -2,7 +2,7 @@
 
 The running service talks to PostgreSQL through `Database` (an asyncpg pool):
 store/ holds hand-written SQL, so a query builder in between only cost CPU
-(about a fifth of a sendMessage request's, measured with py-spy).
+(about a fifth of a sendMessage request's: bench/results/micro.md).
 SQLAlchemy stays for Alembic's migrations (and tests use it to inspect the
 database).
 """
@@ -40,6 +40,22 @@ log = logging.getLogger(__name__)
 
 # alembic/ lives at the repository root (next to alembic.ini); chatgql runs from a checkout.
 ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+# Each stored function's source: alembic/functions/NAME.sql is today's text, whose first line names the
+# migration that installs it; an earlier text a migration installed is kept as NAME@REVISION.sql
+# (docs/development/migrations.md).
+FUNCTIONS_DIR = ALEMBIC_DIR / "functions"
+
+
+def function_source(name: str, revision: str) -> str:
+    """The text of stored function `name` that migration `revision` installs (CREATE OR REPLACE)."""
+    current = FUNCTIONS_DIR / f"{name}.sql"
+    text = current.read_text()
+    if text.splitlines()[0] == f"-- revision: {revision}":
+        return text
+    frozen = FUNCTIONS_DIR / f"{name}@{revision}.sql"
+    if not frozen.exists():
+        raise FileNotFoundError(f"{current} is not migration {revision}'s, and {frozen.name} does not exist")
+    return frozen.read_text()
 
 
 def asyncpg_url(url: str) -> str:
@@ -244,7 +260,7 @@ async def upgrade(url: str, revision: str = "head") -> None:
     """Apply Alembic migrations up to revision (Alembic's env runs its own loop).
 
     A database already at head is left alone without starting Alembic: importing it
-    and SQLAlchemy's engine was a third of a restart's time to serving (measured).
+    and SQLAlchemy's engine is a large part of a restart's time to serving.
     """
     if revision == "head" and await _at_head(url):
         return

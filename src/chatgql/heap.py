@@ -4,18 +4,17 @@ When thousands of websockets close, what their connections allocated in C
 (permessage-deflate's zlib state, ~35 KB a socket; the parsers' and the
 transports' buffers) is freed, but glibc keeps it: free chunks inside its
 heap, still resident, because live allocations above them keep the heap
-from shrinking. malloc_trim(0) hands those pages back (madvise). Measured
-with 3,000 legacy graphql-ws sockets opened and closed: RSS 88 -> 241 MB,
-still 240 MB after the close with 145 MB free in glibc's heap; malloc_trim
-took 17-27 ms and brought it to 130 MB. What remains is CPython's own
+from shrinking. malloc_trim(0) hands those pages back (madvise): after
+thousands of sockets closed, most of what they grew (bench/results/micro.md).
+What remains is CPython's own
 allocator: 1 MiB arenas that still hold a few live objects each; the next
 connections reuse them (a second wave of 1,000 ended where the first did).
 MALLOC_ARENA_MAX would not help: the connections' memory comes from the
 event loop's thread, glibc's main arena, and fragmentation keeps it there.
 
-A loop of the lifespan looks every few seconds (mallinfo2: ~0.1 ms) and
+A loop of the lifespan looks every few seconds (mallinfo2, cheap) and
 trims whenever glibc's heap holds `threshold` bytes free or more: a trim
-with nothing left to give back took under 0.2 ms. (Trimming only when the
+with nothing left to give back is cheap too. (Trimming only when the
 free bytes grew missed short bursts: freed pages that new connections
 touch again are resident once more at the same free-byte count.)
 Elsewhere than glibc >= 2.33 it does nothing.

@@ -87,7 +87,7 @@ class CoordinatorElection(logging.Filter):
     __consumer_offsets, a restarted one), aiokafka logs "Group Coordinator Request failed:
     [Error 15] GroupCoordinatorNotAvailableError" as an ERROR on every lookup (every
     100 ms), then "Marking the coordinator dead" as a WARNING on every join the
-    not-yet-ready coordinator turns down: 30 lines on a first start, measured.
+    not-yet-ready coordinator turns down: dozens of lines on a first start.
 
     Both are DEBUG while such an election lasts less than `patience` seconds: the
     election starts with the first error 15, and a dead-marking counts only within

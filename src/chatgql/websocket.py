@@ -11,8 +11,8 @@ A closed connection's websockets ServerProtocol is let go at once: it
 refers to itself through its parser generator, a cycle that only the
 collector's full pass frees, and a full pass is rare in a process that
 froze its startup objects and raised the thresholds (app.py). Until then
-each one kept its permessage-deflate state (~35 KB of zlib buffers):
-measured, 1,000 closed sockets held 50 MB, still there 10 s later.
+each one kept its permessage-deflate state (~35 KB of zlib buffers), for
+seconds after the close (bench/results/micro.md).
 
 And what one peer may make the server hold or do (WsBounds, from settings):
 

@@ -161,6 +161,7 @@ def test_the_signature_is_the_one_standard_webhooks_libraries_compute() -> None:
         Webhook(known).verify(body, headers)
 
 
+@pytest.mark.node
 def test_the_documented_verifiers_accept_a_signed_request_and_refuse_a_forged_one() -> None:
     """The Python and Node verification code of docs/operating/webhooks.md, run as printed."""
     page = (REPO / "docs" / "operating" / "webhooks.md").read_text()

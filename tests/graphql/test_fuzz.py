@@ -777,6 +777,7 @@ async def assert_member_still_sees_the_seed(client: GraphQLClient) -> None:
 # ------------------------------------------------------------------ the properties
 
 
+@pytest.mark.slow
 @settings(max_examples=700, **SETTINGS)
 @given(built=operations())
 async def test_generated_operations_as_a_member_answer_only_contract_codes_and_leak_nothing(seeded, built):

@@ -111,6 +111,7 @@ async def test_the_queries_and_mutations_run_as_written(client: GraphQLClient):
             assert data["createGroup"]["id"] == "1"  # the conversation the later examples use
 
 
+@pytest.mark.browser
 @pytest.mark.timeout(90)
 async def test_graphiql_opens_on_the_examples_and_signs_in_in_chromium(server: RunningServer, client: GraphQLClient):
     assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"

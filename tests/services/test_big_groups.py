@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from sqlalchemy import make_url, text
 
 from chatgql import db
@@ -112,6 +113,7 @@ async def explain(server: RunningServer, query: str, *args: Any) -> str:
         return "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + query, *args))
 
 
+@pytest.mark.slow
 async def test_a_100000_member_group_costs_o1_per_call_and_per_event(migrated_url, http):
     async with own_database_server(migrated_url, "biggroups", max_group_members=BIG) as (server, engine):
         await _big_group(server, engine, http)

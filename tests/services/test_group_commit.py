@@ -320,6 +320,7 @@ def batch_sizes(metrics: str) -> tuple[float, float]:
     return found["_count"], found["_sum"]
 
 
+@pytest.mark.slow
 async def test_300_racing_sends_from_three_processes_store_seq_1_to_300_once_each_in_batches(three_servers):
     """One conversation, 30 senders, 300 messages sent through three API processes at once,
     plus 60 retries of a message (same clientMsgId, sender and body; half to the same process,

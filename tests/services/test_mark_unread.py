@@ -147,6 +147,7 @@ async def database(migrated_url: str) -> AsyncIterator[db.Database]:
         await database.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rounds", [40])
 async def test_mark_read_racing_mark_unread_from_two_devices_ends_as_one_order_of_them(server, http, database, rounds):
     """The two serialise on the member row: the later one wins. markUnread(3) then markRead(5): read

@@ -193,6 +193,7 @@ async def test_same_client_msg_id_in_another_conversation_is_a_new_message(clien
 # --- gap-free seq under concurrency ---------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_two_hundred_concurrent_sends_get_seqs_exactly_1_to_200(client, burst_server, engine):
     senders = [1, 2, 3, 4]
     cid = await make_group(client, 1, 2, 3, 4)

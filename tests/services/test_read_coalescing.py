@@ -154,6 +154,7 @@ class PoolTransactions:
         assert live == {id(conn) for conn, _ in self._loggers}, "a connection of the pool opened or closed uncounted"
 
 
+@pytest.mark.slow
 async def test_read_storm_coalesced_keeps_every_watermark_invariant_and_commits_well_below_once_per_call(
     storm_server: Quiet,
 ) -> None:

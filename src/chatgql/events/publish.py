@@ -62,8 +62,8 @@ async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, repl
 class KafkaPublisher:
     """Idempotent producer, acks=all: a returned publish is on every in-sync replica.
 
-    After a failed publish the producer is replaced by a fresh one (aiokafka
-    issue #1017: an idempotent producer can stay stuck after a broker blip),
+    After a failed publish the producer is replaced by a fresh one (aiokafka#1017:
+    an idempotent producer can stay stuck after a broker blip),
     and so after a publish given up on (the relay's timeout cancels it). The
     replacement happens when the next publish starts, and is tried again
     until one starts: a producer whose start() failed (Kafka unreachable) has

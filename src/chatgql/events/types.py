@@ -268,7 +268,7 @@ class MemberRemoved(Event):
     user_id: UserId
 
 
-# The member's own state (read state, issue 21): events for the member's own devices only (OWN).
+# The member's own state (read state): events for the member's own devices only (OWN).
 
 
 @register

@@ -367,7 +367,7 @@ class CostCache:
 
 def _read_values(variables: dict, read: tuple[str, ...]) -> tuple:
     """What the price reads of these variables (_hashable). A mutation's price reads none, mostly: ()
-    without a generator's making (a third of a cached price's 0.9 us, measured)."""
+    without a generator's making (bench/results/micro.md)."""
     return tuple([_hashable(variables.get(name, _MISSING)) for name in read]) if read else ()
 
 

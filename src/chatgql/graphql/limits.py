@@ -1,4 +1,4 @@
-"""What one GraphQL document may ask for, measured before anything else looks at it.
+"""What one GraphQL document may ask for, sized up before anything else looks at it.
 
 A document is priced as if every fragment were written out where it is
 spread: fields, aliases, depth, and every selection (fields, spreads and

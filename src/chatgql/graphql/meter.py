@@ -17,7 +17,7 @@ How it is counted:
   handler charges this thread's CPU time since the last tick, less the collector's, to the meter
   of the context that runs: a request's step, or a task it started, or nothing between tasks. A
   request's end is a reading too. Nothing is paid per step: timing every step read the thread's
-  CPU clock twice a step (a system call each, ~0.8 µs here) and wrapped each task a request
+  CPU clock twice a step (a system call each) and wrapped each task a request
   started, about a tenth of a sendMessage's CPU (bench/results/perf-send.md). The price is
   precision: a reading charges the whole stretch since the last one to whoever runs at it, so a
   request is charged at most about a tick (1 ms) more or less than it spent, on bounds of tens of

@@ -146,7 +146,7 @@ class Mutation(ReadStateMutation, GroupMutation):
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         quoted = None if reply_to is None else _reply_to_seq(reply_to, cid)
-        files = (  # none: nothing to check (0.4 us a send, for a list and a call)
+        files = (  # none: nothing to check (no list, no call)
             check_attachments(
                 [(a.url, a.mime_type, a.name, a.size_bytes, a.width, a.height) for a in attachments],
                 max_count=ctx.settings.max_attachments,

@@ -244,9 +244,9 @@ class Message(Node):
         """Message's arguments from a message's fields by name (as from_row takes them); an object without
         some of them (a message.new event: none of the lifecycle) gives their defaults."""
         # An ID field gets the id's text, not ID(text): strawberry's ID is a NewType, the same str at
-        # run time, and calling it is a Python call (0.1 us) for each of the three id fields.
+        # run time, and calling it is a Python call for each of the three id fields.
         values: dict[str, Any] = {}
-        if isinstance(row, Row):  # columns by key: a Row's attribute access is a Python __getattr__ (~1 us each)
+        if isinstance(row, Row):  # columns by key: a Row's attribute access is a Python __getattr__
             for name, is_id in _RECORD:
                 value = row[name]
                 values[name] = str(value) if is_id and value is not None else value
@@ -439,7 +439,7 @@ def _message_record() -> tuple[tuple[str, bool], ...]:
 
 _RECORD = _message_record()
 # _RECORD with each field's default beside it (None when it has none): what fields_of gives for a
-# field an object lacks. A look-up of it in a dict per field was a third of fields_of (0.6 of 2 us).
+# field an object lacks. A look-up of it in a dict per field was a third of fields_of.
 _RECORD_DEFAULTS = tuple(
     (name, is_id, None if f.default is dataclasses.MISSING else f.default)
     for (name, is_id), f in zip(_RECORD, dataclasses.fields(MessageRecord), strict=True)
@@ -639,8 +639,8 @@ class Conversation(Node):
     def from_row(cls, row: Any, settings: bool = True) -> Conversation:
         """row: a conversation joined with the viewer's membership (store.conversations.for_viewer).
         settings=False: an inbox row without the settings columns (fit for PLAIN_FIELDS only)."""
-        # Columns by key: a Row's attribute access is a Python __getattr__ (~1 us each; an inbox page
-        # read ~900 of them, measured).
+        # Columns by key: a Row's attribute access is a Python __getattr__ (an inbox page reads
+        # hundreds of them).
         # lastReadSeq is the viewer's own read position (markUnread may hold it below the watermark
         # others see: store.conversations.OWN_READ).
         last_seq, last_read_seq = row["last_seq"], row["own_read"]

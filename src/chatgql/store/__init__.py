@@ -9,8 +9,8 @@ def key_literal(key: str) -> str:
     """An event's wire key (events/types.py: the camelCase of a field's name) as an SQL string literal,
     spliced into a statement instead of sent as a parameter: the statements that fill in an event's
     store fields are given their keys by the caller (the store names none), the same on every call,
-    and a text[] parameter costs asyncpg ~2.7 us of CPU a statement (its array encoder checks the
-    array and each element against collections.abc's ABCs, each a Python-level isinstance; measured).
+    and a text[] parameter costs asyncpg CPU on every statement (its array encoder checks the array
+    and each element against collections.abc's ABCs, each a Python-level isinstance: bench/results/micro.md).
     An identifier (checked): nothing to escape."""
     if not key.isidentifier():
         raise ValueError(f"an event key must be an identifier: {key!r}")

@@ -83,8 +83,8 @@ async def oldest(
 def _oldest_sql(shard: tuple[int, ...] | None, text: bool, deleting: bool, queueing: bool) -> str:
     """oldest's statement for a shard's slots (None: every slot), made once, not on every relay
     cycle. The slots, the same on each of a shard's cycles, are in its text, not a parameter: a
-    shard's 16 as a smallint[] parameter cost asyncpg 11.6 us of CPU a statement (its array encoder
-    checks each element against collections.abc's ABCs; measured). Parameters: the limit, then the
+    shard's 16 as a smallint[] parameter cost asyncpg CPU on every statement (its array encoder
+    checks each element against collections.abc's ABCs: bench/results/micro.md). Parameters: the limit, then the
     ids to delete and the kinds to queue, when deleting and queueing."""
     payload = "payload::text AS payload" if text else "payload"
     # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it

@@ -518,6 +518,7 @@ def corpus() -> list[dict]:
     return json.loads(CORPUS.read_text())
 
 
+@pytest.mark.slow
 async def test_every_document_the_suite_sends_answers_alike_by_plan(server, lived):
     differential = Differential(server, lived)
     ran = 0
@@ -528,6 +529,7 @@ async def test_every_document_the_suite_sends_answers_alike_by_plan(server, live
     differential.assert_same()
 
 
+@pytest.mark.slow
 async def test_generated_documents_answer_alike_by_plan(server, lived):
     differential = Differential(server, lived)
     ran = 0

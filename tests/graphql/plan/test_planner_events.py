@@ -15,6 +15,7 @@ import uuid
 from functools import partial
 from typing import Any
 
+import pytest
 from graphql import Executor, get_named_type, parse, specified_rules, validate
 from hypothesis import strategies as st
 from strawberry.execution import optimized_is_awaitable
@@ -114,6 +115,7 @@ class EventDifferential(Differential):
         return True
 
 
+@pytest.mark.slow
 async def test_subscription_events_answer_alike_by_plan(server, seeded):  # noqa: F811
     differential = EventDifferential(server, seeded)
     ran = 0

@@ -1,4 +1,4 @@
-"""A plan-once executor for accepted documents (issue 10).
+"""A plan-once executor for accepted documents.
 
 graphql-core interprets a document per request and per field: it collects
 fields, looks up each field's definition, builds a resolve info, calls the
