@@ -109,9 +109,8 @@ async def advance_watermarks(
     and at or above everything committed before the statement began.
     """
     # The keys as one jsonb array of objects, not four arrays: asyncpg's array encoder checks each
-    # array and each element against collections.abc's ABCs (a Python-level isinstance each), and
-    # four array parameters cost 12 us of CPU a one-key flush more than one jsonb (22 us for four
-    # keys; measured), most of a markRead's own Python.
+    # array and each element against collections.abc's ABCs (a Python-level isinstance each): four
+    # array parameters cost a markRead flush more CPU than one jsonb (bench/results/micro.md).
     rows = [
         {"cid": cid, "uid": uid, "seq": seq, "event": event}
         for cid, uid, seq, event in zip(conversation_ids, user_ids, seqs, events, strict=True)
