@@ -370,7 +370,7 @@ class Server:
                 [
                     sys.executable,
                     "-m",
-                    "chatgql.cli",
+                    "chatgql.server.cli",
                     "serve",
                     "--host",
                     "127.0.0.1",

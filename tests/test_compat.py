@@ -38,7 +38,7 @@ from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
 from chatgql import compat
-from chatgql.websocket import _Flag, _Inbox
+from chatgql.server.websocket import _Flag, _Inbox
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -739,8 +739,8 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
     from chatgql.graphql.loaders import _Loader
     from chatgql.graphql.schema import ChatGraphQL, ChatSchema
     from chatgql.graphql.shared import SharedEventExecutor
-    from chatgql.httpprotocol import DeadlineHttpProtocol
-    from chatgql.websocket import LeanWebSocketProtocol
+    from chatgql.server.httpprotocol import DeadlineHttpProtocol
+    from chatgql.server.websocket import LeanWebSocketProtocol
 
     return [
         (

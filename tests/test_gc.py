@@ -22,11 +22,11 @@ import pytest
 import uvicorn
 from graphql import parse
 
-from chatgql import collector
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.graphql.acyclic import unlink_tokens
-from chatgql.httpprotocol import uvicorn_options
-from chatgql.websocket import LeanWebSocketProtocol
+from chatgql.runtime import collector
+from chatgql.server.httpprotocol import uvicorn_options
+from chatgql.server.websocket import LeanWebSocketProtocol
 
 from .conftest import GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
 from .support.live import MESSAGE_NEW, PROTOCOLS, READ_UPDATED, TRANSPORT_WS, WsClient, wait_active_subscriptions

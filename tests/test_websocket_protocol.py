@@ -1,4 +1,4 @@
-"""chatgql.websocket: the lighter uvicorn websocket protocol `chatgql serve` runs.
+"""chatgql.server.websocket: the lighter uvicorn websocket protocol `chatgql serve` runs.
 
 The rest of the suite serves with uvicorn's default protocol; these pin that
 the lighter one behaves the same: its queue and flag, and a real websocket
@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 import websockets
 
-from chatgql.websocket import LeanDeflate, LeanWebSocketProtocol, _Flag, _Inbox
+from chatgql.server.websocket import LeanDeflate, LeanWebSocketProtocol, _Flag, _Inbox
 
 
 async def test_inbox_is_fifo_and_get_waits_for_a_put() -> None:

@@ -14,7 +14,7 @@ import pytest
 from chatgql import db
 from chatgql.events.wakeup import RelayWakeup
 from chatgql.graphql import meter
-from chatgql.tasks import process_task
+from chatgql.runtime.tasks import process_task
 
 
 def burn(seconds: float) -> None:

@@ -13,7 +13,7 @@ import pytest
 from starlette.requests import Request
 from starlette.websockets import WebSocket
 
-from chatgql.auth import issue_token, token_expiry
+from chatgql.edge.auth import issue_token, token_expiry
 from chatgql.errors import Unauthenticated
 from chatgql.graphql import context as context_module
 from chatgql.graphql.context import Context, Deps

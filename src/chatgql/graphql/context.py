@@ -16,11 +16,11 @@ from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
 
 from .. import compat
-from ..auth import token_expiry, user_from_authorization
 from ..db import Database
+from ..edge.auth import token_expiry, user_from_authorization
+from ..edge.jwks import KeySet
+from ..edge.ratelimit import Limiters, SharedStore, shared_store
 from ..errors import Unauthenticated
-from ..jwks import KeySet
-from ..ratelimit import Limiters, SharedStore, shared_store
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings

@@ -61,8 +61,8 @@ from strawberry.types.execution import PreExecutionError
 from websockets.exceptions import InvalidState
 
 from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
+from ..edge.ratelimit import Bucket
 from ..errors import Unauthenticated
-from ..ratelimit import Bucket
 from .context import Context, ws_operation
 from .parked import IDLE, PARKING, Parked, after, deliver, parkable
 

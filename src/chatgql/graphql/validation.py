@@ -21,8 +21,8 @@ from typing import Any
 
 from graphql import DocumentNode, GraphQLError
 
-from .. import collector
 from ..compat import validate_document
+from ..runtime import collector
 from .limits import OperationLimits, check_document
 
 # Its thread starts on first use and lives as long as the process.

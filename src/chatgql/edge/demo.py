@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from ..errors import BadUserInput
+from ..services.checks import check_user_id
+from ..settings import Settings
 from .auth import issue_token
-from .errors import BadUserInput
-from .services.checks import check_user_id
-from .settings import Settings
 
 DEMO_PATH = "/demo"
 DEV_TOKEN_PATH = "/dev/token"

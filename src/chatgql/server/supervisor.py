@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
-from .settings import Settings
+from ..settings import Settings
 
 if TYPE_CHECKING:
-    from .embedded import EmbeddedPostgres
+    from ..db.embedded import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,13 @@ class Supervisor:
     @property
     def bus_url(self) -> str:
         """The bus the workers (and this process) use: the hub, unless a Redis bus is configured."""
-        from .events.hub import hub_url
+        from ..events.hub import hub_url
 
         return hub_url(self.hub_path) if self.settings.workers_share_a_hub else self.settings.broadcast_url
 
     def worker_environment(self) -> dict[str, str]:
         """What the workers' settings must say beside the configured ones."""
-        from .events.hub import hub_url
+        from ..events.hub import hub_url
 
         return {
             "CHATGQL_DATABASE_URL": self.database_url,
@@ -130,9 +130,9 @@ class Supervisor:
             self._started.set()
 
     async def _serve(self) -> None:
-        from .embedded import EmbeddedWatch
-        from .events.hub import Hub
-        from .ratelimit import RateLimiter
+        from ..db.embedded import EmbeddedWatch
+        from ..edge.ratelimit import RateLimiter
+        from ..events.hub import Hub
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()

@@ -27,11 +27,11 @@ from collections import OrderedDict
 import jwt
 from jwt.exceptions import InvalidSubjectError
 
-from .claims import claim_at, parse_claim_path
-from .errors import BadUserInput, Unauthenticated
+from ..claims import claim_at, parse_claim_path
+from ..errors import BadUserInput, Unauthenticated
+from ..services.checks import check_user_id
+from ..settings import Settings
 from .jwks import ASYMMETRIC, KeySet
-from .services.checks import check_user_id
-from .settings import Settings
 
 ALGORITHM = "HS256"
 # RFC 7519: sub is a StringOrURI. A JSON number there is refused, never read as its decimal text.

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from . import datadir, logs
-from .settings import Settings, load_settings
+from ..db import datadir
+from ..settings import Settings, load_settings
+from . import logs
 
 if TYPE_CHECKING:
-    from .db import Database
-    from .services.erase import Batch
+    from ..db import Database
+    from ..services.erase import Batch
 
 
 def _settings(**overrides: object) -> Settings:
@@ -89,7 +90,7 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
 
     import uvicorn
 
-    from . import db
+    from .. import db
     from .app import running, startup_line
     from .supervisor import Supervisor
 
@@ -110,7 +111,10 @@ def _serve_workers(settings: Settings, overrides: dict[str, object], server_opti
             os.environ.update(supervisor.worker_environment())
             logging.getLogger("chatgql").info("%s", startup_line(settings))
             uvicorn.run(
-                "chatgql.app:create_app_from_environment", factory=True, workers=settings.workers, **server_options
+                "chatgql.server.app:create_app_from_environment",
+                factory=True,
+                workers=settings.workers,
+                **server_options,
             )
         finally:
             if supervisor is not None:
@@ -153,8 +157,8 @@ def webhooks(args: argparse.Namespace) -> None:
 
 
 async def _dead_letters(url: str, args: argparse.Namespace) -> None:
-    from .db import Database
-    from .store import webhooks as queue
+    from ..db import Database
+    from ..store import webhooks as queue
 
     database = await Database(url, max_size=1).open()
     try:
@@ -175,7 +179,7 @@ async def _dead_letters(url: str, args: argparse.Namespace) -> None:
 
 
 def migrate(args: argparse.Namespace) -> None:
-    from . import db
+    from .. import db
 
     settings = _settings()
 
@@ -195,8 +199,8 @@ def migrate(args: argparse.Namespace) -> None:
 async def _with_database(settings: Settings, work: Callable[[Database], Awaitable[int]]) -> int:
     """work on the configured database (or the embedded one, when no serve holds it), migrated; the relays
     of other processes are woken for the events it writes."""
-    from . import db
-    from .events.wakeup import RelayWakeup
+    from .. import db
+    from ..events.wakeup import RelayWakeup
 
     async def on(url: str) -> int:
         if settings.migrate_on_start:
@@ -230,9 +234,9 @@ def _erase(settings: Settings, args: argparse.Namespace, work: Callable[..., Awa
 
 
 def erase_user(args: argparse.Namespace) -> None:
-    from .errors import BadUserInput
-    from .services.checks import check_user_id
-    from .services.erase import erase_user as erase
+    from ..errors import BadUserInput
+    from ..services.checks import check_user_id
+    from ..services.erase import erase_user as erase
 
     settings = _settings()
     try:
@@ -244,7 +248,7 @@ def erase_user(args: argparse.Namespace) -> None:
 
 
 def retention(args: argparse.Namespace) -> None:
-    from .services.erase import retention_bound, run_retention
+    from ..services.erase import retention_bound, run_retention
 
     settings = _settings()
     days = args.days or settings.retention_days
@@ -255,9 +259,9 @@ def retention(args: argparse.Namespace) -> None:
 
 
 def token(args: argparse.Namespace) -> None:
-    from .auth import issue_token
-    from .errors import BadUserInput
-    from .services.checks import check_user_id
+    from ..edge.auth import issue_token
+    from ..errors import BadUserInput
+    from ..services.checks import check_user_id
 
     settings = _settings()
     try:
@@ -275,7 +279,7 @@ def token(args: argparse.Namespace) -> None:
 def export_schema(args: argparse.Namespace) -> None:
     from strawberry.printer import print_schema
 
-    from .graphql.schema import schema
+    from ..graphql.schema import schema
 
     text = print_schema(schema) + "\n"
     if args.output:

@@ -26,33 +26,35 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from . import collector, db, logs
-from .db import Database
-from .demo import demo_routes
-from .embedded import EmbeddedWatch
-from .events.bus import Bus, feed_dispatcher
-from .events.consumer import BusSink, DispatchSink, FanoutConsumer, Sink
-from .events.dispatch import Dispatcher, MembershipCache
-from .events.ephemeral import EphemeralPublisher
-from .events.hub import HubStore
-from .events.presence import Presence, presence_for
-from .events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, Publisher, ensure_topic
-from .events.relay import OutboxRelay
-from .events.wakeup import RelayWakeup
-from .events.webhooks import Deliverer, check_resolved, parse_kinds, parse_secret
-from .graphql import validation
-from .graphql.context import Deps
-from .graphql.graphiql import ASSETS_PATH
-from .graphql.schema import ChatGraphQL
+from .. import db
+from ..db import Database
+from ..db.embedded import EmbeddedWatch
+from ..edge.demo import demo_routes
+from ..edge.jwks import KeySet
+from ..events.bus import Bus, feed_dispatcher
+from ..events.consumer import BusSink, DispatchSink, FanoutConsumer, Sink
+from ..events.dispatch import Dispatcher, MembershipCache
+from ..events.ephemeral import EphemeralPublisher
+from ..events.hub import HubStore
+from ..events.presence import Presence, presence_for
+from ..events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, Publisher, ensure_topic
+from ..events.relay import OutboxRelay
+from ..events.wakeup import RelayWakeup
+from ..events.webhooks import Deliverer, check_resolved, parse_kinds, parse_secret
+from ..graphql import validation
+from ..graphql.context import Deps
+from ..graphql.graphiql import ASSETS_PATH
+from ..graphql.schema import ChatGraphQL
+from ..runtime import collector
+from ..services.delivery_coalescing import DeliveryCoalescer
+from ..services.erase import retention_loop
+from ..services.groupcommit import SendBatcher
+from ..services.read_coalescing import ReadCoalescer
+from ..settings import Settings
+from ..store import conversations, health, outbox, webhooks
+from . import logs
 from .heap import HeapTrimmer
-from .jwks import KeySet
 from .metrics import Metrics
-from .services.delivery_coalescing import DeliveryCoalescer
-from .services.erase import retention_loop
-from .services.groupcommit import SendBatcher
-from .services.read_coalescing import ReadCoalescer
-from .settings import Settings
-from .store import conversations, health, outbox, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -520,7 +522,7 @@ def metrics_allowed(settings: Settings, authorization: str | None) -> bool:
 
 def create_app_from_environment() -> Starlette:
     """The app of one `chatgql serve --workers N` worker: settings from the environment."""
-    from .settings import load_settings
+    from ..settings import load_settings
     from .supervisor import worker_dies_with_supervisor
 
     worker_dies_with_supervisor()

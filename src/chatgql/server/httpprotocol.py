@@ -50,8 +50,8 @@ from typing import Any
 
 import orjson
 
-from . import compat
-from .settings import Settings
+from .. import compat
+from ..settings import Settings
 from .websocket import LeanWebSocketProtocol, WsBounds
 
 _SERVICE_UNAVAILABLE = (

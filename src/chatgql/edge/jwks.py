@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import jwt
 
-from .errors import Unauthenticated
+from ..errors import Unauthenticated
 
 log = logging.getLogger(__name__)
 
