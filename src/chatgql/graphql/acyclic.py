@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import compat
+from ..compat import graphql_core as graphql_compat
+from ..compat import strawberry as strawberry_compat
 
 
-class AcyclicExecutionContext(compat.ExecutionContextBase):
+class AcyclicExecutionContext(strawberry_compat.ExecutionContextBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        compat.break_async_helpers_cycle(self)
+        graphql_compat.break_async_helpers_cycle(self)
 
 
 def unlink_tokens(document: Any) -> None:

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
 
-from .. import compat
+from ..compat import strawberry as strawberry_compat
 from ..db import Database
 from ..edge.auth import token_expiry, user_from_authorization
 from ..edge.jwks import KeySet
@@ -207,7 +207,7 @@ class ChatOperation(SchemaExtension):
         else:
             errors = await validate_once(
                 execution_context.query,
-                compat.core_schema(execution_context.schema),
+                strawberry_compat.core_schema(execution_context.schema),
                 document,
                 self.limits,
                 execution_context.validation_rules,
@@ -222,13 +222,13 @@ class ChatOperation(SchemaExtension):
                     execution_context.graphql_document = document = kept
         if (
             not errors
-            and compat.provided_operation_name(execution_context) is None
+            and strawberry_compat.provided_operation_name(execution_context) is None
             and sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
         ):
             errors = [GraphQLError("operationName is required when the document has several operations")]
         if not errors and self.costs is not None:
             errors = self._check_cost(document)
-        compat.set_validation_result(execution_context, errors)
+        strawberry_compat.set_validation_result(execution_context, errors)
         yield
 
     def _check_cost(self, document: Any) -> list[GraphQLError]:
@@ -237,9 +237,9 @@ class ChatOperation(SchemaExtension):
         assert self.costs is not None
         execution_context = self.execution_context
         priced = self.costs.cost(
-            compat.core_schema(execution_context.schema),
+            strawberry_compat.core_schema(execution_context.schema),
             document,
-            compat.provided_operation_name(execution_context),
+            strawberry_compat.provided_operation_name(execution_context),
             execution_context.variables,
         )
         if priced is None:

@@ -60,7 +60,7 @@ from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.types.execution import PreExecutionError
 from websockets.exceptions import InvalidState
 
-from ..compat import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
+from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..edge.ratelimit import Bucket
 from ..errors import Unauthenticated
 from .context import Context, ws_operation

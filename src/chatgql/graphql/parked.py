@@ -43,7 +43,7 @@ from graphql import FieldNode, OperationDefinitionNode, OperationType
 from graphql.execution import execute_subscription_event
 from strawberry.types import ExecutionResult
 
-from .. import compat
+from ..compat import strawberry as strawberry_compat
 from ..events.dispatch import ENDED, Subscription
 
 # Root fields whose resolver can park (subscriptions.py), and the arguments that keep it from parking.
@@ -165,15 +165,15 @@ async def deliver(
             return False
         if executor is None and sub.has_events():
             executor = schema.execution_context_class.build(
-                compat.core_schema(schema),
+                strawberry_compat.core_schema(schema),
                 parked.document,
                 None,
                 context,
                 variables,
                 operation_name,
                 middleware=None,
-                is_awaitable=compat.is_awaitable,
-                **compat.custom_context_kwargs(schema),
+                is_awaitable=strawberry_compat.is_awaitable,
+                **strawberry_compat.custom_context_kwargs(schema),
             )
             if isinstance(executor, list):
                 return False  # (it was built at the subscribe with the same variables)
@@ -182,7 +182,7 @@ async def deliver(
             parked._park(sub)
             return True
         outcome = execute_subscription_event(executor.build_per_event_executor(parked.payload(event, context)))
-        result = await outcome if compat.is_awaitable(outcome) else cast("CoreExecutionResult", outcome)
+        result = await outcome if strawberry_compat.is_awaitable(outcome) else cast("CoreExecutionResult", outcome)
         if result.errors:
             schema.process_errors(result.errors)
         await send(ExecutionResult(data=result.data, errors=result.errors))

@@ -33,8 +33,8 @@ from graphql import OperationType as CoreOperationType
 from graphql.language import Node
 from strawberry.types import ExecutionResult
 
-from .. import compat
-from ..compat import is_awaitable
+from ..compat import strawberry as strawberry_compat
+from ..compat.strawberry import is_awaitable
 
 _EXECUTABLE = (CoreOperationType.QUERY, CoreOperationType.MUTATION)
 
@@ -112,7 +112,7 @@ async def execute_accepted(
     """What Schema.execute does after validation, for a document that passed it."""
     try:
         outcome = execute(
-            compat.core_schema(schema),
+            strawberry_compat.core_schema(schema),
             document,
             root_value=None,
             middleware=None,
@@ -121,7 +121,7 @@ async def execute_accepted(
             context_value=context,
             is_awaitable=is_awaitable,
             executor_class=schema.execution_context_class,
-            **compat.custom_context_kwargs(schema),
+            **strawberry_compat.custom_context_kwargs(schema),
         )
         # (a TypeGuard narrows only where it holds)
         result = await outcome if is_awaitable(outcome) else cast("CoreExecutionResult", outcome)

@@ -25,7 +25,8 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
-from .. import compat
+from ..compat import graphql_core as graphql_compat
+from ..compat import strawberry as strawberry_compat
 from ..errors import Unauthenticated
 from . import meter
 from .context import ChatOperation, Context, Deps
@@ -134,7 +135,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
     graphql_ws_handler_class = LegacyWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
-        compat.use_gather_with_cancel(gather_with_cancel)
+        graphql_compat.use_gather_with_cancel(gather_with_cancel)
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
         self.planner = Planner(enabled=settings.planner, maxsize=1024)
@@ -159,7 +160,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         )
         self.deps = deps
         schema.planner = self.planner
-        self.core_schema = compat.core_schema(schema)
+        self.core_schema = strawberry_compat.core_schema(schema)
         self.graphiql = GraphiQLFiles(dev_sign_in=settings.dev_sign_in_enabled) if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
 

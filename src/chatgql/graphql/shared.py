@@ -31,7 +31,7 @@ from strawberry.types.base import StrawberryOptional, get_object_definition
 from strawberry.types.private import is_private
 from strawberry.utils.str_converters import to_camel_case
 
-from .. import compat
+from ..compat import strawberry as strawberry_compat
 from .acyclic import AcyclicExecutionContext
 from .subscriptions import Subscription
 from .types import PER_EVENT_KEY
@@ -188,7 +188,7 @@ class SharedEventExecutor(AcyclicExecutionContext):
     def _execute(self, serially: bool | None) -> Any:
         """A subscription event by plan when the planner has one (graphql/plan/), else graphql-core."""
         if self.operation.operation is OperationType.SUBSCRIPTION and self.abort_signal is None:
-            planner = getattr(compat.strawberry_schema_of(self.schema), "planner", None)
+            planner = getattr(strawberry_compat.strawberry_schema_of(self.schema), "planner", None)
             if planner is not None:
                 result = planner.execute_event(self)
                 if result is not None:
@@ -212,7 +212,7 @@ class SharedEventExecutor(AcyclicExecutionContext):
             verdict = self._verdict = _sharable(self.operation.selection_set, "Subscription", self.fragment_definitions)
         if not verdict:
             return None
-        return getattr(compat.strawberry_schema_of(self.schema), "shared_results", None)
+        return getattr(strawberry_compat.strawberry_schema_of(self.schema), "shared_results", None)
 
     def execute_operation(self, serially: bool | None = None) -> Any:
         shared = self._shared

@@ -21,7 +21,7 @@ from typing import Any
 
 from graphql import DocumentNode, GraphQLError
 
-from ..compat import validate_document
+from ..compat.strawberry import validate_document
 from ..runtime import collector
 from .limits import OperationLimits, check_document
 

@@ -35,7 +35,7 @@ What it uses of HttpToolsProtocol beyond the asyncio.Protocol interface:
 data_received, the parser callbacks (on_message_begin,
 on_headers_complete, on_message_complete), handle_websocket_upgrade, and the attributes
 transport, parser, cycle (response_started), connections, tasks,
-limit_concurrency, loop, logger; the private pokes are compat.py's
+limit_concurrency, loop, logger; the private pokes are compat/uvicorn.py's
 (upgrading_to_websocket, abandon_request_cycle, release_http_parser,
 send_response_through). uvicorn is
 pinned in pyproject.toml, tests/test_compat.py checks the surface and
@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from .. import compat
+from ..compat import uvicorn as uvicorn_compat
 from ..settings import Settings
 from .websocket import LeanWebSocketProtocol, WsBounds
 
@@ -80,7 +80,7 @@ def _timeout_response(message: str) -> bytes:
     return _refusal(b"408 Request Timeout", message, "TIMEOUT")
 
 
-class DeadlineHttpProtocol(compat.HttpToolsProtocol):
+class DeadlineHttpProtocol(uvicorn_compat.HttpToolsProtocol):
     """HttpToolsProtocol whose request headers and body must arrive in time."""
 
     def __init__(
@@ -138,9 +138,9 @@ class DeadlineHttpProtocol(compat.HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
         super().on_headers_complete()
-        if not compat.upgrading_to_websocket(self):
+        if not uvicorn_compat.upgrading_to_websocket(self):
             self._body_timer = self.loop.call_later(self.body_timeout, self._body_late)
-            compat.send_response_through(self, lambda transport: _OneWrite(transport, self.loop))
+            uvicorn_compat.send_response_through(self, lambda transport: _OneWrite(transport, self.loop))
 
     def on_message_complete(self) -> None:
         self._request_begun = False
@@ -158,7 +158,7 @@ class DeadlineHttpProtocol(compat.HttpToolsProtocol):
             self.transport.close()
             return
         super().handle_websocket_upgrade()
-        compat.release_http_parser(self)  # the websocket protocol has the transport now
+        uvicorn_compat.release_http_parser(self)  # the websocket protocol has the transport now
 
     def _cancel_timers(self) -> None:
         for timer in (self._header_timer, self._body_timer):
@@ -196,7 +196,7 @@ class DeadlineHttpProtocol(compat.HttpToolsProtocol):
         The request's handler gets http.disconnect on its next receive() and sends nothing."""
         self._cancel_timers()
         if self.cycle is not None:
-            compat.abandon_request_cycle(self.cycle)
+            uvicorn_compat.abandon_request_cycle(self.cycle)
         self.transport.write(answer)
         self._close_lingering()
 

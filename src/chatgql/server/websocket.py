@@ -37,7 +37,8 @@ connection_made, handle_ping, handle_pong, send, and the attributes conn,
 queue, transport, writable, read_paused, close_sent, disconnected, loop,
 client (test_compat.py checks the hooks). Everything else (framing,
 keepalive pings, close handshake, flow control) is uvicorn's own code. What it touches of uvicorn's and websockets' internals is in
-compat.py (replace_websocket_waiters, end_websocket_parser, drop_websocket_handshake).
+compat/uvicorn.py (replace_websocket_waiters, drop_websocket_handshake) and compat/websockets.py
+(end_websocket_parser).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from typing import Any
 
 from websockets.frames import CONT, CTRL_OPCODES, Frame
 
-from .. import compat
+from ..compat import uvicorn as uvicorn_compat
+from ..compat import websockets as websockets_compat
 from ..edge.ratelimit import Bucket
 from ..settings import Settings
 
@@ -187,7 +189,7 @@ _DEFAULT_BOUNDS = WsBounds()
 _PLAIN_BELOW = 64
 
 
-class LeanDeflate(compat.PerMessageDeflate):
+class LeanDeflate(websockets_compat.PerMessageDeflate):
     """permessage-deflate that holds no zlib state while idle.
 
     websockets' PerMessageDeflate makes its compressor and decompressor with the connection and
@@ -246,7 +248,7 @@ class LeanDeflate(compat.PerMessageDeflate):
             self.__dict__.pop("encoder", None)
 
 
-class LeanDeflateFactory(compat.ServerPerMessageDeflateFactory):
+class LeanDeflateFactory(websockets_compat.ServerPerMessageDeflateFactory):
     """uvicorn's permessage-deflate settings, answered with client_no_context_takeover, making LeanDeflate."""
 
     def process_request_params(self, params: Sequence[Any], accepted_extensions: Sequence[Any]) -> tuple[list, Any]:
@@ -263,7 +265,7 @@ class LeanDeflateFactory(compat.ServerPerMessageDeflateFactory):
 _lean_factories: dict[tuple, list[LeanDeflateFactory]] = {}
 
 
-def _lean_deflate(theirs: compat.ServerPerMessageDeflateFactory) -> list[LeanDeflateFactory]:
+def _lean_deflate(theirs: websockets_compat.ServerPerMessageDeflateFactory) -> list[LeanDeflateFactory]:
     """One list of one factory per distinct setting, shared by every connection (uvicorn makes both per socket)."""
     key = (
         theirs.server_no_context_takeover,
@@ -326,7 +328,7 @@ class _BoundedTransport:
         return getattr(self._transport, name)
 
 
-class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
+class LeanWebSocketProtocol(uvicorn_compat.WebSocketsSansIOProtocol):
     # Class-level until they change: an idle socket's instance holds none of them.
     _stall_timer: asyncio.TimerHandle | None = None
     _control: Bucket | None = None  # made on the first PING or PONG
@@ -336,8 +338,8 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
 
     def __init__(self, *args: Any, bounds: WsBounds | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        compat.replace_websocket_waiters(self, _Inbox(), _Flag())
-        compat.use_websocket_deflate(self, _lean_deflate)
+        uvicorn_compat.replace_websocket_waiters(self, _Inbox(), _Flag())
+        websockets_compat.use_websocket_deflate(self, _lean_deflate)
         self.bounds = bounds or _DEFAULT_BOUNDS
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -358,13 +360,13 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
             bounded._protocol = None  # the cycle protocol <-> transport, broken without the collector
         # uvicorn does not touch the sans-I/O protocol once the connection is lost (send() raises
         # ClientDisconnected first): end its parser, whose frame is what refers back to it.
-        compat.end_websocket_parser(self)
+        websockets_compat.end_websocket_parser(self)
 
     async def send(self, message: Any) -> None:
         await super().send(message)
         if message["type"] == "websocket.accept":
             # Only the handshake reads them (the scope has its own copy of the request's headers).
-            compat.drop_websocket_handshake(self)
+            uvicorn_compat.drop_websocket_handshake(self)
             # And the scope's copy: read before the accept (routing, the subprotocol, the context),
             # never after (a websocket's token comes with connection_init; its address is the
             # scope's `client`). Emptied in place: Starlette's Headers share the list (~1.2 KB of
@@ -420,7 +422,7 @@ class LeanWebSocketProtocol(compat.WebSocketsSansIOProtocol):
 
     def send_keepalive_ping(self) -> None:
         """uvicorn's keepalive ping (every ws_ping_interval, 20 s): a compressor idle since the last one is let go."""
-        for extension in compat.websocket_extensions(self):
+        for extension in websockets_compat.websocket_extensions(self):
             if isinstance(extension, LeanDeflate):
                 extension.drop_idle_encoder()
         super().send_keepalive_ping()

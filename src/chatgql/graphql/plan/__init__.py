@@ -14,7 +14,7 @@ operationName) and runs closures afterwards:
 - planner.py  the cache of plans, fallback to graphql-core's executor, counters for /metrics;
               HTTP queries and mutations (execute) and subscription events (execute_event)
 
-The non-public API of graphql-core and Strawberry it relies on is in chatgql/compat.py.
+The non-public API of graphql-core and Strawberry it relies on is in chatgql/compat/ (graphql_core.py, strawberry.py).
 
 The API's meaning stays in types.py, queries.py and mutations.py: the plan
 calls the same resolver functions. tests/graphql/plan/test_planner_differential.py runs

@@ -2,7 +2,7 @@
 
 For one (document, operationName) and one assignment of the variables that
 @skip/@include read, the selection is collected once with graphql-core's own
-collect_fields (chatgql/compat.py), and every field is decided once:
+collect_fields (chatgql/compat/graphql_core.py), and every field is decided once:
 
 - which function produces its value: `getattr(source, python_name)` for a
   field without resolver (most of the schema), else the resolver function
@@ -42,7 +42,8 @@ from graphql import (
     visit,
 )
 
-from ... import compat
+from ...compat import graphql_core as graphql_compat
+from ...compat import strawberry as strawberry_compat
 from .codegen import Constant, InlineLeaf, object_executor
 from .execute import (
     Completer,
@@ -141,7 +142,7 @@ class Selection:
         if not isinstance(named, GraphQLObjectType):
             raise Unsupported("prebuilt_abstract")
         compiler = self._compiler
-        collected = compat.collect_subfields(
+        collected = graphql_compat.collect_subfields(
             compiler.core, compiler.fragments, compiler.variables, compiler.operation, named, self._details, False
         )
         found = {}
@@ -176,12 +177,12 @@ def compile_operation(
 ) -> OperationPlan:
     """schema: the Strawberry schema; variables: graphql-core VariableValues of a request (only
     what @skip/@include read matters here: the plan is reused for requests that agree on those)."""
-    core = compat.core_schema(schema)
+    core = strawberry_compat.core_schema(schema)
     root_type = core.get_root_type(operation.operation)
     if root_type is None:
         raise Unsupported("operation_type")
     compiler = _Compiler(schema, operation, fragments, variables)
-    collected = compat.collect_fields(core, fragments, variables, root_type, operation, False)
+    collected = graphql_compat.collect_fields(core, fragments, variables, root_type, operation, False)
     if collected.new_defer_usages:
         raise Unsupported("defer")
     fields = compiler.fields(root_type, collected.grouped_field_set)
@@ -199,7 +200,7 @@ def event_plan_key(operation: Any) -> int:
 class _Compiler:
     def __init__(self, schema: Any, operation: Any, fragments: dict, variables: Any) -> None:
         self.schema = schema
-        self.core = compat.core_schema(schema)
+        self.core = strawberry_compat.core_schema(schema)
         self.operation = operation
         self.fragments = fragments
         self.variables = variables
@@ -224,7 +225,7 @@ class _Compiler:
         field_def = parent_type.fields.get(name)
         if field_def is None:
             raise Unsupported("unknown_field")
-        sf = compat.strawberry_field(field_def)
+        sf = strawberry_compat.strawberry_field(field_def)
         if sf is None:
             raise Unsupported("foreign_resolver")
         return_type = field_def.type
@@ -239,7 +240,7 @@ class _Compiler:
             strawberry_field=sf,
             field_def=field_def,
         )
-        shape = compat.resolver_call_shape(sf)
+        shape = strawberry_compat.resolver_call_shape(sf)
         if shape is not None and shape[3] is not None:  # a resolver that takes info
             plan.selection_variables = _variables_below(plan.nodes, self.fragment_definitions)
         complete = self.completer(return_type, plan, details)
@@ -248,7 +249,7 @@ class _Compiler:
             plan.prebuilt = prebuilder(Selection(self, return_type, details))
             if plan.prebuilt is not None:
                 self.prebuilt.append(plan.prebuilt)
-        if compat.is_default_resolver(field_def):
+        if strawberry_compat.is_default_resolver(field_def):
             python_name = sf.python_name
 
             def read(run: Any, source: Any, path: Any) -> Any:
@@ -271,7 +272,7 @@ class _Compiler:
         """A subscription's root field, run per event: its value is the event (Strawberry's resolver
         there is `lambda event, *_, **__: event`); its arguments are coerced as graphql-core does."""
         field_def = plan.field_def
-        if not compat.is_event_passthrough(field_def):
+        if not strawberry_compat.is_event_passthrough(field_def):
             raise Unsupported("resolver")
         if not field_def.args and not node.arguments:
             return lambda run, source, path: source
@@ -292,9 +293,9 @@ class _Compiler:
         if is_leaf_type(type_):
             return leaf_completer(type_)
         if isinstance(type_, GraphQLObjectType):
-            if type_.is_type_of is not None and not compat.is_strawberry_type_check(type_.is_type_of):
+            if type_.is_type_of is not None and not strawberry_compat.is_strawberry_type_check(type_.is_type_of):
                 raise Unsupported("is_type_of")
-            collected = compat.collect_subfields(
+            collected = graphql_compat.collect_subfields(
                 self.core, self.fragments, self.variables, self.operation, type_, details, False
             )
             if collected.new_defer_usages:
@@ -302,7 +303,7 @@ class _Compiler:
             return object_completer(
                 object_executor(self.fields(type_, collected.grouped_field_set)),
                 type_ if type_.is_type_of is not None else None,
-                compat.plain_class(type_),
+                strawberry_compat.plain_class(type_),
             )
         if isinstance(type_, GraphQLInterfaceType):
             return self.interface_completer(type_, plan, details)
@@ -311,7 +312,7 @@ class _Compiler:
     def interface_completer(self, interface: GraphQLInterfaceType, plan: FieldPlan, details: list) -> Completer:
         """Each possible object type's selection compiled (collected for that type, as graphql-core
         collects once it knows the type), and which classes are which type without asking."""
-        if not compat.is_strawberry_resolve_type(interface):
+        if not strawberry_compat.is_strawberry_resolve_type(interface):
             raise Unsupported("resolve_type")
         completers: dict[str, Completer] = {}
         known: dict[type, Any] = {}
@@ -320,18 +321,18 @@ class _Compiler:
             fast = getattr(completer, "fast", None)
             if fast is not None:
                 cls, execute = fast
-                name = compat.interface_type_name(interface, cls)
+                name = strawberry_compat.interface_type_name(interface, cls)
                 if name == object_type.name and self.core.get_type(name) is object_type:
                     known[cls] = execute
         return abstract_completer(interface, completers, known, plan, details)
 
     def resolver(self, plan: FieldPlan, node: Any) -> Any:
         sf, field_def = plan.strawberry_field, plan.field_def
-        if sf.extensions or compat.has_exception_handlers(self.schema, sf):
+        if sf.extensions or strawberry_compat.has_exception_handlers(self.schema, sf):
             raise Unsupported("field_extensions")
-        if not compat.is_strawberry_resolver(field_def):
+        if not strawberry_compat.is_strawberry_resolver(field_def):
             raise Unsupported("resolver")
-        shape = compat.resolver_call_shape(sf)
+        shape = strawberry_compat.resolver_call_shape(sf)
         if shape is None:
             raise Unsupported("resolver")
         func, pass_self, source_names, info_name = shape
@@ -360,9 +361,10 @@ class _Compiler:
         if not field_def.args and not node.arguments:
             return None
         registry, config = self.scalar_registry, self.config
-        plain, others = compat.split_arguments(sf, registry, config)
+        plain, others = strawberry_compat.split_arguments(sf, registry, config)
         others_by_name = tuple(
-            (name, argument, argument.python_name, compat.null_stays_null(argument)) for name, argument in others
+            (name, argument, argument.python_name, strawberry_compat.null_stays_null(argument))
+            for name, argument in others
         )
 
         def convert(coerced: dict) -> dict:
@@ -379,7 +381,9 @@ class _Compiler:
                 else:
                     walk.append(argument)
             if walk:
-                kwargs.update(compat.convert_arguments(coerced, walk, scalar_registry=registry, config=config))
+                kwargs.update(
+                    strawberry_compat.convert_arguments(coerced, walk, scalar_registry=registry, config=config)
+                )
             return kwargs
 
         if not any(_reads_variables(argument.value) for argument in node.arguments or ()):

@@ -24,8 +24,9 @@ from graphql import GraphQLError, located_error
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
 from orjson import Fragment
 
-from ... import compat
-from ...compat import is_awaitable
+from ...compat import graphql_core as graphql_compat
+from ...compat import strawberry as strawberry_compat
+from ...compat.strawberry import is_awaitable
 from ..gather import gather_with_cancel
 from .info import resolve_info
 
@@ -136,10 +137,10 @@ Completer = Callable[[Run, Any, Path], Any]
 
 
 # An object completer may carry `fast = (cls, execute)` (object_completer): for a value of exactly
-# type cls that is not cast (compat.plain_class), completing it is execute(run, value, path), and
+# type cls that is not cast (strawberry_compat.plain_class), completing it is execute(run, value, path), and
 # execute returns a dict or a coroutine. Its callers (list items, field results) use that to skip
 # the questions whose answers the type already gives (awaitable? an exception? null? is_type_of?).
-_CAST = compat.TYPE_CAST_ATTRIBUTE
+_CAST = strawberry_compat.TYPE_CAST_ATTRIBUTE
 
 
 def non_null_completer(inner: Completer, parent: str, field_name: str) -> Completer:
@@ -183,7 +184,7 @@ def object_completer(
     """execute: the object's fields (codegen.object_executor: execute_fields, unrolled).
     object_type: given when it has an is_type_of (Strawberry gives one to every type that
     implements an interface, e.g. Node): asked first, as complete_object_value does.
-    plain_class: compat.plain_class of the type, or None (then no fast path)."""
+    plain_class: strawberry_compat.plain_class of the type, or None (then no fast path)."""
     completer = _object_completer(execute, object_type)
     if plain_class is not None:
         completer.fast = (plain_class, execute)  # type: ignore[attr-defined]
@@ -222,9 +223,9 @@ def abstract_completer(
     """complete_abstract_value for an interface: which object type the value is, then that type's
     completer (object_completer: is_type_of, then its fields). completers: per possible type's
     name. known: class -> its type's fields' executor, for the classes whose answer the plan knows
-    (compat.interface_type_name; only for a value of exactly that class, not cast). Any other
+    (strawberry_compat.interface_type_name; only for a value of exactly that class, not cast). Any other
     value asks the interface's resolve_type as graphql-core does, with the field's resolve info,
-    and graphql-core's checks of its answer (compat.ensure_valid_runtime_type)."""
+    and graphql-core's checks of its answer (graphql_compat.ensure_valid_runtime_type)."""
     resolve_type = abstract.resolve_type
 
     def complete(run: Run, result: Any, path: Path) -> Any:
@@ -239,12 +240,12 @@ def abstract_completer(
         runtime = resolve_type(result, info, abstract)
         if is_awaitable(runtime):
             return _complete_resolved_later(run, runtime, result, path, info)
-        object_type = compat.ensure_valid_runtime_type(run.schema, runtime, abstract, details, info, result)
+        object_type = graphql_compat.ensure_valid_runtime_type(run.schema, runtime, abstract, details, info, result)
         return completers[object_type.name](run, result, path)
 
     async def _complete_resolved_later(run: Run, runtime: Any, result: Any, path: Path, info: Any) -> Any:
         name = await runtime
-        object_type = compat.ensure_valid_runtime_type(run.schema, name, abstract, details, info, result)
+        object_type = graphql_compat.ensure_valid_runtime_type(run.schema, name, abstract, details, info, result)
         completed = completers[object_type.name](run, result, path)
         if is_awaitable(completed):
             return await completed

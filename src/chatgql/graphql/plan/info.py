@@ -18,7 +18,7 @@ from graphql import GraphQLResolveInfo
 from graphql.pyutils import Path
 from strawberry.types.nodes import convert_selections
 
-from ...compat import LazyInfo, is_awaitable
+from ...compat.strawberry import LazyInfo, is_awaitable
 
 
 class PlanInfo(LazyInfo):

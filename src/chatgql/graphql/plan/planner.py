@@ -22,7 +22,8 @@ from graphql import ExecutionResult as CoreExecutionResult
 from graphql.execution import get_variable_values
 from strawberry.types import ExecutionResult
 
-from ... import compat
+from ...compat import graphql_core as graphql_compat
+from ...compat import strawberry as strawberry_compat
 from ..prepared import execute_accepted
 from .compile import OperationPlan, Unsupported, compile_operation, condition_variables, event_plan_key
 from .execute import Run, execute_fields_serially, is_awaitable
@@ -49,7 +50,9 @@ class _PlannedDocument:
     def __init__(self, operation: Any, fragment_definitions: dict[str, FragmentDefinitionNode]) -> None:
         self.operation = operation
         self.fragment_definitions = fragment_definitions
-        self.fragments = {name: compat.FragmentDetails(d, None) for name, d in self.fragment_definitions.items()}
+        self.fragments = {
+            name: graphql_compat.FragmentDetails(d, None) for name, d in self.fragment_definitions.items()
+        }
         self.conditions = condition_variables(operation, self.fragment_definitions)
         self.variants: dict[tuple, OperationPlan | str] = {}
 
@@ -99,7 +102,7 @@ class Planner:
         planned = self._planned(document, query, operation_name)
         if isinstance(planned, str):
             return await self._fall_back(planned, schema, document, variables, operation_name, context)
-        core = compat.core_schema(schema)
+        core = strawberry_compat.core_schema(schema)
         coerced = get_variable_values(
             core, planned.operation.variable_definitions or (), variables or {}, max_errors=50
         )
@@ -187,7 +190,7 @@ def run_event(plan: OperationPlan, executor: Any) -> Any:
 
 async def run_plan(schema: Any, plan: OperationPlan, context: Any, variables: Any) -> ExecutionResult:
     """Executor.execute_operation + execute_accepted's error handling, for a plan."""
-    run = Run(compat.core_schema(schema), plan, context, variables)
+    run = Run(strawberry_compat.core_schema(schema), plan, context, variables)
     try:
         try:
             data = (

@@ -1,34 +1,14 @@
-"""Every use chatgql makes of a dependency's non-public API, in one place.
+"""Strawberry's non-public API, as chatgql uses it (PINNED["strawberry-graphql"]).
 
-Each access below buys something measured or exact (the docstrings say what)
-and would break, loudly or silently, on an upgrade of the library it reaches
-into. So: every library named in PINNED is pinned exactly in pyproject.toml;
-tests/test_compat.py exercises each access against the installed library and
-fails with the access's name when it is gone or behaves otherwise, and fails
-first of all when an installed version is not the one this module was written
-for. docs/internals/compat.md says how to move a pin.
-
-A chatgql class that subclasses a library class and relies on more than its
-published interface takes its base class from here (the docstring lists what it
-relies on), so that a reader of this module sees the whole surface.
-
-Public API (what a library exports and documents) is used directly elsewhere,
-not through this module.
-"""
+Why the package exists, and how a pin moves: compat/__init__.py, docs/internals/compat.md."""
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Awaitable, Callable
-from importlib.metadata import version
 from typing import Any, TypeGuard, cast
 
 import graphql
 import strawberry
-from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
-from graphql.execution.executor import Executor
-from graphql.type.definition import GraphQLResolveInfoHelpers
 from strawberry.execution import optimized_is_awaitable
 from strawberry.relay.types import GlobalID
 from strawberry.scalars import is_scalar
@@ -39,30 +19,8 @@ from strawberry.types import Info
 from strawberry.types.arguments import convert_arguments
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.cast import TYPE_CAST_ATTRIBUTE
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
-
-# The versions this module was written for (distribution name -> version); pyproject.toml pins the same.
-PINNED: dict[str, str] = {
-    "graphql-core": "3.3.2",
-    "strawberry-graphql": "0.341.2",
-    "uvicorn": "0.54.0",
-    "websockets": "17.4",
-    "httptools": "0.9.0",
-    "aiokafka": "0.14.0",
-}
 
 __all__ = [
-    "PINNED",
-    "version_mismatches",
-    # graphql-core
-    "FragmentDetails",
-    "collect_fields",
-    "collect_subfields",
-    "break_async_helpers_cycle",
-    "ensure_valid_runtime_type",
-    # Strawberry
     "ExecutionContextBase",
     "core_schema",
     "strawberry_schema_of",
@@ -90,88 +48,8 @@ __all__ = [
     "TransportWSHandlerBase",
     "LegacyWSHandlerBase",
     "forget_cancelled_init_timeout",
-    # uvicorn, websockets, httptools
-    "HttpToolsProtocol",
-    "upgrading_to_websocket",
-    "abandon_request_cycle",
-    "release_http_parser",
-    "send_response_through",
-    "WebSocketsSansIOProtocol",
-    "replace_websocket_waiters",
-    "end_websocket_parser",
-    "drop_websocket_handshake",
-    "ServerPerMessageDeflateFactory",
-    "PerMessageDeflate",
-    "use_websocket_deflate",
-    "websocket_extensions",
-    # aiokafka
-    "abandon_unacknowledged",
 ]
 
-
-def version_mismatches() -> list[str]:
-    """What is installed other than PINNED says, one line per library (empty: all as written for)."""
-    found = []
-    for name, wanted in PINNED.items():
-        installed = version(name)
-        if installed != wanted:
-            found.append(f"{name} {installed} is installed; chatgql.compat was written for {wanted}")
-    return found
-
-
-# --- graphql-core --------------------------------------------------------------------------------
-
-# graphql.execution.collect_fields (FragmentDetails, collect_fields, collect_subfields), not exported by
-# graphql.execution: the executor's own field collection (response-name grouping, fragment type
-# conditions, @skip/@include). A plan (graphql/plan/) is compiled from their output, so its grouping
-# and order are graphql-core's by construction: exactness. An upgrade may rename the module or change
-# the positional signature (schema, fragments, variables, type, operation/selection, hide-suggestions).
-
-
-def use_gather_with_cancel(gather_with_cancel: Callable[..., Any]) -> None:
-    """Have graphql-core's executor gather sibling fields and list items with chatgql's
-    gather_with_cancel (graphql/gather.py: a cancelled request leaves no coroutine
-    unawaited). executor.py imports graphql-core's by name and looks it up as a module
-    global at each gather: replaced there. Breaks if graphql-core moves its gathering
-    elsewhere or stops calling it by that name (tests/test_compat.py checks the name is
-    there; tests/adversarial/test_cancelled.py the effect)."""
-    from graphql.execution import executor
-
-    executor.gather_with_cancel = gather_with_cancel
-
-
-def break_async_helpers_cycle(executor: Any) -> None:
-    """Rebuild an executor's `async_helpers` (its gather_async_work and track_async_work bound
-    methods) so they reach the executor through weak references (graphql/acyclic.py).
-
-    Buys memory: the tuple of bound methods is a cycle executor -> helpers -> method -> executor,
-    so every operation's executor and ~25 containers waited for the collector (6,000 objects per
-    young pass in a 2,000-subscription soak). Breaks if graphql-core renames the attribute or the
-    methods, or starts keeping them elsewhere too (the executor then lives until a full pass)."""
-    executor.async_helpers = GraphQLResolveInfoHelpers(
-        gather=_WeakMethod(executor, "gather_async_work"), track=_WeakMethod(executor, "track_async_work")
-    )
-
-
-class _WeakMethod:
-    """executor.<name>(...) through a weak reference to the executor. Slotted, and both helpers share
-    one weakref.ref (CPython hands out the same one for a referent without a callback): ~150 bytes
-    per executor, where a weakref.WeakMethod and a closure each took ~1.2 KB (memory per subscription,
-    whose executor lives as long as it does)."""
-
-    __slots__ = ("_executor", "_name")
-
-    def __init__(self, executor: Any, name: str) -> None:
-        self._executor = weakref.ref(executor)
-        self._name = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        executor = self._executor()
-        assert executor is not None  # the executor outlives every call of its helpers
-        return getattr(executor, self._name)(*args, **kwargs)
-
-
-# --- Strawberry ----------------------------------------------------------------------------------
 
 ExecutionContextBase = StrawberryGraphQLCoreExecutionContext
 """Strawberry's graphql-core executor (strawberry.schema.schema, not exported), the base of
@@ -367,31 +245,6 @@ def interface_type_name(interface: graphql.GraphQLInterfaceType, cls: type) -> s
     return None if own.is_graphql_generic else own.name
 
 
-class _ExecutorSchema:
-    """What Executor.ensure_valid_runtime_type reads of its executor: the schema."""
-
-    __slots__ = ("schema",)
-
-    def __init__(self, schema: graphql.GraphQLSchema) -> None:
-        self.schema = schema
-
-
-def ensure_valid_runtime_type(
-    schema: graphql.GraphQLSchema, runtime_type_name: Any, return_type: Any, field_details: list, info: Any, result: Any
-) -> graphql.GraphQLObjectType:
-    """graphql-core's own check of what resolve_type answered (Executor.ensure_valid_runtime_type,
-    called with a stand-in `self` holding only the schema, all it reads of self): the object type,
-    or its GraphQLError with graphql-core's words (exactness for values a plan cannot type itself)."""
-    return Executor.ensure_valid_runtime_type(
-        _ExecutorSchema(schema),  # type: ignore[arg-type]
-        runtime_type_name,
-        return_type,
-        field_details,
-        info,
-        result,
-    )
-
-
 class LazyInfo(Info):
     """A Strawberry Info (isinstance holds) whose graphql-core GraphQLResolveInfo (Info's private
     `_raw_info`) is built by `build_raw_info()` only when something reads it, and whose
@@ -443,106 +296,3 @@ def forget_cancelled_init_timeout(handler: Any) -> None:
     task = handler.connection_init_timeout_task
     if handler.connection_init_received and task is not None and (task.done() or task.cancelling()):
         handler.connection_init_timeout_task = None
-
-
-# --- uvicorn, websockets (sans-I/O) and httptools -------------------------------------------------
-
-# uvicorn.protocols.http.httptools_impl.HttpToolsProtocol: the base of httpprotocol.DeadlineHttpProtocol
-# (deadlines for slow clients, a header cap, the connection limit on upgrades: memory and
-# availability). What it overrides and reads is in httpprotocol.py's docstring; test_compat.py checks
-# that each overridden method is still called by uvicorn's and each attribute is still set.
-
-
-def upgrading_to_websocket(protocol: Any) -> bool:
-    """Whether the request whose headers just completed is a websocket upgrade uvicorn will take
-    (httptools' `should_upgrade()` and uvicorn's private `_should_upgrade()`, as uvicorn asks it):
-    such a request gets no body deadline."""
-    return bool(protocol.parser.should_upgrade() and protocol._should_upgrade())
-
-
-def abandon_request_cycle(cycle: Any) -> None:
-    """Tell a request's handler that its client is gone, as uvicorn's connection_lost does: its
-    next receive() gets http.disconnect and what it sends is dropped (`disconnected`,
-    `message_event`). Used when a request is refused for a late body (408)."""
-    cycle.disconnected = True
-    cycle.message_event.set()
-
-
-def release_http_parser(protocol: Any) -> None:
-    """After a websocket upgrade, drop the HTTP protocol's httptools parser: it refers back to the
-    protocol (uvicorn breaks that cycle in connection_lost, which an upgraded connection never
-    reaches), so each upgraded connection's HTTP protocol waited for a full collection (memory)."""
-    protocol.parser = None
-
-
-def send_response_through(protocol: Any, make_transport: Callable[[Any], Any]) -> None:
-    """Route the response of the request whose headers just completed through
-    make_transport(protocol.transport) (uvicorn's RequestResponseCycle writes to its own
-    `transport` attribute): httpprotocol._OneWrite holds the headers until the body follows in the
-    same loop turn, one socket write per response (speed). Only the request's own, new cycle."""
-    cycle = protocol.cycle
-    if cycle is not None and cycle.transport is protocol.transport:
-        cycle.transport = make_transport(protocol.transport)
-
-
-# uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol: the base of
-# websocket.LeanWebSocketProtocol (memory per idle websocket; what a peer that floods or does not
-# read may make it hold: see websocket.py, whose docstring lists the hooks and attributes it uses).
-
-
-def replace_websocket_waiters(protocol: Any, queue: Any, writable: Any) -> None:
-    """Swap the protocol's `queue` (an asyncio.Queue, ~3 KB even when empty) and `writable` (an
-    asyncio.Event) for chatgql's lighter equivalents (websocket._Inbox, _Flag), which offer what
-    uvicorn calls of them. Breaks if uvicorn renames them or calls more of their methods."""
-    protocol.queue = queue
-    protocol.writable = writable
-
-
-def end_websocket_parser(protocol: Any) -> None:
-    """A closed connection's websockets ServerProtocol (`conn`): end its parser generator, whose
-    frame refers back to it, so it is freed with its permessage-deflate buffers (~35 KB) at once,
-    not at a full collection (measured: 1,000 closed sockets held 50 MB)."""
-    protocol.conn.parser.close()
-
-
-def drop_websocket_handshake(protocol: Any) -> None:
-    """Once accepted, let go of the handshake's request and response (`request`, `response`);
-    the request's headers are emptied too, since websockets' parser generator keeps the request as
-    a local for the connection's lifetime (memory per idle websocket)."""
-    if protocol.handshake_complete and protocol.request is not None:
-        protocol.request.headers.clear()
-        protocol.request = None
-        protocol.response = None
-
-
-def use_websocket_deflate(protocol: Any, make: Callable[[Any], Any]) -> None:
-    """Replace the permessage-deflate factory uvicorn made for this connection (its ServerProtocol's
-    `available_extensions`: a ServerPerMessageDeflateFactory with uvicorn's window bits and memLevel,
-    when ws_per_message_deflate is on) with make(uvicorn's factory), or with none when it offered
-    none. Breaks (keeps uvicorn's, whose compressor holds ~38 KB per socket) if websockets renames
-    the attribute; test_compat.py checks the factory still negotiates."""
-    conn = protocol.conn
-    factories = conn.available_extensions
-    if factories and isinstance(factories[0], ServerPerMessageDeflateFactory):
-        conn.available_extensions = make(factories[0])
-
-
-def websocket_extensions(protocol: Any) -> list[Any]:
-    """The extensions the connection's handshake agreed (websockets' ServerProtocol.extensions)."""
-    return protocol.conn.extensions
-
-
-# --- aiokafka ------------------------------------------------------------------------------------
-
-
-async def abandon_unacknowledged(producer: Any, error: BaseException, timeout: float) -> None:
-    """aiokafka has no public "stop now": its stop() waits until every pending batch is
-    acknowledged, forever during a Kafka outage. End the sender task (`_sender.sender_task`, so
-    nothing is re-queued), then fail what is left (`_message_accumulator.fail_all`), after which
-    stop() returns. Buys a shutdown that does not hang; what Kafka did not acknowledge is still in
-    the outbox. Breaks (shutdown hangs again) if either attribute is renamed."""
-    sender = producer._sender.sender_task
-    if sender is not None:
-        sender.cancel()
-        await asyncio.wait({sender}, timeout=timeout)
-    producer._message_accumulator.fail_all(error)
