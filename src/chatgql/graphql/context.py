@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphql import GraphQLError, OperationDefinitionNode
 from starlette.requests import Request
@@ -30,6 +30,14 @@ from .limits import OperationLimits
 from .loaders import EventReads, Loaders
 from .validation import validate_once
 
+if TYPE_CHECKING:
+    from ..events.dispatch import Dispatcher
+    from ..events.ephemeral import EphemeralPublisher
+    from ..events.presence import Presence
+    from ..events.wakeup import RelayWakeup
+    from ..services.delivery_coalescing import DeliveryCoalescer
+    from ..services.read_coalescing import ReadCoalescer
+
 
 @dataclass
 class Deps:
@@ -37,14 +45,14 @@ class Deps:
 
     settings: Settings
     database: Database
-    dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
-    wakeup: Any = None  # events.wakeup.RelayWakeup (hooked into the database: the services wake it)
-    read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
-    delivery_coalescer: Any = None  # services.delivery_coalescing.DeliveryCoalescer; None: uncoalesced
+    dispatcher: Dispatcher | None = None  # None in processes that serve no subscriptions
+    wakeup: RelayWakeup | None = None  # hooked into the database: the services wake it
+    read_coalescer: ReadCoalescer | None = None  # None: markRead uncoalesced
+    delivery_coalescer: DeliveryCoalescer | None = None  # None: markDelivered uncoalesced
     send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
     keys: KeySet | None = None  # the OpenID provider's keys (jwks.py); None without CHATGQL_OIDC_ISSUER
-    typing: Any = None  # events.ephemeral.EphemeralPublisher; None in processes that serve no subscriptions
-    presence: Any = None  # events.presence.Presence: who has a websocket open (for webhooks)
+    typing: EphemeralPublisher | None = None  # None in processes that serve no subscriptions
+    presence: Presence | None = None  # who has a websocket open (for webhooks)
     limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
     rate_limit_store: SharedStore | None = field(init=False)  # where shared rate limits live (Redis, the hub), if any
     membership_policy: MembershipPolicy = field(init=False)
