@@ -144,7 +144,7 @@ def inbox_prebuilt(page: int) -> Any:
     from graphql.execution.values import get_variable_values
 
     from chatgql.compat import strawberry as strawberry_compat
-    from chatgql.graphql.plan.compile import compile_operation
+    from chatgql.engine.plan.compile import compile_operation
     from chatgql.graphql.schema import schema
 
     from .queries import INBOX

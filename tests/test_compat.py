@@ -179,7 +179,7 @@ def test_break_async_helpers_cycle_lets_reference_counting_free_the_executor():
 async def test_use_gather_with_cancel_is_what_graphql_cores_executor_gathers_with():
     from graphql.execution import executor
 
-    from chatgql.graphql.gather import gather_with_cancel
+    from chatgql.engine.gather import gather_with_cancel
 
     assert executor.gather_with_cancel is graphql.pyutils.gather_with_cancel or (
         executor.gather_with_cancel is gather_with_cancel
@@ -505,7 +505,7 @@ async def test_ws_handlers_keep_the_init_timeout_attributes():
 
 
 async def test_a_completed_operation_sends_nothing_and_an_open_one_sends():
-    """What a parked graphql-transport-ws subscription relies on (graphql/parked.py): the base's
+    """What a parked graphql-transport-ws subscription relies on (engine/parked.py): the base's
     `complete` after a run that parked is dropped because the Operation is marked completed."""
     from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Operation
 

@@ -59,3 +59,14 @@ def test_events_reaching_graphql_through_compat_breaks_the_contract(tmp_path: Pa
 def test_contracts_allow_no_indirect_imports() -> None:
     text = (REPO / "pyproject.toml").read_text()
     assert "allow_indirect_imports" not in text
+
+
+def test_the_engine_importing_a_resolver_breaks_the_contract(tmp_path: Path) -> None:
+    """The engine knows the API only through what it is given: a copy whose engine/ imports
+    graphql/queries.py fails, by name."""
+    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "chatgql" / "engine" / "meter.py", "a") as module:
+        module.write("\nfrom ..graphql import queries  # noqa: E402, F401\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "chatgql.engine is not allowed to import chatgql.graphql" in result.stdout, result.stdout

@@ -311,7 +311,7 @@ class Settings(BaseSettings):
     # cost is bounded by it); bigger groups are built with several addMembers calls.
     max_members_per_call: int = Field(default=1000, ge=1)
 
-    # Plan-once execution of accepted documents (graphql/plan/): off runs every document
+    # Plan-once execution of accepted documents (engine/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True
 

@@ -25,14 +25,14 @@ __all__ = [
 
 # graphql.execution.collect_fields (FragmentDetails, collect_fields, collect_subfields), not exported by
 # graphql.execution: the executor's own field collection (response-name grouping, fragment type
-# conditions, @skip/@include). A plan (graphql/plan/) is compiled from their output, so its grouping
+# conditions, @skip/@include). A plan (engine/plan/) is compiled from their output, so its grouping
 # and order are graphql-core's by construction: exactness. An upgrade may rename the module or change
 # the positional signature (schema, fragments, variables, type, operation/selection, hide-suggestions).
 
 
 def use_gather_with_cancel(gather_with_cancel: Callable[..., Any]) -> None:
     """Have graphql-core's executor gather sibling fields and list items with chatgql's
-    gather_with_cancel (graphql/gather.py: a cancelled request leaves no coroutine
+    gather_with_cancel (engine/gather.py: a cancelled request leaves no coroutine
     unawaited). executor.py imports graphql-core's by name and looks it up as a module
     global at each gather: replaced there. Breaks if graphql-core moves its gathering
     elsewhere or stops calling it by that name (tests/test_compat.py checks the name is
@@ -44,7 +44,7 @@ def use_gather_with_cancel(gather_with_cancel: Callable[..., Any]) -> None:
 
 def break_async_helpers_cycle(executor: Any) -> None:
     """Rebuild an executor's `async_helpers` (its gather_async_work and track_async_work bound
-    methods) so they reach the executor through weak references (graphql/acyclic.py).
+    methods) so they reach the executor through weak references (engine/acyclic.py).
 
     Buys memory: the tuple of bound methods is a cycle executor -> helpers -> method -> executor,
     so every operation's executor and ~25 containers waited for the collector (6,000 objects per

@@ -63,7 +63,7 @@ sharing silently stops (tests/graphql/test_shared_results.py and test_compat.py 
 
 def core_schema(schema: strawberry.Schema) -> graphql.GraphQLSchema:
     """The graphql-core schema a Strawberry schema built (`Schema._schema`): what validation and
-    graphql-core's execute() take. Used by the direct paths (prepared.py, graphql/plan/,
+    graphql-core's execute() take. Used by the direct paths (prepared.py, engine/plan/,
     context.py). Breaks if Strawberry renames it."""
     return schema._schema
 
@@ -272,7 +272,7 @@ overrides `handle()` and `handle_connection_init(message)` and reads `view`, `co
 sockets before connection_init: memory), and `handle_message(message)` (a message budget per
 socket), `handle_subscribe(message)` (the subscription limit's coded error), reading `operations`,
 `max_subscriptions_per_connection` and `connection_acknowledged`. A renamed hook leaves the cap
-uncounted. Parked subscriptions (graphql/parked.py, memory per idle websocket) rely on
+uncounted. Parked subscriptions (engine/parked.py, memory per idle websocket) rely on
 `run_operation(operation)` (the base's, run again at the subscription's end), `cleanup_operation(id)`
 (overridden: a parked operation has no task to cancel), `_task_done`, `handle_task_exception`, and
 Strawberry's `Operation`: its `task` (None while parked), `completed` (set while parked, so that

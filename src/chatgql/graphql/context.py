@@ -20,15 +20,15 @@ from ..db import Database
 from ..edge.auth import token_expiry, user_from_authorization
 from ..edge.jwks import KeySet
 from ..edge.ratelimit import Limiters, SharedStore, shared_store
+from ..engine.acyclic import unlink_tokens
+from ..engine.limits import OperationLimits
+from ..engine.validation import validate_once
 from ..errors import Unauthenticated
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
-from .acyclic import unlink_tokens
 from .cost import CostCache, over_cost
-from .limits import OperationLimits
 from .loaders import EventReads, Loaders
-from .validation import validate_once
 
 if TYPE_CHECKING:
     from ..events.dispatch import Dispatcher

@@ -42,7 +42,7 @@ And what one socket may ask, once it is open (both protocols):
   subscriptions with messageNew(cursors:).
 
 And an idle messageNew subscription has no task: both handlers park it
-(graphql/parked.py) and wake it at its events, with the same messages on the
+(engine/parked.py) and wake it at its events, with the same messages on the
 wire as a subscription run the ordinary way.
 """
 
@@ -62,9 +62,9 @@ from websockets.exceptions import InvalidState
 
 from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..edge.ratelimit import Bucket
+from ..engine.parked import IDLE, PARKING, Parked, after, deliver, parkable
 from ..errors import Unauthenticated
 from .context import Context, ws_operation
-from .parked import IDLE, PARKING, Parked, after, deliver, parkable
 
 log = logging.getLogger(__name__)
 

@@ -27,19 +27,19 @@ from strawberry.types.graphql import OperationType
 
 from ..compat import graphql_core as graphql_compat
 from ..compat import strawberry as strawberry_compat
+from ..engine import meter
+from ..engine.gather import gather_with_cancel
+from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
+from ..engine.limits import OperationLimits, check_document
+from ..engine.plan import Planner
+from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..errors import Unauthenticated
-from . import meter
 from .context import ChatOperation, Context, Deps
 from .cost import CostCache, CostLimits, over_cost
 from .errors import redact, to_contract_errors
-from .gather import gather_with_cancel
 from .graphiql import GraphiQLFiles
 from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
-from .http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
-from .limits import OperationLimits, check_document
 from .mutations import Mutation
-from .plan import Planner
-from .prepared import AcceptedDocuments, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
 from .shared import SharedEventExecutor, SharedResults

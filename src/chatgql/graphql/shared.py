@@ -10,7 +10,7 @@ the same document and variables. Any other selection (a directive other than
 @include/@skip, a field not sharable) is executed per subscriber as before, as
 is any result that carries errors.
 Either way an event is executed by plan when the planner has one for the
-operation (graphql/plan/, Planner.execute_event), else by graphql-core.
+operation (engine/plan/, Planner.execute_event), else by graphql-core.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from strawberry.types.private import is_private
 from strawberry.utils.str_converters import to_camel_case
 
 from ..compat import strawberry as strawberry_compat
-from .acyclic import AcyclicExecutionContext
+from ..engine.acyclic import AcyclicExecutionContext
 from .subscriptions import Subscription
 from .types import PER_EVENT_KEY
 
@@ -186,7 +186,7 @@ class SharedEventExecutor(AcyclicExecutionContext):
         return executor
 
     def _execute(self, serially: bool | None) -> Any:
-        """A subscription event by plan when the planner has one (graphql/plan/), else graphql-core."""
+        """A subscription event by plan when the planner has one (engine/plan/), else graphql-core."""
         if self.operation.operation is OperationType.SUBSCRIPTION and self.abort_signal is None:
             planner = getattr(strawberry_compat.strawberry_schema_of(self.schema), "planner", None)
             if planner is not None:

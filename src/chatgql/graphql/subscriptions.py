@@ -45,6 +45,7 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
+from ..engine.parked import PARKING
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import (
     CONVERSATION_UPDATED,
@@ -67,7 +68,6 @@ from ..services.checks import check_id
 from ..services.history import read_replay
 from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
-from .parked import PARKING
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
 from .types import (

@@ -18,7 +18,7 @@ ms to seconds. What is done about it (numbers: bench/gcsoak.py):
   after validations, with a full collection first (at most once a second). A frozen object that is released is still
   freed by reference counting at once; only a frozen *reference cycle* would
   stay. So connection teardown, every execution and every request's loaders
-  leave no cycles (graphql/acyclic.py, graphql/loaders.py, websocket.py;
+  leave no cycles (engine/acyclic.py, graphql/loaders.py, websocket.py;
   tests/test_gc.py checks), and
   chatgql_gc_frozen_objects shows whether frozen memory comes back after
   clients leave.
@@ -63,7 +63,7 @@ def freeze_survivors(
 ) -> Callable[[], None]:
     """Young collections every `young_threshold` net allocations; after every `every_young`-th
     one, `run(freeze)`: freeze what survived it, soon after, where no work making short-lived
-    cycles is under way (graphql/validation.py runs it between two validations, in their thread).
+    cycles is under way (engine/validation.py runs it between two validations, in their thread).
     Returns the function that stops it. Only in a process that froze its start-up objects."""
     if not _process_opted_in:
         return lambda: None

@@ -31,6 +31,7 @@ from ..db import Database
 from ..db.embedded import EmbeddedWatch
 from ..edge.demo import demo_routes
 from ..edge.jwks import KeySet
+from ..engine import validation
 from ..events.bus import Bus, feed_dispatcher
 from ..events.consumer import BusSink, DispatchSink, FanoutConsumer, Sink
 from ..events.dispatch import Dispatcher, MembershipCache
@@ -41,7 +42,6 @@ from ..events.publish import BusPublisher, DispatchPublisher, KafkaPublisher, Pu
 from ..events.relay import OutboxRelay
 from ..events.wakeup import RelayWakeup
 from ..events.webhooks import Deliverer, check_resolved, parse_kinds, parse_secret
-from ..graphql import validation
 from ..graphql.context import Deps
 from ..graphql.graphiql import ASSETS_PATH
 from ..graphql.schema import ChatGraphQL
@@ -534,6 +534,6 @@ def create_app_from_environment() -> Starlette:
 def keep_startup_objects_out_of_gc() -> None:
     """What exists once the app is built lives as long as the process: see collector.py."""
     collector.keep_startup_objects_out_of_gc()
-    # The event loop's thread gets the GIL back from the validation thread (graphql/validation.py,
+    # The event loop's thread gets the GIL back from the validation thread (engine/validation.py,
     # the process's only busy thread) within 1 ms instead of 5: a request waits less behind it.
     sys.setswitchinterval(0.001)

@@ -164,7 +164,7 @@ class Metrics:
         return lambda: gc.callbacks.remove(on_gc)
 
     def watch_planner(self, stats: Any) -> None:
-        """Report the plan-once executor's counters (graphql/plan/: a PlanStats it keeps itself)."""
+        """Report the plan-once executor's counters (engine/plan/: a PlanStats it keeps itself)."""
         self.registry.register(_PlannerCollector(stats))
 
 

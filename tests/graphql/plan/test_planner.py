@@ -1,4 +1,4 @@
-"""The plan-once executor (chatgql.graphql.plan) in the running server: used, counted, switchable.
+"""The plan-once executor (chatgql.engine.plan) in the running server: used, counted, switchable.
 
 That its answers equal graphql-core's is test_planner_differential.py's job.
 """
@@ -14,9 +14,9 @@ from graphql.execution.values import get_variable_values
 from strawberry.http import process_result
 
 from chatgql.compat import strawberry as strawberry_compat
-from chatgql.graphql.plan import Planner
-from chatgql.graphql.plan.compile import _omitted_defaults
-from chatgql.graphql.prepared import execute_accepted
+from chatgql.engine.plan import Planner
+from chatgql.engine.plan.compile import _omitted_defaults
+from chatgql.engine.prepared import execute_accepted
 from chatgql.graphql.schema import build_schema
 
 from ...conftest import RunningServer, make_settings

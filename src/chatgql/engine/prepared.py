@@ -5,7 +5,7 @@ The first time a document arrives it takes the whole way through Strawberry:
 the token limit, parsing, the operation-type checks, validation with chatgql's
 rules (depth, aliases, fields, no introspection in production). When it passes
 all of that, `context.ChatOperation` keeps the parsed document here. From then
-on an HTTP POST carrying the same text is executed by its plan (graphql/plan/)
+on an HTTP POST carrying the same text is executed by its plan (engine/plan/)
 or, where the planner declines or is switched off, by execute_accepted below:
 straight by graphql-core's executor, with the same schema, the same resolvers,
 the same execution context class and the same error rewriting

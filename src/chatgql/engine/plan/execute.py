@@ -4,7 +4,7 @@ The functions here mirror graphql-core 3.3's Executor (execute_fields,
 execute_fields_serially, complete_value and its list/leaf/object cases,
 handle_field_error, CollectedErrors) step for step, in the same order, with
 the same coroutines gathered at the same points (gather_with_cancel for
-siblings, graphql/gather.py's, which graphql-core's executor uses too; a single
+siblings, engine/gather.py's, which graphql-core's executor uses too; a single
 awaitable awaited directly). That is what keeps the answer
 identical, including the order of errors and which errors survive non-null
 propagation, and what keeps DataLoader batching as it was: every field of every

@@ -28,7 +28,7 @@ from ..prepared import execute_accepted
 from .compile import OperationPlan, Unsupported, compile_operation, condition_variables, event_plan_key
 from .execute import Run, execute_fields_serially, is_awaitable
 
-log = logging.getLogger("chatgql.graphql.plan")
+log = logging.getLogger("chatgql.engine.plan")
 _MAX_VARIANTS = 16  # plans per document (one per @skip/@include assignment); more: fallback
 
 

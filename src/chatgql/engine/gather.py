@@ -1,7 +1,7 @@
 """Gathering sibling awaitables so that a cancelled request leaves no coroutine unawaited.
 
 graphql-core's gather_with_cancel (its executor gathers a selection's fields and a list's
-items with it; so do the plans, graphql/plan/execute.py) wraps each awaitable in a task
+items with it; so do the plans, engine/plan/execute.py) wraps each awaitable in a task
 and awaits asyncio.gather of them. When the request is cancelled (its timeout, the client
 gone), the cancellation goes down through asyncio.gather to those tasks at once, and a
 task cancelled before its first step never runs its coroutine: whatever that coroutine
