@@ -20,7 +20,8 @@ from strawberry.utils.str_converters import to_camel_case
 from chatgql.db import Database
 from chatgql.events import types as events
 from chatgql.events.types import DISPATCH, PRODUCER, STORE, MembersAdded, MessageNew, ReadUpdated
-from chatgql.graphql.shared import SHARABLE
+from chatgql.graphql.shared import derive
+from chatgql.graphql.subscriptions import Subscription
 from chatgql.models import MESSAGE_FIELDS
 from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS
 from chatgql.store import conversations, delivery, messages, outbox, reads
@@ -28,6 +29,7 @@ from chatgql.store import conversations, delivery, messages, outbox, reads
 REPO = Path(__file__).resolve().parents[2]
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=50)  # JSON has no lone surrogates
 IDS = st.integers(1, 2**63 - 1)
+SHARABLE = derive(Subscription).sharable
 _BY_TYPE: dict[Any, st.SearchStrategy] = {
     int: IDS,
     str: TEXT,

@@ -42,7 +42,7 @@ from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
-from .shared import SharedEventExecutor, SharedResults
+from .shared import SharedEventExecutor, SharedResults, derive
 from .subscriptions import Subscription
 
 
@@ -50,6 +50,7 @@ class ChatSchema(strawberry.Schema):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(execution_context_class=SharedEventExecutor, **kwargs)
         self.shared_results = SharedResults()
+        self.sharing = derive(self.subscription) if self.subscription is not None else None
         self.planner: Planner | None = None  # set by ChatGraphQL: runs subscription events by plan too
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:

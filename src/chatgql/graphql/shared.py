@@ -4,8 +4,8 @@ Every subscriber of an event runs the same selection set on the same event.
 When that selection reads only the event itself and what is read once per
 event for all its subscribers (seen, seenByCount and seenBy: loaders.EventReads),
 and nothing that depends on who is asking (see
-SHARABLE, derived from the types: a field without a resolver, or a resolver
-marked PER_EVENT), the first subscriber's result is reused by the others holding
+Sharing, derived by the schema from its Subscription type: a field without a resolver, or a
+resolver marked PER_EVENT, engine/registry.py), the first subscriber's result is reused by the others holding
 the same document and variables. Any other selection (a directive other than
 @include/@skip, a field not sharable) is executed per subscriber as before, as
 is any result that carries errors.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from graphql import (
     ExecutionResult,
@@ -33,14 +33,22 @@ from strawberry.utils.str_converters import to_camel_case
 
 from ..compat import strawberry as strawberry_compat
 from ..engine.acyclic import AcyclicExecutionContext
-from .subscriptions import Subscription
-from .types import PER_EVENT_KEY
+from ..engine.registry import PER_EVENT_KEY
 
 
-def _derive(root: type) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], str]]:
-    """SHARABLE and CHILD from the types, from root (Subscription) down: a type's sharable fields are
-    its fields without a resolver (read from the object an event built, the same for every subscriber)
-    and the resolvers marked PER_EVENT (types.py); an object field among them leads to its type."""
+class Sharing(NamedTuple):
+    """Fields, by parent type, whose value is the same for every subscriber of an event (sharable),
+    and the type each sharable object field leads to (child): derived from the types (a new field is
+    sharable, or not, by its definition). The schema derives it from its Subscription type."""
+
+    sharable: dict[str, frozenset[str]]
+    child: dict[tuple[str, str], str]
+
+
+def derive(root: type) -> Sharing:
+    """Sharing from root (Subscription) down: a type's sharable fields are its fields without a
+    resolver (read from the object an event built, the same for every subscriber) and the resolvers
+    marked PER_EVENT (engine/registry.py); an object field among them leads to its type."""
     sharable: dict[str, frozenset[str]] = {}
     child: dict[tuple[str, str], str] = {}
     todo = [root]
@@ -60,21 +68,18 @@ def _derive(root: type) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str]
                 child[(definition.name, name)] = get_object_definition(target, strict=True).name
                 todo.append(cast(type, target))
         sharable[definition.name] = frozenset(names)
-    return sharable, child
+    return Sharing(sharable, child)
 
 
-# Fields, by parent type, whose value is the same for every subscriber of an event, and the type each
-# sharable object field leads to: derived from the types (a new field is sharable, or not, by its definition).
-SHARABLE, CHILD = _derive(Subscription)
 VARIABLE_ONLY_DIRECTIVES = frozenset({"include", "skip"})  # their value is part of the key
 
 
 def _sharable(
-    selection_set: SelectionSetNode | None, type_name: str, fragments: dict[str, Any], depth: int = 0
+    selection_set: SelectionSetNode | None, type_name: str, fragments: dict[str, Any], sharing: Sharing, depth: int = 0
 ) -> bool:
     if selection_set is None or depth > 8:
         return selection_set is None
-    allowed = SHARABLE.get(type_name)
+    allowed = sharing.sharable.get(type_name)
     if allowed is None:
         return False
     for node in selection_set.selections:
@@ -86,21 +91,21 @@ def _sharable(
                 continue
             if name not in allowed:
                 return False
-            child = CHILD.get((type_name, name))
+            child = sharing.child.get((type_name, name))
             if (child is None) != (node.selection_set is None):
                 return False
-            if child is not None and not _sharable(node.selection_set, child, fragments, depth + 1):
+            if child is not None and not _sharable(node.selection_set, child, fragments, sharing, depth + 1):
                 return False
         elif isinstance(node, InlineFragmentNode):
             if node.type_condition is not None and node.type_condition.name.value != type_name:
                 return False
-            if not _sharable(node.selection_set, type_name, fragments, depth + 1):
+            if not _sharable(node.selection_set, type_name, fragments, sharing, depth + 1):
                 return False
         elif isinstance(node, FragmentSpreadNode):
             fragment = fragments.get(node.name.value)
             if fragment is None or fragment.type_condition.name.value != type_name:
                 return False
-            if not _sharable(fragment.selection_set, type_name, fragments, depth + 1):
+            if not _sharable(fragment.selection_set, type_name, fragments, sharing, depth + 1):
                 return False
         else:
             return False
@@ -207,12 +212,18 @@ class SharedEventExecutor(AcyclicExecutionContext):
         return key
 
     def _shared_results(self) -> SharedResults | None:
+        schema = strawberry_compat.strawberry_schema_of(self.schema)
+        sharing: Sharing | None = getattr(schema, "sharing", None)
+        if sharing is None:
+            return None
         verdict = self.__dict__.get("_verdict")
         if verdict is None:
-            verdict = self._verdict = _sharable(self.operation.selection_set, "Subscription", self.fragment_definitions)
+            verdict = self._verdict = _sharable(
+                self.operation.selection_set, "Subscription", self.fragment_definitions, sharing
+            )
         if not verdict:
             return None
-        return getattr(strawberry_compat.strawberry_schema_of(self.schema), "shared_results", None)
+        return getattr(schema, "shared_results", None)
 
     def execute_operation(self, serially: bool | None = None) -> Any:
         shared = self._shared

@@ -46,6 +46,7 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..engine.parked import PARKING
+from ..engine.registry import PER_EVENT
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import (
     CONVERSATION_UPDATED,
@@ -71,7 +72,6 @@ from .loaders import EventReads, SeenKey
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
 from .types import (
-    PER_EVENT,
     ChangeCursor,
     MemberRole,
     Message,
