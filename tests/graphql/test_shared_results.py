@@ -1,11 +1,11 @@
-"""Which subscription selections may share one result among an event's subscribers (graphql/shared.py)."""
+"""Which subscription selections may share one result among an event's subscribers (engine/shared.py)."""
 
 from __future__ import annotations
 
 import pytest
 from graphql import OperationDefinitionNode, parse
 
-from chatgql.graphql.shared import _sharable, derive
+from chatgql.engine.shared import _sharable, derive
 from chatgql.graphql.subscriptions import Subscription
 
 SHARING = derive(Subscription)

@@ -33,6 +33,7 @@ from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_typ
 from ..engine.limits import OperationLimits, check_document
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
+from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Unauthenticated
 from .context import ChatOperation, Context, Deps
 from .cost import CostCache, CostLimits, over_cost
@@ -42,7 +43,6 @@ from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
-from .shared import SharedEventExecutor, SharedResults, derive
 from .subscriptions import Subscription
 
 

@@ -21,7 +21,7 @@ from strawberry.execution import optimized_is_awaitable
 from strawberry.http import process_result
 
 from chatgql.engine.plan import Planner
-from chatgql.graphql.shared import SharedEventExecutor
+from chatgql.engine.shared import SharedEventExecutor
 from chatgql.graphql.subscriptions import _for_event
 from chatgql.graphql.types import Message, MessageNewEvent, ReadUpdatedEvent
 

@@ -32,8 +32,8 @@ from strawberry.types.private import is_private
 from strawberry.utils.str_converters import to_camel_case
 
 from ..compat import strawberry as strawberry_compat
-from ..engine.acyclic import AcyclicExecutionContext
-from ..engine.registry import PER_EVENT_KEY
+from .acyclic import AcyclicExecutionContext
+from .registry import PER_EVENT_KEY
 
 
 class Sharing(NamedTuple):
