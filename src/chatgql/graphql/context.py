@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
 from .cost import CostCache, over_cost
+from .handshake import ws_operation
 from .loaders import EventReads, Loaders
 
 if TYPE_CHECKING:
@@ -64,11 +64,6 @@ class Deps:
         )
         self.limits = Limiters(s, store)
         self.membership_policy = load_policy(s.membership_policy, s)
-
-
-# The websocket operation this task runs (handshake.py's handlers set it to a token of their own):
-# a subscription's price is held in its connection's Context under it while the operation runs.
-ws_operation: ContextVar[object | None] = ContextVar("ws_operation", default=None)
 
 
 @dataclass

@@ -35,7 +35,7 @@ And what one socket may ask, once it is open (both protocols):
 - the token: the session ends when the connection_init token expires. The socket
   is closed with 4403 "Token expired" (graphql-ws's Forbidden, which its client
   retries, calling connectionParams again: the way to hand it a new token); an
-  operation that runs before the close gets UNAUTHENTICATED (context.py). There is
+  operation that runs before the close gets UNAUTHENTICATED (graphql/context.py). There is
   no refresh in-band: neither protocol has a message for it (a second
   connection_init is closed with 4429 by graphql-transport-ws's rules), so a
   client refreshes by connecting again with the new token, and resumes its
@@ -52,7 +52,8 @@ import asyncio
 import logging
 import time
 from contextlib import suppress
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketDisconnected as SendAfterClose
@@ -64,9 +65,25 @@ from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, for
 from ..edge.ratelimit import Bucket
 from ..engine.parked import IDLE, PARKING, Parked, after, deliver, parkable
 from ..errors import Unauthenticated
-from .context import Context, ws_operation
 
 log = logging.getLogger(__name__)
+
+# The websocket operation this task runs (the handlers below set it to a token of their own): a
+# subscription's price is held in its connection's context under it while the operation runs.
+ws_operation: ContextVar[object | None] = ContextVar("ws_operation", default=None)
+
+
+class SocketContext(Protocol):
+    """What the handlers read of a connection's context (the API's graphql/context.Context)."""
+
+    @property
+    def viewer_id(self) -> str: ...
+
+    subscription_costs: dict[object, int]
+
+
+C = TypeVar("C", bound=SocketContext)  # the view's context type
+
 
 # What a write to a socket that is gone (or going) raises, below Strawberry (OSError: uvicorn's ClientDisconnected).
 _GONE = (WebSocketDisconnect, SendAfterClose, InvalidState, OSError)
@@ -286,7 +303,7 @@ class _Gone:
             raise WebSocketDisconnected from error
 
 
-class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[Context, None]):
+class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[C, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -425,7 +442,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         await super().handle_task_exception(error)
 
 
-class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[Context, None]):
+class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None

@@ -129,11 +129,19 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
+class ChatTransportWSHandler(TransportWSHandler[Context]):
+    """The graphql-transport-ws handler, on chatgql's context."""
+
+
+class ChatLegacyWSHandler(LegacyWSHandler[Context]):
+    """The legacy graphql-ws handler, on chatgql's context."""
+
+
 class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
-    graphql_transport_ws_handler_class = TransportWSHandler
-    graphql_ws_handler_class = LegacyWSHandler
+    graphql_transport_ws_handler_class = ChatTransportWSHandler
+    graphql_ws_handler_class = ChatLegacyWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
         graphql_compat.use_gather_with_cancel(gather_with_cancel)
