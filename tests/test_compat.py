@@ -766,9 +766,9 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
     from strawberry.asgi import GraphQL
     from strawberry.dataloader import DataLoader
 
+    from chatgql.engine.handshake import LegacyWSHandler, TransportWSHandler
     from chatgql.engine.shared import SharedEventExecutor
     from chatgql.graphql.context import ChatOperation
-    from chatgql.graphql.handshake import LegacyWSHandler, TransportWSHandler
     from chatgql.graphql.loaders import _Loader
     from chatgql.graphql.schema import ChatGraphQL, ChatSchema
     from chatgql.server.httpprotocol import DeadlineHttpProtocol

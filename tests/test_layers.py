@@ -1,4 +1,4 @@
-"""The layers of STYLE.md, checked by import-linter: server -> graphql -> edge -> services -> store -> models
+"""The layers of STYLE.md, checked by import-linter: server -> graphql -> engine -> edge -> services -> store -> models
 -> db -> runtime and compat, events beside services, nothing imports app.py, nothing below graphql/ imports
 GraphQL's libraries (not even through compat/), no cycles between siblings. The contracts are
 pyproject.toml's [tool.importlinter]; `lint-imports` runs them as CI does, and shows what broke."""

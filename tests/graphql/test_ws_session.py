@@ -1,6 +1,6 @@
 """A websocket's context: its viewer holds only as long as its connection_init token.
 
-(The socket itself is closed with 4403 at exp by graphql/handshake.py:
+(The socket itself is closed with 4403 at exp by engine/handshake.py:
 tests/adversarial/test_websocket_floods.py tries it against a running server;
 here, the refusal of an operation that runs in the moment before the close.)
 """

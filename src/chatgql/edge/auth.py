@@ -223,7 +223,7 @@ def _remembered_until(settings: Settings, claims: dict, leeway: float) -> float:
 def token_expiry(authorization: object) -> float | None:
     """When the bearer token of an Authorization value that user_from_authorization accepted
     expires (its exp, seconds since the epoch); None if it cannot be read. A websocket's session
-    ends then (graphql/handshake.py): a connection must not outlive its token."""
+    ends then (engine/handshake.py): a connection must not outlive its token."""
     if not isinstance(authorization, str):
         return None
     token = authorization.strip().partition(" ")[2].strip()

@@ -20,6 +20,7 @@ from ..edge.auth import token_expiry, user_from_authorization
 from ..edge.jwks import KeySet
 from ..edge.ratelimit import Limiters, SharedStore, shared_store
 from ..engine.acyclic import unlink_tokens
+from ..engine.handshake import ws_operation
 from ..engine.limits import OperationLimits
 from ..engine.validation import validate_once
 from ..errors import Unauthenticated
@@ -27,7 +28,6 @@ from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
 from .cost import CostCache, over_cost
-from .handshake import ws_operation
 from .loaders import EventReads, Loaders
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Context:
     # A websocket's live subscriptions' prices per event, by ws_operation token.
     subscription_costs: dict[object, int] = field(default_factory=dict, repr=False)
     # A websocket's: when its token expires (then its viewer is UNAUTHENTICATED, and the handler
-    # closes it: graphql/handshake.py). None over HTTP, where a request is over in seconds.
+    # closes it: engine/handshake.py). None over HTTP, where a request is over in seconds.
     token_expires_at: float | None = field(default=None, repr=False)
 
     @property

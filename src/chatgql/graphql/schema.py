@@ -29,6 +29,7 @@ from ..compat import graphql_core as graphql_compat
 from ..compat import strawberry as strawberry_compat
 from ..engine import meter
 from ..engine.gather import gather_with_cancel
+from ..engine.handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
 from ..engine.limits import OperationLimits, check_document
 from ..engine.plan import Planner
@@ -39,7 +40,6 @@ from .context import ChatOperation, Context, Deps
 from .cost import CostCache, CostLimits, over_cost
 from .errors import redact, to_contract_errors
 from .graphiql import GraphiQLFiles
-from .handshake import LegacyWSHandler, PendingSockets, TransportWSHandler
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS

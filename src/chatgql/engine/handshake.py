@@ -63,8 +63,8 @@ from websockets.exceptions import InvalidState
 
 from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..edge.ratelimit import Bucket
-from ..engine.parked import IDLE, PARKING, Parked, after, deliver, parkable
 from ..errors import Unauthenticated
+from .parked import IDLE, PARKING, Parked, after, deliver, parkable
 
 log = logging.getLogger(__name__)
 
