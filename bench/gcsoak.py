@@ -591,7 +591,7 @@ def markdown(results: dict) -> str:
         f"{results.get('doc_clients', '-')} clients send new documents back to back for "
         f"{results.get('doc_seconds', '-')} s. "
         "Sides on fresh servers, same database, one after the other. `baseline`: the collector policy before "
-        f"(`{results['baseline_env']}`); `product`: the defaults (src/chatgql/collector.py). Wall-clock pauses: a busy "
+        f"(`{results['baseline_env']}`); `product`: the defaults (src/chatgql/runtime/collector.py). Wall-clock pauses: a busy "
         "machine stretches them (see machine busy).",
         "",
         "| | " + " | ".join(sides) + " |",

@@ -372,7 +372,7 @@ class Server:
                 [
                     sys.executable,
                     "-m",
-                    "chatgql.cli",
+                    "chatgql.server.cli",
                     "serve",
                     "--host",
                     "127.0.0.1",

@@ -18,7 +18,7 @@ import uuid
 
 from graphql import parse
 
-from chatgql.graphql.prepared import execute_accepted
+from chatgql.engine.prepared import execute_accepted
 from tests.graphql.plan.test_planner_differential import Differential
 
 INBOX = "query { inbox(first: 50) { nodes { id title unreadCount lastMessage { seq body senderId createdAt } } pageInfo { hasNextPage endCursor } } }"

@@ -143,13 +143,13 @@ def inbox_prebuilt(page: int) -> Any:
     from graphql import parse
     from graphql.execution.values import get_variable_values
 
-    from chatgql import compat
-    from chatgql.graphql.plan.compile import compile_operation
+    from chatgql.compat import strawberry as strawberry_compat
+    from chatgql.engine.plan.compile import compile_operation
     from chatgql.graphql.schema import schema
 
     from .queries import INBOX
 
     operation = parse(INBOX).definitions[0]
-    variables = get_variable_values(compat.core_schema(schema), operation.variable_definitions, {"n": page})
+    variables = get_variable_values(strawberry_compat.core_schema(schema), operation.variable_definitions, {"n": page})
     (prebuilt,) = compile_operation(schema, operation, {}, {}, variables).prebuilt
     return prebuilt

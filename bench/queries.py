@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import orjson
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.settings import load_settings
 
 from . import layout

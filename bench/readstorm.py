@@ -37,7 +37,7 @@ from pathlib import Path
 import asyncpg
 
 from chatgql import db
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.settings import load_settings
 
 from .infra import BENCH_SECRET, Postgres, Server, log, machine_info, raise_fd_limit, run_with_rusage

@@ -32,8 +32,8 @@ from pathlib import Path
 import orjson
 
 from bench.infra import Redis, process_cpu
+from chatgql.edge.ratelimit import RateLimiter, RedisStore, SharedRateLimiter
 from chatgql.events.bus import Bus
-from chatgql.ratelimit import RateLimiter, RedisStore, SharedRateLimiter
 
 REPO = Path(__file__).resolve().parent.parent
 EVENTS = 20_000

@@ -63,7 +63,7 @@ class Relay:
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", self.command],
+                [sys.executable, "-m", "chatgql.server.cli", self.command],
                 env=self.env,
                 cwd=str(REPO),
                 stdin=subprocess.DEVNULL,

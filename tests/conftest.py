@@ -27,9 +27,9 @@ from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from chatgql import db
-from chatgql.app import create_app
-from chatgql.auth import issue_token
-from chatgql.httpprotocol import uvicorn_options
+from chatgql.edge.auth import issue_token
+from chatgql.server.app import create_app
+from chatgql.server.httpprotocol import uvicorn_options
 from chatgql.settings import Settings, load_settings
 
 pytest_plugins = ["tests.support.quick"]  # --quick: the PostgreSQL-only loop (scripts/test-quick)

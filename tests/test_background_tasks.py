@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from chatgql import app
+from chatgql.server import app
 
 
 async def test_a_task_that_lost_its_cancellation_is_logged_where_it_is_and_cancelled_again(caplog, monkeypatch):
@@ -24,7 +24,7 @@ async def test_a_task_that_lost_its_cancellation_is_logged_where_it_is_and_cance
                     raise
                 # as Python 3.11's wait_for does when the cancellation lands as its inner task completes
 
-    with caplog.at_level(logging.WARNING, logger="chatgql.app"):
+    with caplog.at_level(logging.WARNING, logger="chatgql.server.app"):
         async with contextlib.AsyncExitStack() as stack:
             await app._task(stack, loses_the_first_cancellation(), "stubborn")
             await asyncio.sleep(0)

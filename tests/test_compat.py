@@ -1,8 +1,8 @@
-"""Each use of a dependency's non-public API (chatgql/compat.py), against the installed library.
+"""Each use of a dependency's non-public API (chatgql/compat/), against the installed library.
 
 One test per access: it fails, naming the access, when the private attribute,
 function or module is gone or behaves otherwise. The first test fails on any
-installed version other than the one compat.py was written for: read
+installed version other than the one chatgql.compat was written for: read
 docs/internals/compat.md before moving a pin. No servers: protocols are driven over
 a socketpair, a Kafka producer is never started; Redis is the one real server
 (the backend fix can only be shown on it).
@@ -16,6 +16,8 @@ import gc
 import inspect
 import re
 import socket
+import subprocess
+import sys
 import tomllib
 import weakref
 from collections.abc import AsyncIterator
@@ -38,7 +40,12 @@ from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
 from chatgql import compat
-from chatgql.websocket import _Flag, _Inbox
+from chatgql.compat import aiokafka as aiokafka_compat
+from chatgql.compat import graphql_core as graphql_compat
+from chatgql.compat import strawberry as strawberry_compat
+from chatgql.compat import uvicorn as uvicorn_compat
+from chatgql.compat import websockets as websockets_compat
+from chatgql.server.websocket import _Flag, _Inbox
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,14 +124,14 @@ def small_schema(**kwargs: Any) -> strawberry.Schema:
 
 
 def field_def(schema: strawberry.Schema, type_name: str, field_name: str) -> graphql.GraphQLField:
-    return compat.core_schema(schema).type_map[type_name].fields[field_name]  # type: ignore[union-attr]
+    return strawberry_compat.core_schema(schema).type_map[type_name].fields[field_name]  # type: ignore[union-attr]
 
 
 # --- graphql-core --------------------------------------------------------------------------------
 
 
 def test_collect_fields_groups_by_response_name_and_honours_skip():
-    core = compat.core_schema(small_schema())
+    core = strawberry_compat.core_schema(small_schema())
     document = parse(
         "query($skip: Boolean!) { a: items { name } a: items { size } b: items @skip(if: $skip) { name } ...F }"
         " fragment F on Query { items { label } }"
@@ -133,23 +140,23 @@ def test_collect_fields_groups_by_response_name_and_honours_skip():
     fragment_definition = document.definitions[1]
     variables = get_variable_values(core, operation.variable_definitions, {"skip": True})
     assert not isinstance(variables, list), variables
-    fragments = {"F": compat.FragmentDetails(fragment_definition, None)}
-    collected = compat.collect_fields(core, fragments, variables, core.query_type, operation, False)
+    fragments = {"F": graphql_compat.FragmentDetails(fragment_definition, None)}
+    collected = graphql_compat.collect_fields(core, fragments, variables, core.query_type, operation, False)
     assert list(collected.grouped_field_set) == ["a", "items"], (
         "graphql.execution.collect_fields.collect_fields no longer groups by response name / honours @skip"
     )
     assert not collected.new_defer_usages
     details = collected.grouped_field_set["a"]
     assert [d.node.name.value for d in details] == ["items", "items"]
-    sub = compat.collect_subfields(core, fragments, variables, operation, core.type_map["Item"], details, False)
+    sub = graphql_compat.collect_subfields(core, fragments, variables, operation, core.type_map["Item"], details, False)
     assert list(sub.grouped_field_set) == ["name", "size"], "collect_subfields changed shape or meaning"
 
 
 def test_break_async_helpers_cycle_lets_reference_counting_free_the_executor():
-    core = compat.core_schema(small_schema())
+    core = strawberry_compat.core_schema(small_schema())
     seen: list[weakref.ref] = []
 
-    class Acyclic(compat.ExecutionContextBase):
+    class Acyclic(strawberry_compat.ExecutionContextBase):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             assert isinstance(self.async_helpers, graphql.GraphQLResolveInfoHelpers), (
@@ -157,7 +164,7 @@ def test_break_async_helpers_cycle_lets_reference_counting_free_the_executor():
             )
             assert self.async_helpers.gather.__func__ is type(self).gather_async_work  # type: ignore[attr-defined]
             assert self.async_helpers.track.__func__ is type(self).track_async_work  # type: ignore[attr-defined]
-            compat.break_async_helpers_cycle(self)
+            graphql_compat.break_async_helpers_cycle(self)
             seen.append(weakref.ref(self))
 
     gc.disable()
@@ -172,7 +179,7 @@ def test_break_async_helpers_cycle_lets_reference_counting_free_the_executor():
 async def test_use_gather_with_cancel_is_what_graphql_cores_executor_gathers_with():
     from graphql.execution import executor
 
-    from chatgql.graphql.gather import gather_with_cancel
+    from chatgql.engine.gather import gather_with_cancel
 
     assert executor.gather_with_cancel is graphql.pyutils.gather_with_cancel or (
         executor.gather_with_cancel is gather_with_cancel
@@ -199,11 +206,11 @@ async def test_use_gather_with_cancel_is_what_graphql_cores_executor_gathers_wit
     schema.query_type.fields["items"].resolve = resolve_items  # type: ignore[union-attr]
     schema.query_type.fields["other"].resolve = resolve_other  # type: ignore[union-attr]
     schema.get_type("Item").fields["name"].resolve = resolve_name  # type: ignore[union-attr]
-    compat.use_gather_with_cancel(counting)
+    graphql_compat.use_gather_with_cancel(counting)
     try:
         result = await graphql.graphql(schema, "{ items { name } other }")
     finally:
-        compat.use_gather_with_cancel(original)
+        graphql_compat.use_gather_with_cancel(original)
     assert result.errors is None and result.data == {"items": [{"name": "a"}, {"name": "b"}], "other": "x"}
     assert sorted(gathered) == [2, 2], gathered  # the two root fields, the two items
 
@@ -213,15 +220,17 @@ async def test_use_gather_with_cancel_is_what_graphql_cores_executor_gathers_wit
 
 def test_core_schema_and_back():
     schema = small_schema()
-    core = compat.core_schema(schema)
+    core = strawberry_compat.core_schema(schema)
     assert isinstance(core, graphql.GraphQLSchema), "Strawberry's Schema._schema is not the graphql-core schema"
-    assert compat.strawberry_schema_of(core) is schema, "Strawberry no longer sets _strawberry_schema on its schema"
+    assert strawberry_compat.strawberry_schema_of(core) is schema, (
+        "Strawberry no longer sets _strawberry_schema on its schema"
+    )
 
 
 async def test_execution_context_base_hooks_are_called_per_subscription_event():
     calls: list[tuple[str, Any]] = []
 
-    class Recording(compat.ExecutionContextBase):
+    class Recording(strawberry_compat.ExecutionContextBase):
         def build_per_event_executor(self, payload: Any) -> Any:
             calls.append(("build_per_event_executor", payload))
             return super().build_per_event_executor(payload)
@@ -233,7 +242,7 @@ async def test_execution_context_base_hooks_are_called_per_subscription_event():
             assert self.fragment_definitions == {}
             assert self.abort_signal is None
             assert self.is_awaitable(1) is False
-            assert compat.strawberry_schema_of(self.schema) is schema
+            assert strawberry_compat.strawberry_schema_of(self.schema) is schema
             return super().execute_operation(serially)
 
     schema = small_schema(execution_context_class=Recording)
@@ -249,16 +258,16 @@ async def test_execution_context_base_hooks_are_called_per_subscription_event():
 
 async def test_custom_context_kwargs_let_graphql_core_execute_as_strawberry_does():
     schema = small_schema()
-    kwargs = compat.custom_context_kwargs(schema)
+    kwargs = strawberry_compat.custom_context_kwargs(schema)
     assert set(kwargs) == {"operation_extensions"}, f"Schema._get_custom_context_kwargs changed: {kwargs}"
     outcome = graphql.execute(
-        compat.core_schema(schema),
+        strawberry_compat.core_schema(schema),
         parse("{ items { label(upper: true) later } }"),
         executor_class=schema.execution_context_class,
-        is_awaitable=compat.is_awaitable,
+        is_awaitable=strawberry_compat.is_awaitable,
         **kwargs,
     )
-    result = await outcome if compat.is_awaitable(outcome) else outcome
+    result = await outcome if strawberry_compat.is_awaitable(outcome) else outcome
     assert result.errors is None, result.errors
     assert result.data == {
         "items": [{"label": "APPLE", "later": 5}, {"label": "AVOCADO", "later": 7}, {"label": "BANANA", "later": 6}]
@@ -270,7 +279,7 @@ async def test_provided_operation_name_is_what_the_request_carried():
 
     class Record(SchemaExtension):
         def on_validate(self):  # type: ignore[override]
-            seen.append(compat.provided_operation_name(self.execution_context))
+            seen.append(strawberry_compat.provided_operation_name(self.execution_context))
             yield
 
     schema = small_schema(extensions=[Record])
@@ -282,7 +291,7 @@ async def test_provided_operation_name_is_what_the_request_carried():
 async def test_set_validation_result_stops_strawberry_validating():
     class Refuse(SchemaExtension):
         def on_validate(self):  # type: ignore[override]
-            compat.set_validation_result(self.execution_context, [GraphQLError("from the extension")])
+            strawberry_compat.set_validation_result(self.execution_context, [GraphQLError("from the extension")])
             yield
 
     result = await small_schema(extensions=[Refuse]).execute("{ items { name } }")
@@ -292,12 +301,14 @@ async def test_set_validation_result_stops_strawberry_validating():
 
 
 def test_validate_document_is_strawberrys_validation():
-    core = compat.core_schema(small_schema())
+    core = strawberry_compat.core_schema(small_schema())
     rules = (*graphql.specified_rules, graphql.validation.NoSchemaIntrospectionCustomRule)
-    assert compat.validate_document(core, parse("{ items { name } }"), rules) == []
-    errors = compat.validate_document(core, parse("{ items { nope } }"), rules)
+    assert strawberry_compat.validate_document(core, parse("{ items { name } }"), rules) == []
+    errors = strawberry_compat.validate_document(core, parse("{ items { nope } }"), rules)
     assert [e.message.split(".")[0] for e in errors] == ["Cannot query field 'nope' on type 'Item'"], errors
-    assert compat.validate_document(core, parse("{ __schema { types { name } } }"), rules), "rules not applied"
+    assert strawberry_compat.validate_document(core, parse("{ __schema { types { name } } }"), rules), (
+        "rules not applied"
+    )
 
 
 async def test_is_awaitable():
@@ -305,14 +316,18 @@ async def test_is_awaitable():
         pass
 
     awaitable = coroutine()
-    assert compat.is_awaitable(awaitable) and not compat.is_awaitable(1) and not compat.is_awaitable(None)
+    assert (
+        strawberry_compat.is_awaitable(awaitable)
+        and not strawberry_compat.is_awaitable(1)
+        and not strawberry_compat.is_awaitable(None)
+    )
     await awaitable
 
 
 def test_convert_arguments_turns_coerced_arguments_into_python_values():
     schema = small_schema()
-    sf = compat.strawberry_field(field_def(schema, "Query", "items"))
-    converted = compat.convert_arguments(
+    sf = strawberry_compat.strawberry_field(field_def(schema, "Query", "items"))
+    converted = strawberry_compat.convert_arguments(
         {"filter": {"prefix": "a"}},
         sf.arguments,
         scalar_registry=schema.schema_converter.scalar_registry,
@@ -323,54 +338,60 @@ def test_convert_arguments_turns_coerced_arguments_into_python_values():
 
 def test_strawberry_field_is_the_fields_definition():
     schema = small_schema()
-    sf = compat.strawberry_field(field_def(schema, "Item", "label"))
+    sf = strawberry_compat.strawberry_field(field_def(schema, "Item", "label"))
     assert isinstance(sf, strawberry.types.field.StrawberryField), "no 'strawberry-definition' extension"
     assert sf.python_name == "label"
 
 
 def test_is_strawberry_type_check_for_a_type_implementing_an_interface():
-    is_type_of = compat.core_schema(small_schema()).type_map["Item"].is_type_of  # type: ignore[union-attr]
-    assert compat.is_strawberry_type_check(is_type_of), f"Strawberry's is_type_of is now {is_type_of.__qualname__}"
+    is_type_of = strawberry_compat.core_schema(small_schema()).type_map["Item"].is_type_of  # type: ignore[union-attr]
+    assert strawberry_compat.is_strawberry_type_check(is_type_of), (
+        f"Strawberry's is_type_of is now {is_type_of.__qualname__}"
+    )
     assert is_type_of(Item(name="a", size=1), None) is True  # never reads its info
     assert is_type_of(object(), None) is False
 
 
 def test_plain_arguments_are_the_scalars_convert_arguments_passes_on_unchanged():
     schema = small_schema()
-    definition = compat.strawberry_field(field_def(schema, "Item", "label"))
+    definition = strawberry_compat.strawberry_field(field_def(schema, "Item", "label"))
     converter = schema.schema_converter
-    pairs = compat.plain_arguments(definition, converter.scalar_registry, converter.config)
+    pairs = strawberry_compat.plain_arguments(definition, converter.scalar_registry, converter.config)
     assert pairs == (("upper", "upper"),), f"plain_arguments: {pairs}"
     # and convert_arguments indeed passes such a value on unchanged, under that name
-    converted = compat.convert_arguments(
+    converted = strawberry_compat.convert_arguments(
         {"upper": True}, definition.arguments, scalar_registry=converter.scalar_registry, config=converter.config
     )
     assert converted == {"upper": True}, f"convert_arguments changed a scalar argument: {converted}"
     # an input object needs converting: not plain
-    items = compat.strawberry_field(field_def(schema, "Query", "items"))
-    assert compat.plain_arguments(items, converter.scalar_registry, converter.config) is None
+    items = strawberry_compat.strawberry_field(field_def(schema, "Query", "items"))
+    assert strawberry_compat.plain_arguments(items, converter.scalar_registry, converter.config) is None
 
 
 def test_plain_class_is_the_class_a_type_was_defined_by():
-    core = compat.core_schema(small_schema())
+    core = strawberry_compat.core_schema(small_schema())
     item = core.type_map["Item"]
-    assert compat.plain_class(item) is Item, "a Strawberry type's definition no longer names its origin class"  # type: ignore[arg-type]
-    assert compat.TYPE_CAST_ATTRIBUTE == "__as_strawberry_type__", compat.TYPE_CAST_ATTRIBUTE
+    assert strawberry_compat.plain_class(item) is Item, (
+        "a Strawberry type's definition no longer names its origin class"
+    )  # type: ignore[arg-type]
+    assert strawberry_compat.TYPE_CAST_ATTRIBUTE == "__as_strawberry_type__", strawberry_compat.TYPE_CAST_ATTRIBUTE
 
     class Row:
         name, size = "a", 1
 
     cast = strawberry.cast(Item, Row())
-    assert getattr(cast, compat.TYPE_CAST_ATTRIBUTE) is Item, "strawberry.cast no longer marks with TYPE_CAST_ATTRIBUTE"
+    assert getattr(cast, strawberry_compat.TYPE_CAST_ATTRIBUTE) is Item, (
+        "strawberry.cast no longer marks with TYPE_CAST_ATTRIBUTE"
+    )
 
 
 def test_interface_type_name_answers_what_strawberrys_resolve_type_answers():
-    core = compat.core_schema(small_schema())
+    core = strawberry_compat.core_schema(small_schema())
     named = core.type_map["Named"]
-    assert compat.is_strawberry_resolve_type(named), (  # type: ignore[arg-type]
+    assert strawberry_compat.is_strawberry_resolve_type(named), (  # type: ignore[arg-type]
         f"Strawberry's resolve_type is now {named.resolve_type.__qualname__}"  # type: ignore[union-attr]
     )
-    assert compat.interface_type_name(named, Item) == "Item"  # type: ignore[arg-type]
+    assert strawberry_compat.interface_type_name(named, Item) == "Item"  # type: ignore[arg-type]
 
     # and Strawberry's resolve_type answers that too, when executing a field of the interface type
     @strawberry.type
@@ -381,56 +402,65 @@ def test_interface_type_name_answers_what_strawberrys_resolve_type_answers():
 
     answer = strawberry.Schema(query=Q, types=[Item]).execute_sync("{ named { __typename } }")
     assert answer.data == {"named": {"__typename": "Item"}}, answer
-    assert compat.interface_type_name(named, int) is None  # type: ignore[arg-type]
+    assert strawberry_compat.interface_type_name(named, int) is None  # type: ignore[arg-type]
 
 
 def test_ensure_valid_runtime_type_is_graphql_cores_check():
     from graphql import GraphQLError
 
-    core = compat.core_schema(small_schema())
+    core = strawberry_compat.core_schema(small_schema())
     named = core.type_map["Named"]
-    assert compat.ensure_valid_runtime_type(core, "Item", named, [], None, None) is core.type_map["Item"]
+    assert graphql_compat.ensure_valid_runtime_type(core, "Item", named, [], None, None) is core.type_map["Item"]
     with pytest.raises(GraphQLError, match="Nope"):
-        compat.ensure_valid_runtime_type(core, "Nope", named, [], None, None)
+        graphql_compat.ensure_valid_runtime_type(core, "Nope", named, [], None, None)
 
 
 def test_is_default_resolver_reads_the_attribute():
     schema = small_schema()
     plain = field_def(schema, "Item", "size")
-    assert compat.is_default_resolver(plain), "Strawberry's _get_basic_result is no longer marked _is_default"
+    assert strawberry_compat.is_default_resolver(plain), (
+        "Strawberry's _get_basic_result is no longer marked _is_default"
+    )
     assert plain.resolve(Item(name="a", size=3), None) == 3  # type: ignore[misc]
-    assert not compat.is_default_resolver(field_def(schema, "Item", "label"))
+    assert not strawberry_compat.is_default_resolver(field_def(schema, "Item", "label"))
 
 
 def test_is_strawberry_resolver_names_strawberrys_generated_resolvers():
     schema = small_schema()
-    assert compat.is_strawberry_resolver(field_def(schema, "Item", "label")), "sync resolver no longer `_resolver`"
-    assert compat.is_strawberry_resolver(field_def(schema, "Item", "later")), "async one no longer `_async_resolver`"
-    assert not compat.is_strawberry_resolver(field_def(schema, "Item", "size"))
+    assert strawberry_compat.is_strawberry_resolver(field_def(schema, "Item", "label")), (
+        "sync resolver no longer `_resolver`"
+    )
+    assert strawberry_compat.is_strawberry_resolver(field_def(schema, "Item", "later")), (
+        "async one no longer `_async_resolver`"
+    )
+    assert not strawberry_compat.is_strawberry_resolver(field_def(schema, "Item", "size"))
 
 
 def test_is_event_passthrough_for_a_subscription_root_field():
     tick = field_def(small_schema(), "Subscription", "tick")
-    assert compat.is_event_passthrough(tick), "a subscription field's resolve is no longer a lambda"
+    assert strawberry_compat.is_event_passthrough(tick), "a subscription field's resolve is no longer a lambda"
     event = object()
     assert tick.resolve(event, None, upto=1) is event  # type: ignore[misc]
 
 
 def test_has_exception_handlers():
     schema = small_schema()
-    sf = compat.strawberry_field(field_def(schema, "Item", "label"))
-    assert compat.has_exception_handlers(schema, sf) is False
+    sf = strawberry_compat.strawberry_field(field_def(schema, "Item", "label"))
+    assert strawberry_compat.has_exception_handlers(schema, sf) is False
 
 
 def test_resolver_call_shape():
     schema = small_schema()
-    func, pass_self, source_names, info_name = compat.resolver_call_shape(
-        compat.strawberry_field(field_def(schema, "Item", "label"))
+    func, pass_self, source_names, info_name = strawberry_compat.resolver_call_shape(
+        strawberry_compat.strawberry_field(field_def(schema, "Item", "label"))
     )  # type: ignore[misc]
     assert (func.__name__, pass_self, source_names, info_name) == ("label", True, (), "info"), (
         "StrawberryResolver's self/root/parent/info parameters changed"
     )
-    assert compat.resolver_call_shape(compat.strawberry_field(field_def(schema, "Item", "size"))) is None
+    assert (
+        strawberry_compat.resolver_call_shape(strawberry_compat.strawberry_field(field_def(schema, "Item", "size")))
+        is None
+    )
 
 
 def test_lazy_info_builds_the_raw_info_once_on_demand():
@@ -438,15 +468,15 @@ def test_lazy_info_builds_the_raw_info_once_on_demand():
     built: list[int] = []
     core_field = field_def(schema, "Item", "label")
 
-    class Lazy(compat.LazyInfo):
+    class Lazy(strawberry_compat.LazyInfo):
         def build_raw_info(self) -> GraphQLResolveInfo:
             built.append(1)
             return GraphQLResolveInfo(
-                "label", [], core_field.type, compat.core_schema(schema).type_map["Item"], None, compat.core_schema(schema),
-                {}, None, None, {}, "the context", compat.is_awaitable, None, None,  # type: ignore[arg-type]
+                "label", [], core_field.type, strawberry_compat.core_schema(schema).type_map["Item"], None, strawberry_compat.core_schema(schema),
+                {}, None, None, {}, "the context", strawberry_compat.is_awaitable, None, None,  # type: ignore[arg-type]
             )  # fmt: skip
 
-    info = Lazy(compat.strawberry_field(core_field))
+    info = Lazy(strawberry_compat.strawberry_field(core_field))
     assert isinstance(info, Info)
     assert info.python_name == "label", "Info no longer reads its StrawberryField from `_field`"
     assert built == []
@@ -459,21 +489,23 @@ async def test_ws_handlers_keep_the_init_timeout_attributes():
     from strawberry.asgi import GraphQL
 
     view = GraphQL(small_schema())
-    for base in (compat.TransportWSHandlerBase, compat.LegacyWSHandlerBase):
+    for base in (strawberry_compat.TransportWSHandlerBase, strawberry_compat.LegacyWSHandlerBase):
         for hook in ("handle", "handle_connection_init"):
             assert inspect.iscoroutinefunction(getattr(base, hook, None)), f"{base.__name__}.{hook} is gone"
-    handler = compat.TransportWSHandlerBase(view, None, None, None, view.schema, __import__("datetime").timedelta(1))  # type: ignore[arg-type]
+    handler = strawberry_compat.TransportWSHandlerBase(
+        view, None, None, None, view.schema, __import__("datetime").timedelta(1)
+    )  # type: ignore[arg-type]
     for name in ("view", "context", "websocket", "connection_init_received", "connection_init_timeout_task"):
         assert hasattr(handler, name), f"Strawberry's graphql-transport-ws handler has no `{name}`"
     handler.connection_init_received = True
     handler.connection_init_timeout_task = task = asyncio.ensure_future(asyncio.sleep(0))
     await task
-    compat.forget_cancelled_init_timeout(handler)
+    strawberry_compat.forget_cancelled_init_timeout(handler)
     assert handler.connection_init_timeout_task is None
 
 
 async def test_a_completed_operation_sends_nothing_and_an_open_one_sends():
-    """What a parked graphql-transport-ws subscription relies on (graphql/parked.py): the base's
+    """What a parked graphql-transport-ws subscription relies on (engine/parked.py): the base's
     `complete` after a run that parked is dropped because the Operation is marked completed."""
     from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Operation
 
@@ -520,7 +552,7 @@ async def _echo(scope: Any, receive: Any, send: Any) -> None:
 
 @contextlib.asynccontextmanager
 async def _connection(
-    http: type = compat.HttpToolsProtocol, ws: type = compat.WebSocketsSansIOProtocol, app: Any = _echo
+    http: type = uvicorn_compat.HttpToolsProtocol, ws: type = uvicorn_compat.WebSocketsSansIOProtocol, app: Any = _echo
 ):
     """One connection served by uvicorn's protocols over a socketpair: (the HTTP protocol, the client socket)."""
     config = uvicorn.Config(app, http=http, ws=ws, lifespan="off", log_level="warning")
@@ -571,9 +603,9 @@ async def _websocket_echo(client: socket.socket) -> None:
 async def test_upgrading_to_websocket_tells_an_upgrade_from_a_request():
     answers: list[bool] = []
 
-    class Recording(compat.HttpToolsProtocol):
+    class Recording(uvicorn_compat.HttpToolsProtocol):
         def on_headers_complete(self) -> None:
-            answers.append(compat.upgrading_to_websocket(self))
+            answers.append(uvicorn_compat.upgrading_to_websocket(self))
             super().on_headers_complete()
 
     async with _connection(http=Recording) as (_, client):
@@ -592,7 +624,7 @@ async def test_abandon_request_cycle_ends_the_handlers_receive_with_a_disconnect
             if protocol.cycle is not None and protocol.cycle.body == b"" and protocol.cycle.more_body:
                 break
             await asyncio.sleep(0.005)
-        compat.abandon_request_cycle(protocol.cycle)
+        uvicorn_compat.abandon_request_cycle(protocol.cycle)
         tasks = list(protocol.tasks)
         assert tasks, "no request task"
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
@@ -614,10 +646,10 @@ async def test_send_response_through_routes_the_cycles_writes():
         def __getattr__(self, name: str) -> Any:
             return getattr(self._transport, name)
 
-    class Routing(compat.HttpToolsProtocol):
+    class Routing(uvicorn_compat.HttpToolsProtocol):
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
-            compat.send_response_through(self, Through)
+            uvicorn_compat.send_response_through(self, Through)
 
     async with _connection(http=Routing) as (_, client):
         await asyncio.get_running_loop().sock_sendall(client, b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
@@ -628,10 +660,10 @@ async def test_send_response_through_routes_the_cycles_writes():
 
 
 async def test_release_http_parser_after_an_upgrade_leaves_the_websocket_working():
-    class Releasing(compat.HttpToolsProtocol):
+    class Releasing(uvicorn_compat.HttpToolsProtocol):
         def handle_websocket_upgrade(self) -> None:
             super().handle_websocket_upgrade()
-            compat.release_http_parser(self)
+            uvicorn_compat.release_http_parser(self)
 
     async with _connection(http=Releasing) as (protocol, client):
         await _websocket_echo(client)
@@ -639,7 +671,7 @@ async def test_release_http_parser_after_an_upgrade_leaves_the_websocket_working
 
 
 def test_uvicorn_calls_only_what_the_lighter_waiters_offer():
-    source = inspect.getsource(compat.WebSocketsSansIOProtocol)
+    source = inspect.getsource(uvicorn_compat.WebSocketsSansIOProtocol)
     queue_calls = set(re.findall(r"self\.queue\.(\w+)", source))
     writable_calls = set(re.findall(r"self\.writable\.(\w+)", source))
     assert queue_calls and queue_calls <= {"put_nowait", "get", "empty", "qsize"}, (
@@ -653,18 +685,18 @@ def test_uvicorn_calls_only_what_the_lighter_waiters_offer():
 async def test_replace_websocket_waiters_and_drop_websocket_handshake():
     made: list[Any] = []
 
-    class Light(compat.WebSocketsSansIOProtocol):
+    class Light(uvicorn_compat.WebSocketsSansIOProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             assert isinstance(self.queue, asyncio.Queue) and isinstance(self.writable, asyncio.Event)
-            compat.replace_websocket_waiters(self, _Inbox(), _Flag())
+            uvicorn_compat.replace_websocket_waiters(self, _Inbox(), _Flag())
             made.append(self)
 
         async def send(self, message: Any) -> None:
             await super().send(message)
             if message["type"] == "websocket.accept":
                 assert self.request is not None and self.response is not None
-                compat.drop_websocket_handshake(self)
+                uvicorn_compat.drop_websocket_handshake(self)
 
     async with _connection(ws=Light) as (_, client):
         await _websocket_echo(client)  # the session works on the lighter waiters, without the handshake
@@ -676,12 +708,12 @@ async def test_replace_websocket_waiters_and_drop_websocket_handshake():
 async def test_end_websocket_parser_breaks_the_server_protocols_cycle():
     config = uvicorn.Config(_echo, lifespan="off", log_level="warning")
     config.load()
-    protocol = compat.WebSocketsSansIOProtocol(config, ServerState(), {})
+    protocol = uvicorn_compat.WebSocketsSansIOProtocol(config, ServerState(), {})
     conn = protocol.conn
     parser = conn.parser
     assert inspect.isgenerator(parser), "websockets' ServerProtocol.parser is no longer a generator"
     assert parser.gi_frame is not None and parser.gi_frame.f_locals.get("self") is conn, "no parser cycle"
-    compat.end_websocket_parser(protocol)
+    websockets_compat.end_websocket_parser(protocol)
     assert parser.gi_frame is None
     gc.disable()
     try:
@@ -695,20 +727,20 @@ async def test_end_websocket_parser_breaks_the_server_protocols_cycle():
 def test_use_websocket_deflate_replaces_uvicorns_factory_and_websockets_makes_no_state_it_is_not_asked_for():
     config = uvicorn.Config(_echo, lifespan="off", log_level="warning")
     config.load()
-    protocol = compat.WebSocketsSansIOProtocol(config, ServerState(), {})
+    protocol = uvicorn_compat.WebSocketsSansIOProtocol(config, ServerState(), {})
     (theirs,) = protocol.conn.available_extensions
-    assert isinstance(theirs, compat.ServerPerMessageDeflateFactory), "uvicorn's deflate factory moved"
+    assert isinstance(theirs, websockets_compat.ServerPerMessageDeflateFactory), "uvicorn's deflate factory moved"
     ours = [object()]
-    compat.use_websocket_deflate(protocol, lambda factory: ours if factory is theirs else None)
+    websockets_compat.use_websocket_deflate(protocol, lambda factory: ours if factory is theirs else None)
     assert protocol.conn.available_extensions is ours
     config = uvicorn.Config(_echo, lifespan="off", log_level="warning", ws_per_message_deflate=False)
     config.load()
-    plain = compat.WebSocketsSansIOProtocol(config, ServerState(), {})
-    compat.use_websocket_deflate(plain, lambda factory: ours)
-    assert plain.conn.available_extensions == [] and compat.websocket_extensions(plain) == []
+    plain = uvicorn_compat.WebSocketsSansIOProtocol(config, ServerState(), {})
+    websockets_compat.use_websocket_deflate(plain, lambda factory: ours)
+    assert plain.conn.available_extensions == [] and websockets_compat.websocket_extensions(plain) == []
     # websockets makes no compressor for local_no_context_takeover, nor a decompressor for remote_...
     # (websocket.LeanDeflate makes its compressor itself, when it needs one)
-    bare = compat.PerMessageDeflate(True, True, 12, 12, {"memLevel": 5})
+    bare = websockets_compat.PerMessageDeflate(True, True, 12, 12, {"memLevel": 5})
     assert "encoder" not in bare.__dict__ and "decoder" not in bare.__dict__
 
 
@@ -720,7 +752,7 @@ async def test_abandon_unacknowledged_fails_what_kafka_did_not_acknowledge():
     assert producer._sender.sender_task is None, "aiokafka's producer._sender.sender_task is gone"
     future = await producer._message_accumulator.add_message(TopicPartition("t", 0), None, b"x", timeout=1)
     error = KafkaError("stopped")
-    await compat.abandon_unacknowledged(producer, error, 1.0)
+    await aiokafka_compat.abandon_unacknowledged(producer, error, 1.0)
     failed = future.exception() if future.done() else None
     assert isinstance(failed, KafkaError) and failed.args == error.args, (
         "producer._message_accumulator.fail_all changed"
@@ -734,18 +766,18 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
     from strawberry.asgi import GraphQL
     from strawberry.dataloader import DataLoader
 
+    from chatgql.engine.handshake import LegacyWSHandler, TransportWSHandler
+    from chatgql.engine.shared import SharedEventExecutor
     from chatgql.graphql.context import ChatOperation
-    from chatgql.graphql.handshake import LegacyWSHandler, TransportWSHandler
     from chatgql.graphql.loaders import _Loader
     from chatgql.graphql.schema import ChatGraphQL, ChatSchema
-    from chatgql.graphql.shared import SharedEventExecutor
-    from chatgql.httpprotocol import DeadlineHttpProtocol
-    from chatgql.websocket import LeanWebSocketProtocol
+    from chatgql.server.httpprotocol import DeadlineHttpProtocol
+    from chatgql.server.websocket import LeanWebSocketProtocol
 
     return [
         (
             DeadlineHttpProtocol,
-            compat.HttpToolsProtocol,
+            uvicorn_compat.HttpToolsProtocol,
             (
                 "connection_made",
                 "connection_lost",
@@ -758,7 +790,7 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
         ),  # fmt: skip
         (
             LeanWebSocketProtocol,
-            compat.WebSocketsSansIOProtocol,
+            uvicorn_compat.WebSocketsSansIOProtocol,
             (
                 "connection_made",
                 "connection_lost",
@@ -771,10 +803,14 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
                 "send_keepalive_ping",
             ),
         ),  # fmt: skip
-        (SharedEventExecutor, compat.ExecutionContextBase, ("build_per_event_executor", "execute_operation")),
+        (
+            SharedEventExecutor,
+            strawberry_compat.ExecutionContextBase,
+            ("build_per_event_executor", "execute_operation"),
+        ),
         (
             TransportWSHandler,
-            compat.TransportWSHandlerBase,
+            strawberry_compat.TransportWSHandlerBase,
             (
                 "handle",
                 "handle_message",
@@ -787,7 +823,7 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
         ),
         (
             LegacyWSHandler,
-            compat.LegacyWSHandlerBase,
+            strawberry_compat.LegacyWSHandlerBase,
             (
                 "handle",
                 "handle_message",
@@ -840,6 +876,24 @@ def test_every_library_method_chatgql_overrides_still_exists_with_its_parameters
             )
 
 
-@pytest.mark.parametrize("name", sorted(compat.__all__))
-def test_compat_exports_exist(name):
-    assert hasattr(compat, name), f"compat.__all__ names {name}, which compat does not define"
+COMPAT_MODULES = (compat, aiokafka_compat, graphql_compat, strawberry_compat, uvicorn_compat, websockets_compat)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [(m, n) for m in COMPAT_MODULES for n in sorted(m.__all__)],
+    ids=lambda v: getattr(v, "__name__", v),
+)
+def test_compat_exports_exist(module, name):
+    assert hasattr(module, name), f"{module.__name__}.__all__ names {name}, which it does not define"
+
+
+def test_compat_package_imports_no_library():
+    """chatgql.compat itself (PINNED, version_mismatches) pulls in none of the libraries: importing
+    one library's module (events/ takes aiokafka's) takes only that library."""
+    code = (
+        "import sys; import chatgql.compat.aiokafka; "
+        "print(sorted(m for m in ('strawberry', 'graphql', 'uvicorn', 'websockets') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

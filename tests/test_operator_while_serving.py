@@ -28,8 +28,9 @@ import asyncpg
 import httpx
 import pytest
 
-from chatgql import datadir, db
-from chatgql.auth import issue_token
+from chatgql import db
+from chatgql.db import datadir
+from chatgql.edge.auth import issue_token
 from chatgql.settings import load_settings
 
 from .conftest import drop_database, free_port, scratch_database
@@ -85,7 +86,7 @@ class Serve:
     def start(self) -> None:
         log = (self.cwd / "serve.log").open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "chatgql.server.cli", "serve", "--port", str(self.port)],
             cwd=self.cwd,
             env=self.env,
             stdout=log,
@@ -128,7 +129,7 @@ class Serve:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "chatgql.cli",
+            "chatgql.server.cli",
             *args,
             cwd=self.cwd,
             env=self.env,
@@ -419,7 +420,7 @@ async def test_erase_user_and_dead_letters_beside_a_running_serve_on_an_external
 OWNER = """
 import sys
 from pathlib import Path
-from chatgql import datadir
+from chatgql.db import datadir
 data_dir = Path(sys.argv[1])
 datadir.acquire(data_dir)
 for line in sys.stdin:

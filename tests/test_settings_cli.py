@@ -40,7 +40,7 @@ def _child_env(**chatgql: str) -> dict[str, str]:
 
 def _cli(*args: str, **chatgql: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "chatgql.cli", *args],
+        [sys.executable, "-m", "chatgql.server.cli", *args],
         cwd=REPO,
         env=_child_env(**chatgql),
         capture_output=True,
@@ -161,7 +161,7 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
     env.pop("XDG_RUNTIME_DIR", None)  # `chatgql serve` run straight from a shell
     port = free_port()
     first = subprocess.Popen(
-        [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "chatgql.server.cli", "serve", "--port", str(port)],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -172,7 +172,7 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
         _wait_healthy(first, port)
         command = ["serve", "--port", str(free_port())]
         second = subprocess.run(
-            [sys.executable, "-m", "chatgql.cli", *command],
+            [sys.executable, "-m", "chatgql.server.cli", *command],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -183,7 +183,7 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
         assert f"in use by another chatgql process (pid {first.pid}: " in second.stderr, second.stderr
         assert str(data_dir.resolve()) in second.stderr
         beside = subprocess.run(  # an operator's command: on the owner's server (its published URL)
-            [sys.executable, "-m", "chatgql.cli", "migrate"],
+            [sys.executable, "-m", "chatgql.server.cli", "migrate"],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -208,7 +208,7 @@ def test_one_data_dir_one_owner_and_one_quiet_start_up_line(tmp_path: Path):
         assert not [line for line in lines if noise in line], (noise, lines)
 
     again = subprocess.run(
-        [sys.executable, "-m", "chatgql.cli", "migrate"],
+        [sys.executable, "-m", "chatgql.server.cli", "migrate"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -229,7 +229,7 @@ def test_after_the_owner_is_killed_the_next_serve_takes_the_data_dir_and_stops_i
     for signal_number in (signal.SIGKILL, signal.SIGINT):
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "chatgql.server.cli", "serve", "--port", str(port)],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.DEVNULL,

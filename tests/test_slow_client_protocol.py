@@ -1,4 +1,4 @@
-"""What chatgql.httpprotocol and chatgql.websocket take from uvicorn's and websockets' internals,
+"""What chatgql.server.httpprotocol and chatgql.server.websocket take from uvicorn's and websockets' internals,
 pinned against the versions in pyproject.toml: a closed websocket connection is freed without the
 garbage collector (websockets' ServerProtocol and uvicorn's HTTP protocol each refer to themselves
 through their parser), and uvicorn's connection limit covers websocket upgrades.
@@ -19,8 +19,8 @@ import pytest
 import uvicorn
 import websockets
 
-from chatgql.httpprotocol import DeadlineHttpProtocol
-from chatgql.websocket import LeanWebSocketProtocol
+from chatgql.server.httpprotocol import DeadlineHttpProtocol
+from chatgql.server.websocket import LeanWebSocketProtocol
 
 from .conftest import free_port
 

@@ -1,4 +1,4 @@
-"""chatgql.websocket: the lighter uvicorn websocket protocol `chatgql serve` runs.
+"""chatgql.server.websocket: the lighter uvicorn websocket protocol `chatgql serve` runs.
 
 The rest of the suite serves with uvicorn's default protocol; these pin that
 the lighter one behaves the same: its queue and flag, and a real websocket
@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 import websockets
 
-from chatgql.websocket import (
+from chatgql.server.websocket import (
     _BYTES_PER_TURN,
     _FRAMES_PER_TURN,
     _LINGER_BYTES,

@@ -255,7 +255,7 @@ class Settings(BaseSettings):
     # with 4429 (0: no limit). Behind a proxy the address is the proxy's unless uvicorn trusts it
     # (FORWARDED_ALLOW_IPS) to say whose request it is.
     max_unauthenticated_ws_per_address: int = Field(default=20, ge=0)
-    # What one websocket may send and leave unread (websocket.py, graphql/handshake.py).
+    # What one websocket may send and leave unread (websocket.py, engine/handshake.py).
     # Seconds the server's writes to a websocket may stay stalled (its write buffer above the
     # high-water mark, or unsent at close) before the connection is aborted.
     ws_write_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -318,7 +318,7 @@ class Settings(BaseSettings):
     # cost is bounded by it); bigger groups are built with several addMembers calls.
     max_members_per_call: int = Field(default=1000, ge=1)
 
-    # Plan-once execution of accepted documents (graphql/plan/): off runs every document
+    # Plan-once execution of accepted documents (engine/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True
 

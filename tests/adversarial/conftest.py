@@ -1,6 +1,6 @@
 """An attacker's view: a production-mode chatgql in its own process, and a bystander.
 
-The server runs as `python -m chatgql.cli serve` (uvloop, httptools, the lean
+The server runs as `python -m chatgql.server.cli serve` (uvloop, httptools, the lean
 websocket protocol: what production runs), not in the test's event loop, so
 that a request that burns the server's CPU shows up as lost time for the
 server's other clients and not as a pause of the test itself. `Bystander`
@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.settings import load_settings
 
 from ..conftest import REPO, create_engine, free_port, scratch_database
@@ -92,7 +92,7 @@ class ServeProcess:
         self.log = Path(tempfile.mkstemp(prefix="chatgql-adversarial-", suffix=".log")[1])
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", "serve", "--log-level", self.log_level],
+                [sys.executable, "-m", "chatgql.server.cli", "serve", "--log-level", self.log_level],
                 env=self.environment(),
                 cwd=str(REPO),
                 stdin=subprocess.DEVNULL,

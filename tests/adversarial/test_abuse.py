@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from chatgql.edge.ratelimit import OPERATION_LIMITS, Limiters
 from chatgql.errors import Forbidden
-from chatgql.ratelimit import OPERATION_LIMITS, Limiters
 from chatgql.services.policy import ALLOW_ALL, MembershipRequest, load_policy
 
 from ..conftest import GraphQLClient, RunningServer, error_code, make_settings

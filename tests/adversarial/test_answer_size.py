@@ -247,14 +247,14 @@ async def test_a_websockets_subscriptions_are_bounded_together(prod: ServeProces
     refused, and a subscription that ends gives its share back (both protocols)."""
     from graphql import parse
 
-    from chatgql import compat
+    from chatgql.compat import strawberry as strawberry_compat
     from chatgql.graphql.cost import CostCache, CostLimits
     from chatgql.graphql.schema import schema
 
     group = await seed(prod, http)
     document = "subscription { messageNew { seq message { body seenBy(first: 1000) } } }"
     limits = CostLimits()
-    each, _ = CostCache(limits).cost(compat.core_schema(schema), parse(document), None, {})
+    each, _ = CostCache(limits).cost(strawberry_compat.core_schema(schema), parse(document), None, {})
     assert each <= limits.max_event_cost
     fits = limits.max_socket_event_cost // each
     assert fits < 100  # the per-socket count limit would not be what refuses them

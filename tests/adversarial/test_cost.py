@@ -150,7 +150,7 @@ async def test_a_sustained_attack_with_new_documents_does_not_starve_other_clien
 
 from graphql import get_introspection_query, parse  # noqa: E402
 
-from chatgql.graphql.limits import OperationLimits, check_document  # noqa: E402
+from chatgql.engine.limits import OperationLimits, check_document  # noqa: E402
 
 LIMITS = OperationLimits(max_depth=4, max_aliases=3, max_fields=10, max_selections=40)
 

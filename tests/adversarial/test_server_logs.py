@@ -4,7 +4,7 @@
   the request's path with its query string, where a `?token=...` would land; they log it
   as `?<redacted>`.
 - A cancelled request (cut by the request timeout, or its client gone mid-request) leaves
-  no "coroutine ... was never awaited" behind (graphql/gather.py).
+  no "coroutine ... was never awaited" behind (engine/gather.py).
 """
 
 from __future__ import annotations

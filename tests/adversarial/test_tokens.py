@@ -11,7 +11,7 @@ import httpx
 import jwt
 import pytest
 
-from chatgql.auth import issue_token, user_from_authorization
+from chatgql.edge.auth import issue_token, user_from_authorization
 from chatgql.errors import Unauthenticated
 from chatgql.settings import load_settings
 
@@ -127,7 +127,7 @@ def _cli_token(*args: str, **env: str) -> subprocess.CompletedProcess:
     child = {k: v for k, v in os.environ.items() if not k.startswith("CHATGQL_")}
     child.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "chatgql.cli", "token", *args],
+        [sys.executable, "-m", "chatgql.server.cli", "token", *args],
         cwd=REPO,
         env=child,
         capture_output=True,

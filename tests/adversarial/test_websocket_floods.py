@@ -40,7 +40,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 
 from ..conftest import drop_database, scratch_database
 from ..support.live import LEGACY_WS, PROTOCOLS, TRANSPORT_WS

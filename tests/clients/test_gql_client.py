@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 
 from ..conftest import REPO
 from ..support.recipes import CLIENTS_PAGE, recipe

@@ -24,10 +24,10 @@ import pytest
 from broadcaster import Broadcast
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
+from chatgql.edge.ratelimit import RedisStore, SharedRateLimiter
 from chatgql.errors import LimitExceeded
 from chatgql.events.backends import RedisClusterBackend, cluster_nodes
 from chatgql.events.bus import CHANNEL
-from chatgql.ratelimit import RedisStore, SharedRateLimiter
 
 from ..conftest import RunningServer, free_port, make_settings
 from ..support.live import (
@@ -426,7 +426,7 @@ async def test_rate_limits_are_shared_by_the_processes_and_counted_alone_without
     store = RedisStore(f"redis://127.0.0.1:{port}", timeout=0.25)
     limiter = SharedRateLimiter("sendMessage", 0.05, 2, store)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="chatgql.ratelimit"):
+    with caplog.at_level(logging.WARNING, logger="chatgql.edge.ratelimit"):
         await limiter.check("7")
         await limiter.check("7")
         with pytest.raises(LimitExceeded) as limited:

@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from chatgql import db
-from chatgql.app import Runtime
 from chatgql.errors import NotFound
 from chatgql.events import types as events
 from chatgql.events.dispatch import Subscription
+from chatgql.server.app import Runtime
 from chatgql.services import conversations as conversation_service
 from chatgql.services.messages import do_send_message
 from chatgql.services.reads import do_mark_read

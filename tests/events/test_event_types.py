@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from strawberry.utils.str_converters import to_camel_case
 
 from chatgql.db import Database
+from chatgql.engine.shared import derive
 from chatgql.events import types as events
 from chatgql.events.types import DISPATCH, PRODUCER, STORE, MembersAdded, MessageNew, ReadUpdated
-from chatgql.graphql.shared import SHARABLE
+from chatgql.graphql.subscriptions import Subscription
 from chatgql.models import MESSAGE_FIELDS
 from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS
 from chatgql.store import conversations, delivery, messages, outbox, reads
@@ -28,6 +29,7 @@ from chatgql.store import conversations, delivery, messages, outbox, reads
 REPO = Path(__file__).resolve().parents[2]
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=50)  # JSON has no lone surrogates
 IDS = st.integers(1, 2**63 - 1)
+SHARABLE = derive(Subscription).sharable
 _BY_TYPE: dict[Any, st.SearchStrategy] = {
     int: IDS,
     str: TEXT,
@@ -279,7 +281,7 @@ async def test_the_statements_fill_in_the_keys_they_are_given_and_name_none_of_t
 
 
 def test_every_field_shared_results_take_from_an_event_is_a_field_of_the_schema() -> None:
-    """graphql/shared.py derives its sharable fields from the definitions' wire keys: renaming a wire
+    """engine/shared.py derives its sharable fields from the definitions' wire keys: renaming a wire
     key must not silently name a GraphQL field that does not exist (or another one)."""
     schema = build_schema((REPO / "schema.graphql").read_text())
     for type_name, names in SHARABLE.items():
@@ -290,7 +292,7 @@ def test_every_field_shared_results_take_from_an_event_is_a_field_of_the_schema(
 
 
 def test_what_shared_results_share_follows_the_types() -> None:
-    """SHARABLE is derived (graphql/shared.py): every field of the message record that Message shows is
+    """SHARABLE is derived (engine/shared.py): every field of the message record that Message shows is
     sharable by being a plain field, a resolver only when marked PER_EVENT (seen is, conversation is not)."""
     assert {to_camel_case(name) for name in MESSAGE_FIELDS} - {"replyToSeq"} <= SHARABLE["Message"]
     assert {"id", "seen", "seenByCount", "seenBy"} <= SHARABLE["Message"]

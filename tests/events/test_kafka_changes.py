@@ -3,7 +3,7 @@ carrying the message with its id, and keep their place in the conversation's ord
 
 from __future__ import annotations
 
-from chatgql import cli
+from chatgql.server import cli
 from chatgql.services.erase import erase_user
 
 from ..support.live import ChatApi, wait_active_subscriptions, ws_connect

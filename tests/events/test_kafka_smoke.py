@@ -4,7 +4,7 @@ import uuid
 
 import websockets
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 
 
 async def test_a_message_sent_over_http_arrives_on_a_subscription_through_kafka(kafka_server, http):

@@ -21,10 +21,10 @@ import pytest
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
-from chatgql import cli
 from chatgql.events.hub import Hub, HubPresenceLink
 from chatgql.events.presence import Presence
 from chatgql.events.webhooks import Deliverer, parse_retry_after, parse_secret, retry_delay, sign
+from chatgql.server import cli
 from chatgql.services.changes import CONTENT_KINDS
 from chatgql.services.erase import erase_user
 from chatgql.settings import load_settings

@@ -2,7 +2,7 @@
 whichever worker holds its websocket, gets every message of its conversations, once
 and in order, whichever worker took the send. Run as a real process (uvicorn's
 supervisor and its workers), with and without Kafka, on the two buses workers share: a
-Redis, or (the default, nothing to install) the supervisor's hub (chatgql/supervisor.py).
+Redis, or (the default, nothing to install) the supervisor's hub (chatgql/server/supervisor.py).
 With the hub, a user's rate limit holds across the workers; either way the supervisor runs
 the one relay, and its workers die with it.
 """

@@ -46,7 +46,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
-from chatgql.embedded import read_postmaster
+from chatgql.db.embedded import read_postmaster
 from chatgql.store.conversations import OWN_READ
 from chatgql.store.outbox import RELAY_LOCK
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from graphql import parse
 
-from chatgql import compat
+from chatgql.compat import strawberry as strawberry_compat
 from chatgql.graphql.cost import CostCache, CostLimits
 from chatgql.graphql.schema import schema
 
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = CostLimits()
-CORE = compat.core_schema(schema)
+CORE = strawberry_compat.core_schema(schema)
 
 
 def price(document: str, variables: dict | None = None, operation_name: str | None = None) -> int:

@@ -23,7 +23,7 @@ import graphql
 import httpx
 import pytest
 
-from chatgql import compat
+from chatgql.compat import strawberry as strawberry_compat
 from chatgql.graphql.cost import CostCache, CostLimits
 from chatgql.graphql.examples import CLIENT_MSG_ID, EXAMPLES
 from chatgql.graphql.schema import schema
@@ -182,5 +182,5 @@ def test_the_documented_sync_is_priced_within_the_production_bound_up_to_394_cur
     costs = CostCache(CostLimits.of(prod.settings))
     document = graphql.parse(_documented_sync().query)
     for count in (1, 3, 4, 300, 394):
-        cost, _ = costs.cost(compat.core_schema(schema), document, None, {"cursors": [{}] * count})
+        cost, _ = costs.cost(strawberry_compat.core_schema(schema), document, None, {"cursors": [{}] * count})
         assert cost <= prod.settings.max_operation_cost, (count, cost)

@@ -3,7 +3,7 @@
 seen, seenByCount and seenBy read the conversation's roster. Every subscriber
 of a message.new event reads the same roster, so the event reads it once for
 all of them (loaders.EventRosters), not once per subscriber; and subscribers
-holding the same document share one execution of it (graphql/shared.py).
+holding the same document share one execution of it (engine/shared.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""graphql/gather.py: a gather cancelled before its tasks have started leaves no coroutine
+"""engine/gather.py: a gather cancelled before its tasks have started leaves no coroutine
 unawaited (graphql-core's does: the control), and otherwise answers as graphql-core's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from graphql.pyutils import gather_with_cancel as graphql_cores
 
-from chatgql.graphql.gather import gather_with_cancel
+from chatgql.engine.gather import gather_with_cancel
 
 
 async def _leaf() -> str:

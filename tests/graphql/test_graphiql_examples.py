@@ -19,8 +19,8 @@ import httpx
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from chatgql.app import create_app
 from chatgql.graphql.examples import EXAMPLES
+from chatgql.server.app import create_app
 
 from ..conftest import REPO, GraphQLClient, RunningServer, make_settings
 

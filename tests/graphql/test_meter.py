@@ -1,4 +1,4 @@
-"""The CPU meter of an HTTP request (graphql/meter.py): its own tasks' CPU time, not the clock's."""
+"""The CPU meter of an HTTP request (engine/meter.py): its own tasks' CPU time, not the clock's."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import time
 import pytest
 
 from chatgql import db
+from chatgql.engine import meter
 from chatgql.events.wakeup import RelayWakeup
-from chatgql.graphql import meter
-from chatgql.tasks import process_task
+from chatgql.runtime.tasks import process_task
 
 
 def burn(seconds: float) -> None:
@@ -195,7 +195,7 @@ def test_a_sampled_process_exits_cleanly():
     stopped first, or a tick then ends the process with "Profiling timer expired"."""
     script = (
         "import asyncio, time\n"
-        "from chatgql.graphql import meter\n"
+        "from chatgql.engine import meter\n"
         "async def main():\n"
         "    meter.install(asyncio.get_running_loop())\n"
         "    assert meter._sampler.thread is not None\n"
@@ -219,7 +219,7 @@ def test_a_forked_child_samples_afresh():
     child would wait on one for good."""
     script = (
         "import asyncio, multiprocessing\n"
-        "from chatgql.graphql import meter\n"
+        "from chatgql.engine import meter\n"
         "def child():\n"
         "    async def main():\n"
         "        meter.install(asyncio.get_running_loop())\n"

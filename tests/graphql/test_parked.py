@@ -1,4 +1,4 @@
-"""Parked subscriptions (graphql/parked.py): an idle messageNew subscription has no task.
+"""Parked subscriptions (engine/parked.py): an idle messageNew subscription has no task.
 
 Both protocols, against the session's server (in this process, so its tasks can be
 counted): a parked subscription gets every event, parks again after each, ends as an
@@ -15,7 +15,7 @@ import json
 import pytest
 from graphql import parse
 
-from chatgql.graphql.parked import parkable
+from chatgql.engine.parked import parkable
 
 from ..support.live import (
     LEGACY_WS,

@@ -1,5 +1,5 @@
 """Documents the server has accepted before run straight through graphql-core
-(chatgql.graphql.prepared). A repeated request must get the answer the first one
+(chatgql.engine.prepared). A repeated request must get the answer the first one
 got: same status, same JSON, same contract codes. Each test sends a document the
 server has never seen (a unique comment makes it new), so the first request takes
 Strawberry's whole pipeline and the repeats take the direct path.

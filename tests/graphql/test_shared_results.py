@@ -1,18 +1,21 @@
-"""Which subscription selections may share one result among an event's subscribers (graphql/shared.py)."""
+"""Which subscription selections may share one result among an event's subscribers (engine/shared.py)."""
 
 from __future__ import annotations
 
 import pytest
 from graphql import OperationDefinitionNode, parse
 
-from chatgql.graphql.shared import _sharable
+from chatgql.engine.shared import _sharable, derive
+from chatgql.graphql.subscriptions import Subscription
+
+SHARING = derive(Subscription)
 
 
 def verdict(query: str) -> bool:
     document = parse(query)
     operation = next(d for d in document.definitions if isinstance(d, OperationDefinitionNode))
     fragments = {d.name.value: d for d in document.definitions if not isinstance(d, OperationDefinitionNode)}
-    return _sharable(operation.selection_set, "Subscription", fragments)
+    return _sharable(operation.selection_set, "Subscription", fragments, SHARING)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """A websocket's context: its viewer holds only as long as its connection_init token.
 
-(The socket itself is closed with 4403 at exp by graphql/handshake.py:
+(The socket itself is closed with 4403 at exp by engine/handshake.py:
 tests/adversarial/test_websocket_floods.py tries it against a running server;
 here, the refusal of an operation that runs in the moment before the close.)
 """
@@ -13,7 +13,7 @@ import pytest
 from starlette.requests import Request
 from starlette.websockets import WebSocket
 
-from chatgql.auth import issue_token, token_expiry
+from chatgql.edge.auth import issue_token, token_expiry
 from chatgql.errors import Unauthenticated
 from chatgql.graphql import context as context_module
 from chatgql.graphql.context import Context, Deps

@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from chatgql.auth import issue_token, user_from_authorization
-from chatgql.jwks import KeySet
+from chatgql.edge.auth import issue_token, user_from_authorization
+from chatgql.edge.jwks import KeySet
 from chatgql.settings import load_settings
 
 from ..conftest import RunningServer

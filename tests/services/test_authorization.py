@@ -193,7 +193,7 @@ TOKEN_KINDS = ["expired", "other-key", "sub-not-a-user-id", "no-sub", "no-token"
 
 def test_the_bad_tokens_differ_from_a_good_one_only_in_what_makes_them_bad():
     """Guard: the same claims signed with the server's key and in date are a valid token for OWNER."""
-    from chatgql.auth import user_from_authorization
+    from chatgql.edge.auth import user_from_authorization
     from chatgql.errors import Unauthenticated
 
     settings = make_settings("postgresql://unused/unused")

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import text
 
-from chatgql import cli, db
+from chatgql import db
 from chatgql.graphql.ids import message_id
+from chatgql.server import cli
 from chatgql.services.erase import Batch, erase_user, retention_loop, run_retention
 from tests.support.live import ChatApi, wait_active_subscriptions, wait_until, ws_connect
 

@@ -28,8 +28,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from chatgql.auth import issue_token
 from chatgql.db import Database
+from chatgql.edge.auth import issue_token
 from chatgql.events import types as events
 from chatgql.services.groupcommit import MESSAGE_KEYS, READ_KEYS, SendBatcher, SendItem
 from chatgql.services.messages import SendResult, do_send_message
@@ -275,7 +275,7 @@ async def three_servers(database_url: str) -> AsyncIterator[tuple[str, list[str]
     ports = [free_port() for _ in range(PROCESSES)]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "chatgql.cli", "serve", "--port", str(port), "--no-relay", "--no-consumer"]
+            [sys.executable, "-m", "chatgql.server.cli", "serve", "--port", str(port), "--no-relay", "--no-consumer"]
             + ["--log-level", "warning"],
             cwd=REPO,
             env=env,

@@ -36,7 +36,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from chatgql import db
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.errors import BadUserInput, NotFound
 from chatgql.events import types as events
 from chatgql.services.read_coalescing import ReadCoalescer, answer

@@ -29,7 +29,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 
 from ..conftest import GraphQLClient
 from ..support.writepath import Quiet, gated, open_quiet_server, quiet, wave  # noqa: F401 (quiet: a fixture)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from tests.conftest import GraphQLClient, RunningServer, error_code
 from tests.support.writepath import (  # noqa: F401  (fixtures)
     TIMEOUT,

@@ -257,7 +257,7 @@ class FaultRedis:
 
 
 class ChatProcess:
-    """One `python -m chatgql.cli ...` process (serve, relay or consume), killable with SIGKILL."""
+    """One `python -m chatgql.server.cli ...` process (serve, relay or consume), killable with SIGKILL."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path, port: int | None = None) -> None:
         self.name = name
@@ -280,7 +280,7 @@ class ChatProcess:
             log.write(f"\n===== start #{self.starts}: chatgql {' '.join(self.args)} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chatgql.cli", *self.args],
+                [sys.executable, "-m", "chatgql.server.cli", *self.args],
                 env=self.env,
                 cwd=str(REPO),
                 stdin=subprocess.DEVNULL,

@@ -26,7 +26,7 @@ from sqlalchemy import text
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.settings import Settings
 
 from ..conftest import GraphQLClient

@@ -25,7 +25,7 @@ import websockets
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatgql.auth import issue_token
+from chatgql.edge.auth import issue_token
 from chatgql.settings import Settings, load_settings
 
 from .infra import JWT_SECRET

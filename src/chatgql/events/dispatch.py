@@ -169,7 +169,7 @@ class Subscription:
         """Have ready() called (once) at the next event or failure, instead of a reader waiting.
 
         A parked subscription has no reader at all while it is idle (no task, no frames: memory
-        per idle websocket, graphql/parked.py): whoever parked it reads what came with take()
+        per idle websocket, engine/parked.py): whoever parked it reads what came with take()
         when ready() is called."""
         self._parked = ready
 

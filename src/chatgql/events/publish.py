@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from .. import compat
+from ..compat import aiokafka as aiokafka_compat
 from .bus import Bus, envelope
 from .dispatch import Dispatcher
 
@@ -147,7 +147,7 @@ async def _stop(producer: AIOKafkaProducer, flush_seconds: float = 5.0) -> None:
             await producer.flush()
     except TimeoutError:
         # No public "stop now": end the sender first (so nothing is re-queued), then fail what is left.
-        await compat.abandon_unacknowledged(
+        await aiokafka_compat.abandon_unacknowledged(
             producer, KafkaError("producer stopped before Kafka acknowledged"), flush_seconds
         )
     await producer.stop()

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Callable
 
 from ..db import Database
+from ..runtime.tasks import process_task
 from ..store import outbox
-from ..tasks import process_task
 from .relay import OutboxRelay
 
 log = logging.getLogger(__name__)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphql import GraphQLError, OperationDefinitionNode
 from starlette.requests import Request
@@ -15,20 +14,29 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.extensions import SchemaExtension
 
-from .. import compat
-from ..auth import token_expiry, user_from_authorization
+from ..compat import strawberry as strawberry_compat
 from ..db import Database
+from ..edge.auth import token_expiry, user_from_authorization
+from ..edge.jwks import KeySet
+from ..edge.ratelimit import Limiters, SharedStore, shared_store
+from ..engine.acyclic import unlink_tokens
+from ..engine.handshake import ws_operation
+from ..engine.limits import OperationLimits
+from ..engine.validation import validate_once
 from ..errors import Unauthenticated
-from ..jwks import KeySet
-from ..ratelimit import Limiters, SharedStore, shared_store
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
-from .acyclic import unlink_tokens
 from .cost import CostCache, over_cost
-from .limits import OperationLimits
 from .loaders import EventReads, Loaders
-from .validation import validate_once
+
+if TYPE_CHECKING:
+    from ..events.dispatch import Dispatcher
+    from ..events.ephemeral import EphemeralPublisher
+    from ..events.presence import Presence
+    from ..events.wakeup import RelayWakeup
+    from ..services.delivery_coalescing import DeliveryCoalescer
+    from ..services.read_coalescing import ReadCoalescer
 
 
 @dataclass
@@ -37,14 +45,14 @@ class Deps:
 
     settings: Settings
     database: Database
-    dispatcher: Any = None  # events.dispatch.Dispatcher; None in processes that serve no subscriptions
-    wakeup: Any = None  # events.wakeup.RelayWakeup (hooked into the database: the services wake it)
-    read_coalescer: Any = None  # services.read_coalescing.ReadCoalescer; None: markRead uncoalesced
-    delivery_coalescer: Any = None  # services.delivery_coalescing.DeliveryCoalescer; None: uncoalesced
+    dispatcher: Dispatcher | None = None  # None in processes that serve no subscriptions
+    wakeup: RelayWakeup | None = None  # hooked into the database: the services wake it
+    read_coalescer: ReadCoalescer | None = None  # None: markRead uncoalesced
+    delivery_coalescer: DeliveryCoalescer | None = None  # None: markDelivered uncoalesced
     send_batcher: SendBatcher | None = None  # group commit of sends (None: every send alone)
     keys: KeySet | None = None  # the OpenID provider's keys (jwks.py); None without CHATGQL_OIDC_ISSUER
-    typing: Any = None  # events.ephemeral.EphemeralPublisher; None in processes that serve no subscriptions
-    presence: Any = None  # events.presence.Presence: who has a websocket open (for webhooks)
+    typing: EphemeralPublisher | None = None  # None in processes that serve no subscriptions
+    presence: Presence | None = None  # who has a websocket open (for webhooks)
     limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
     rate_limit_store: SharedStore | None = field(init=False)  # where shared rate limits live (Redis, the hub), if any
     membership_policy: MembershipPolicy = field(init=False)
@@ -58,11 +66,6 @@ class Deps:
         self.membership_policy = load_policy(s.membership_policy, s)
 
 
-# The websocket operation this task runs (handshake.py's handlers set it to a token of their own):
-# a subscription's price is held in its connection's Context under it while the operation runs.
-ws_operation: ContextVar[object | None] = ContextVar("ws_operation", default=None)
-
-
 @dataclass
 class Context:
     deps: Deps
@@ -74,7 +77,7 @@ class Context:
     # A websocket's live subscriptions' prices per event, by ws_operation token.
     subscription_costs: dict[object, int] = field(default_factory=dict, repr=False)
     # A websocket's: when its token expires (then its viewer is UNAUTHENTICATED, and the handler
-    # closes it: graphql/handshake.py). None over HTTP, where a request is over in seconds.
+    # closes it: engine/handshake.py). None over HTTP, where a request is over in seconds.
     token_expires_at: float | None = field(default=None, repr=False)
 
     @property
@@ -207,7 +210,7 @@ class ChatOperation(SchemaExtension):
         else:
             errors = await validate_once(
                 execution_context.query,
-                compat.core_schema(execution_context.schema),
+                strawberry_compat.core_schema(execution_context.schema),
                 document,
                 self.limits,
                 execution_context.validation_rules,
@@ -222,13 +225,13 @@ class ChatOperation(SchemaExtension):
                     execution_context.graphql_document = document = kept
         if (
             not errors
-            and compat.provided_operation_name(execution_context) is None
+            and strawberry_compat.provided_operation_name(execution_context) is None
             and sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
         ):
             errors = [GraphQLError("operationName is required when the document has several operations")]
         if not errors and self.costs is not None:
             errors = self._check_cost(document)
-        compat.set_validation_result(execution_context, errors)
+        strawberry_compat.set_validation_result(execution_context, errors)
         yield
 
     def _check_cost(self, document: Any) -> list[GraphQLError]:
@@ -237,9 +240,9 @@ class ChatOperation(SchemaExtension):
         assert self.costs is not None
         execution_context = self.execution_context
         priced = self.costs.cost(
-            compat.core_schema(execution_context.schema),
+            strawberry_compat.core_schema(execution_context.schema),
             document,
-            compat.provided_operation_name(execution_context),
+            strawberry_compat.provided_operation_name(execution_context),
             execution_context.variables,
         )
         if priced is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 
-from ..demo import DEV_TOKEN_PATH
+from ..edge.demo import DEV_TOKEN_PATH
 from .examples import default_tabs
 
 ASSETS_PATH = "/graphiql/assets"

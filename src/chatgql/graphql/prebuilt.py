@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from strawberry.utils.str_converters import to_camel_case
 
+from ..engine.plan.compile import Selection
 from ..store.conversations import INBOX_JSON_VALUES, LAST_MESSAGE_JSON_VALUES, JsonObject, JsonText
-from .plan.compile import Selection
 from .types import Conversation, Message
 
 # A node's fields: GraphQL name -> the value of the inbox row that answers it, named as the field

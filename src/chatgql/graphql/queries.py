@@ -10,13 +10,13 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..db import Row
+from ..engine.plan.compile import PREBUILT
 from ..errors import conversation_not_found
 from ..services.changes import read_changes
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync, sync_page
 from ..store import conversations
 from .nodes import load_node, load_nodes
-from .plan.compile import PREBUILT
 from .prebuilt import InboxNodes, inbox_nodes
 from .scalars import Long
 from .search import MessageSearchConnection, resolve_search_messages

@@ -25,23 +25,24 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
-from .. import compat
+from ..compat import graphql_core as graphql_compat
+from ..compat import strawberry as strawberry_compat
+from ..engine import meter
+from ..engine.gather import gather_with_cancel
+from ..engine.handshake import LegacyWSHandler, MessageBudgets, PendingSockets, TransportWSHandler
+from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
+from ..engine.limits import OperationLimits, check_document
+from ..engine.plan import Planner
+from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
+from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Unauthenticated
-from . import meter
 from .context import ChatOperation, Context, Deps
 from .cost import CostCache, CostLimits, over_cost
 from .errors import redact, to_contract_errors
-from .gather import gather_with_cancel
 from .graphiql import GraphiQLFiles
-from .handshake import LegacyWSHandler, MessageBudgets, PendingSockets, TransportWSHandler
-from .http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
-from .limits import OperationLimits, check_document
 from .mutations import Mutation
-from .plan import Planner
-from .prepared import AcceptedDocuments, is_executable, operation_type
 from .queries import Query
 from .scalars import SCALARS
-from .shared import SharedEventExecutor, SharedResults
 from .subscriptions import Subscription
 
 
@@ -49,6 +50,7 @@ class ChatSchema(strawberry.Schema):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(execution_context_class=SharedEventExecutor, **kwargs)
         self.shared_results = SharedResults()
+        self.sharing = derive(self.subscription) if self.subscription is not None else None
         self.planner: Planner | None = None  # set by ChatGraphQL: runs subscription events by plan too
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
@@ -127,14 +129,22 @@ def build_schema(
 schema = build_schema()  # what `schema.graphql` is generated from
 
 
+class ChatTransportWSHandler(TransportWSHandler[Context]):
+    """The graphql-transport-ws handler, on chatgql's context."""
+
+
+class ChatLegacyWSHandler(LegacyWSHandler[Context]):
+    """The legacy graphql-ws handler, on chatgql's context."""
+
+
 class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
     """Strawberry's ASGI view with chatgql's context and websocket authentication."""
 
-    graphql_transport_ws_handler_class = TransportWSHandler
-    graphql_ws_handler_class = LegacyWSHandler
+    graphql_transport_ws_handler_class = ChatTransportWSHandler
+    graphql_ws_handler_class = ChatLegacyWSHandler
 
     def __init__(self, deps: Deps, **kwargs: Any) -> None:
-        compat.use_gather_with_cancel(gather_with_cancel)
+        graphql_compat.use_gather_with_cancel(gather_with_cancel)
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
         self.planner = Planner(enabled=settings.planner, maxsize=1024)
@@ -159,7 +169,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         )
         self.deps = deps
         schema.planner = self.planner
-        self.core_schema = compat.core_schema(schema)
+        self.core_schema = strawberry_compat.core_schema(schema)
         self.graphiql = GraphiQLFiles(dev_sign_in=settings.dev_sign_in_enabled) if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
         self.budgets = MessageBudgets(settings)

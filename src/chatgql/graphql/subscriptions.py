@@ -45,6 +45,8 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
+from ..engine.parked import PARKING
+from ..engine.registry import PER_EVENT
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import (
     CONVERSATION_UPDATED,
@@ -67,11 +69,9 @@ from ..services.checks import check_id
 from ..services.history import read_replay
 from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
-from .parked import PARKING
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
 from .scalars import Long
 from .types import (
-    PER_EVENT,
     ChangeCursor,
     MemberRole,
     Message,

@@ -18,6 +18,7 @@ from strawberry.types.nodes import FragmentSpread, InlineFragment
 from strawberry.utils.str_converters import to_camel_case
 
 from ..db import Row
+from ..engine.registry import PER_EVENT
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import MessageChange as MessageChange_
 from ..models import MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS, MessageRecord
@@ -37,11 +38,6 @@ from .loaders import DeliveredKey, Loaders, MemberPageKey, PageKey, ReactedByKey
 from .scalars import Long
 
 _NOT_LOADED: Any = object()
-# A resolver whose value is the same for every subscriber of one event (read from the event, or read once
-# per event for all of them: loaders.EventReads). graphql/shared.py shares such fields' results, and every
-# field without a resolver (read from the object the event built); a resolver not marked is per subscriber.
-PER_EVENT_KEY = "per_event"
-PER_EVENT: dict[str, Any] = {PER_EVENT_KEY: True}
 
 
 def selects(selections: list[Any], *path: str) -> bool:

@@ -30,8 +30,8 @@ from uuid import UUID
 from ..db import Connection, Database, Row
 from ..errors import RETRY_AFTER_SECONDS, Unavailable
 from ..events.types import MESSAGE_KEYS, READ_KEYS
+from ..runtime.tasks import process_task
 from ..store import messages
-from ..tasks import process_task
 
 # The keys chat_send fills in, from the event definitions (the SQL names none).
 STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)

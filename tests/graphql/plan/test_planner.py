@@ -1,4 +1,4 @@
-"""The plan-once executor (chatgql.graphql.plan) in the running server: used, counted, switchable.
+"""The plan-once executor (chatgql.engine.plan) in the running server: used, counted, switchable.
 
 That its answers equal graphql-core's is test_planner_differential.py's job.
 """
@@ -13,10 +13,10 @@ from graphql import get_argument_values, parse
 from graphql.execution.values import get_variable_values
 from strawberry.http import process_result
 
-from chatgql import compat
-from chatgql.graphql.plan import Planner
-from chatgql.graphql.plan.compile import _omitted_defaults
-from chatgql.graphql.prepared import execute_accepted
+from chatgql.compat import strawberry as strawberry_compat
+from chatgql.engine.plan import Planner
+from chatgql.engine.plan.compile import _omitted_defaults
+from chatgql.engine.prepared import execute_accepted
 from chatgql.graphql.schema import build_schema
 
 from ...conftest import RunningServer, make_settings
@@ -126,11 +126,13 @@ async def test_a_failing_field_does_not_fail_its_siblings_shared_loads(server, s
 
 
 async def test_types_implementing_node_carry_strawberrys_own_type_check():
-    # The plan calls it without an info (compat.is_strawberry_type_check): it must stay Strawberry's.
+    # The plan calls it without an info (strawberry_compat.is_strawberry_type_check): it must stay Strawberry's.
     from chatgql.graphql.schema import schema as exported
 
     for name in ("Conversation", "Message", "Member", "Viewer"):
-        assert compat.is_strawberry_type_check(compat.core_schema(exported).type_map[name].is_type_of), name
+        assert strawberry_compat.is_strawberry_type_check(
+            strawberry_compat.core_schema(exported).type_map[name].is_type_of
+        ), name
 
 
 # A schema of its own for the next test (module level: the annotations are strings).
@@ -203,7 +205,7 @@ def test_omitted_arguments_take_their_defaults_coerced_once_as_graphql_core_give
     """plan/compile.py coerces the defaults of the arguments a field node omits once, and only the
     given ones per run: together they are what graphql-core's get_argument_values answers for the
     whole field, whatever the variables (replyTo given, null, or its variable left out)."""
-    core = compat.core_schema(build_schema())
+    core = strawberry_compat.core_schema(build_schema())
     document = parse(
         "mutation($c: ID!, $m: UUID!, $b: String!, $r: ID) {"
         " sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r) { duplicate } }"

@@ -1,4 +1,4 @@
-"""The plan-once executor (chatgql.graphql.plan) answers exactly as graphql-core's executor.
+"""The plan-once executor (chatgql.engine.plan) answers exactly as graphql-core's executor.
 
 Every document goes through both on the same data, in this process, as the
 HTTP fast path runs them: prepared.execute_accepted (graphql-core) and
@@ -53,11 +53,11 @@ from orjson import Fragment
 from starlette.requests import Request
 from strawberry.http import process_result
 
+from chatgql.engine.limits import check_document
+from chatgql.engine.plan import Planner
+from chatgql.engine.prepared import execute_accepted
 from chatgql.graphql import ids
 from chatgql.graphql.context import Context
-from chatgql.graphql.limits import check_document
-from chatgql.graphql.plan import Planner
-from chatgql.graphql.prepared import execute_accepted
 from chatgql.graphql.schema import DEFAULT_LIMITS
 
 from ..test_fuzz import FOREIGN_ID, MISSING_ID, OWN_IDS, SCHEMA, SETTINGS, operations, seeded  # noqa: F401

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from strawberry.execution import optimized_is_awaitable
 from strawberry.http import process_result
 
-from chatgql.graphql.plan import Planner
-from chatgql.graphql.shared import SharedEventExecutor
+from chatgql.engine.plan import Planner
+from chatgql.engine.shared import SharedEventExecutor
 from chatgql.graphql.subscriptions import _for_event
 from chatgql.graphql.types import Message, MessageNewEvent, ReadUpdatedEvent
 
