@@ -118,3 +118,17 @@ def test_the_readme_is_a_front_door():
     assert "./scripts/test     # install and run the whole test suite" in text
     long_lines = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > 1000]
     assert not long_lines, f"README.md lines over 1,000 characters: {long_lines}"
+
+
+def test_the_development_layout_names_every_package_and_module_of_the_tree():
+    """docs/development/index.md's layout follows the tree: each package of src/chatgql and each
+    module at its top, each folder of the repository's top, and each script is named there."""
+    text = (DOCS / "development" / "index.md").read_text()
+    layout = text[text.index("## Layout") :]
+    src = REPO / "src" / "chatgql"
+    names = [f"{path.name}/" for path in src.iterdir() if path.is_dir() and not path.name.startswith("__")]
+    names += [path.name for path in src.glob("*.py") if path.name != "__init__.py"]
+    names += [f"{path.name}/" for path in REPO.iterdir() if path.is_dir() and not path.name.startswith(".")]
+    names += [path.name for path in (REPO / "scripts").iterdir() if path.is_file()]
+    missing = [name for name in names if name.rstrip("/") not in layout]
+    assert not missing, f"docs/development/index.md's layout does not name: {missing}"

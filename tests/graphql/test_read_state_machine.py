@@ -468,6 +468,7 @@ class ReadStateMachine(RuleBasedStateMachine):
 
 
 # Passing takes under a minute; a failure is shrunk before it is reported, which may take minutes more.
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_read_state_matches_the_model_through_random_operations(server, http):
     ReadStateMachine.api = ChatApi.of(server, http)

@@ -41,6 +41,11 @@ SERVICE_PATHS = (
     "tests/identity/",
     "tests/test_webchat_browser.py",
     "tests/test_demo.py",
+    # real `chatgql serve` processes, started, killed and restarted, and the benchmark's smoke runs
+    "tests/test_bench_smoke.py",
+    "tests/test_embedded.py",
+    "tests/test_operator_while_serving.py",
+    "tests/test_settings_cli.py",
 )
 
 
