@@ -53,6 +53,12 @@ HTTP_SIDES = {
     "plain": {"CHATGQL_PREPARED_DOCUMENTS": "false"},
 }
 HTTP_FIGURES = ("inbox", "send_spread", "read")
+SERVES = {
+    "inbox": "inbox page of 50 with lastMessage",
+    "send_spread": "sendMessage",
+    "read": "markRead",
+}
+NOTES = "\n## Reading\n"  # the report's hand-written part, from this heading on: kept when it is written again
 HUB_FIGURES = ("send_spread", "read")
 # (fast path, what it serves, side with it, side without it, figures)
 HTTP_PAIRS = (
@@ -329,7 +335,7 @@ def report(results: dict, args: argparse.Namespace) -> str:
                 c = _compare([_ms(s) for s in a], [_ms(s) for s in b])
                 rps = _compare([s["rps"] for s in a], [s["rps"] for s in b], lower_is_better=False)
                 lines.append(
-                    f"| {label} | {figure} | {without}: {_cell(c, 'a', 3, 'ms')} | {with_}: {_cell(c, 'b', 3, 'ms')} "
+                    f"| {label} | {SERVES[figure]} | {without}: {_cell(c, 'a', 3, 'ms')} | {with_}: {_cell(c, 'b', 3, 'ms')} "
                     f"| {_gain(c)} | {rps['a']:,.0f} -> {rps['b']:,.0f} | {_verdict(c)} |"
                 )
     hub = results.get("hub")
@@ -339,7 +345,7 @@ def report(results: dict, args: argparse.Namespace) -> str:
             c = _compare([_ms(s) for s in a], [_ms(s) for s in b])
             rps = _compare([s["rps"] for s in a], [s["rps"] for s in b], lower_is_better=False)
             lines.append(
-                f"| hub (2 workers) | {figure} | redis bus: {_cell(c, 'a', 3, 'ms')} | hub: {_cell(c, 'b', 3, 'ms')} "
+                f"| hub (2 workers) | {SERVES[figure]} | redis bus: {_cell(c, 'a', 3, 'ms')} | hub: {_cell(c, 'b', 3, 'ms')} "
                 f"| {_gain(c)} | {rps['a']:,.0f} -> {rps['b']:,.0f} | {_verdict(c)} |"
             )
     shared = results.get("shared")
@@ -414,6 +420,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1, default=str))
     text = report(results, args)
+    if args.report.exists() and NOTES in (old := args.report.read_text()):
+        text += old[old.index(NOTES) :]
     args.report.write_text(text)
     print(text)
 
