@@ -402,23 +402,28 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-fastpaths-"))
     pg = Postgres.start(scratch / "pg")
     results: dict = {}
+    failed: dict[str, str] = {}
     try:
         for part in parts:
             t0 = time.monotonic()
-            if part == "http":
-                results[part] = run_http(pg, scratch, args.rounds, args.seconds)
-            elif part == "hub":
-                results[part] = run_hub(pg, scratch, args.rounds, args.seconds)
-            elif part == "shared":
-                results[part] = run_shared(pg, scratch, args.rounds)
-            else:
-                results[part] = run_parked(pg, scratch, max(2, args.rounds // 2), args.sockets)
+            try:
+                if part == "http":
+                    results[part] = run_http(pg, scratch, args.rounds, args.seconds)
+                elif part == "hub":
+                    results[part] = run_hub(pg, scratch, args.rounds, args.seconds)
+                elif part == "shared":
+                    results[part] = run_shared(pg, scratch, args.rounds)
+                else:
+                    results[part] = run_parked(pg, scratch, max(2, args.rounds // 2), args.sockets)
+            except Exception as error:  # noqa: BLE001 - the other parts still run; the report leaves it out
+                log(f"fastpaths {part} failed: {error!r}")
+                failed[part] = repr(error)
             log(f"fastpaths {part}: {time.monotonic() - t0:.0f} s")
     finally:
         pg.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1, default=str))
+    args.json.write_text(json.dumps({**results, "failed": failed}, indent=1, default=str))
     text = report(results, args)
     if args.report.exists() and NOTES in (old := args.report.read_text()):
         text += old[old.index(NOTES) :]
