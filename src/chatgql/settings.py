@@ -321,6 +321,19 @@ class Settings(BaseSettings):
     # Plan-once execution of accepted documents (engine/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True
+    # The fast paths' other switches, for same-run A/B measurements (bench/fastpaths.py); the
+    # answers are the same either way. Inbox pages whose nodes PostgreSQL builds as JSON
+    # (graphql/prebuilt.py; only a plan runs them).
+    prebuilt_pages: bool = True
+    # Accepted documents (engine/prepared.py): an HTTP POST of a document accepted before skips
+    # Strawberry's pipeline (and parsing and validation) and runs by plan. Off: every request goes
+    # Strawberry's whole way, the planner and prebuilt pages with it, and no subscription parks.
+    prepared_documents: bool = True
+    # Idle messageNew subscriptions without a task (engine/parked.py). Off: each holds its task.
+    park_subscriptions: bool = True
+    # One execution per subscription event and document, shared by its subscribers (engine/shared.py).
+    # Off: every subscriber's event is executed for it.
+    shared_event_results: bool = True
 
     # redisbus: the Redis Cluster bus and rate limits shared through Redis (docs/design/scale/redisbus.md)
     # Conversation buckets of a redis+cluster:// bus (channel chatgql.events.{b}): fixed for a

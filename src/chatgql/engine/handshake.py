@@ -283,7 +283,9 @@ class _Parking:
     ) -> Parked | None:
         """A Parked for an operation that may park (kept by id), else None: it runs as before."""
         accepted = getattr(self.view, "accepted", None)
-        if accepted is None or not isinstance(query, str) or not isinstance(operation_name, str | None):
+        if accepted is None or not getattr(self.view, "parking", True):
+            return None
+        if not isinstance(query, str) or not isinstance(operation_name, str | None):
             return None
         document = accepted.get(query)
         if not parkable(document, operation_name):

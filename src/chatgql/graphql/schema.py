@@ -147,7 +147,9 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         graphql_compat.use_gather_with_cancel(gather_with_cancel)
         settings = deps.settings
         self.accepted = AcceptedDocuments(maxsize=1024, max_chars=settings.document_cache_chars)
-        self.planner = Planner(enabled=settings.planner, maxsize=1024)
+        self.planner = Planner(enabled=settings.planner, maxsize=1024, prebuilt=settings.prebuilt_pages)
+        self.prepared = settings.prepared_documents
+        self.parking = settings.park_subscriptions
         self.limits = OperationLimits(
             settings.max_query_depth, settings.max_aliases, settings.max_fields, settings.max_selections
         )
@@ -157,9 +159,11 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             limits=self.limits,
             max_tokens=settings.max_tokens,
             max_batch_operations=settings.max_batch_operations,
-            accepted=self.accepted,
+            accepted=self.accepted if self.prepared else None,
             costs=self.costs,
         )
+        if not settings.shared_event_results:
+            schema.sharing = None
         super().__init__(
             schema,
             graphql_ide="graphiql" if settings.graphiql_enabled else None,
@@ -203,7 +207,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         receive = _capped(receive, self.deps.settings.max_request_bytes)
         try:
             response = None
-            if scope["method"] == "POST":
+            if scope["method"] == "POST" and self.prepared:
                 scope = _json_body_scope(scope)
                 body = await _read_body(receive)
                 response = await self._run_accepted(scope, body)

@@ -173,15 +173,16 @@ class OperationPlan:
 
 
 def compile_operation(
-    schema: Any, operation: Any, fragment_definitions: dict, fragments: dict, variables: Any
+    schema: Any, operation: Any, fragment_definitions: dict, fragments: dict, variables: Any, prebuilt: bool = True
 ) -> OperationPlan:
     """schema: the Strawberry schema; variables: graphql-core VariableValues of a request (only
-    what @skip/@include read matters here: the plan is reused for requests that agree on those)."""
+    what @skip/@include read matters here: the plan is reused for requests that agree on those);
+    prebuilt: ask the fields' prebuilders (PREBUILT)."""
     core = strawberry_compat.core_schema(schema)
     root_type = core.get_root_type(operation.operation)
     if root_type is None:
         raise Unsupported("operation_type")
-    compiler = _Compiler(schema, operation, fragments, variables)
+    compiler = _Compiler(schema, operation, fragments, variables, prebuilt)
     collected = graphql_compat.collect_fields(core, fragments, variables, root_type, operation, False)
     if collected.new_defer_usages:
         raise Unsupported("defer")
@@ -198,8 +199,9 @@ def event_plan_key(operation: Any) -> int:
 
 
 class _Compiler:
-    def __init__(self, schema: Any, operation: Any, fragments: dict, variables: Any) -> None:
+    def __init__(self, schema: Any, operation: Any, fragments: dict, variables: Any, prebuilt: bool = True) -> None:
         self.schema = schema
+        self.prebuilders = prebuilt
         self.core = strawberry_compat.core_schema(schema)
         self.operation = operation
         self.fragments = fragments
@@ -244,7 +246,7 @@ class _Compiler:
         if shape is not None and shape[3] is not None:  # a resolver that takes info
             plan.selection_variables = _variables_below(plan.nodes, self.fragment_definitions)
         complete = self.completer(return_type, plan, details)
-        prebuilder = (sf.metadata or {}).get(PREBUILT)
+        prebuilder = (sf.metadata or {}).get(PREBUILT) if self.prebuilders else None
         if prebuilder is not None:
             plan.prebuilt = prebuilder(Selection(self, return_type, details))
             if plan.prebuilt is not None:

@@ -58,8 +58,9 @@ class _PlannedDocument:
 
 
 class Planner:
-    def __init__(self, *, enabled: bool = True, maxsize: int = 1024) -> None:
+    def __init__(self, *, enabled: bool = True, maxsize: int = 1024, prebuilt: bool = True) -> None:
         self.enabled = enabled
+        self.prebuilt = prebuilt  # off: fields' prebuilders are not asked (compile.PREBUILT)
         self.stats = PlanStats()
         self._maxsize = maxsize
         self._documents: OrderedDict[tuple[str, str | None], _PlannedDocument | str] = OrderedDict()
@@ -149,7 +150,7 @@ class Planner:
             return "too_many_variants"
         try:
             plan = compile_operation(
-                schema, planned.operation, planned.fragment_definitions, planned.fragments, coerced
+                schema, planned.operation, planned.fragment_definitions, planned.fragments, coerced, self.prebuilt
             )
         except Unsupported as refusal:
             plan = refusal.reason
