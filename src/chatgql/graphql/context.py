@@ -27,7 +27,7 @@ from ..errors import Unauthenticated
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
-from .cost import CostCache, over_cost
+from ..engine.cost import CostCache, over_cost
 from .loaders import EventReads, Loaders
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class ChatOperation(SchemaExtension):
       (what AddValidationRules does), and GraphQL's GetOperation rule: a
       document with several operations needs an operationName (Strawberry
       would run the first one);
-    - the operation's price (cost.py) with the request's variables, against
+    - the operation's price (engine/cost.py) with the request's variables, against
       CHATGQL_MAX_OPERATION_COST; a subscription's against the per-event
       bound and, with the websocket's other subscriptions, the per-socket one
       (it holds its share until it ends: ws_operation);
