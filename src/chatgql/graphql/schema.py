@@ -33,12 +33,13 @@ from ..engine.gather import gather_with_cancel
 from ..engine.handshake import LegacyWSHandler, MessageBudgets, PendingSockets, TransportWSHandler
 from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
 from ..engine.limits import OperationLimits, check_document
+from ..engine.operation import ChatOperation
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Unauthenticated
 from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
-from .context import ChatOperation, Context, Deps
+from .context import Context, Deps
 from .errors import redact, to_contract_errors
 from .graphiql import GraphiQLFiles
 from .mutations import Mutation
