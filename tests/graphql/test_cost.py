@@ -1,4 +1,5 @@
-"""The price of an operation (graphql/cost.py): what its fields multiply into, before it runs.
+"""The price of an operation (engine/cost.py, with the API's declarations in graphql/pricing.py): what
+its fields multiply into, before it runs.
 
 No server: the pricing function against the schema. The adversarial suite
 (tests/adversarial/test_answer_size.py) sends the same shapes to a production-mode server.

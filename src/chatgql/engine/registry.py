@@ -11,11 +11,16 @@ resolver: the API says here, as data, what the engine needs to know of its field
 - PRICING: what the operation's price (engine/cost.py) knows of the API's fields: the strings the
   server bounds, how many items each list answers at most, which fields answer a page, and the
   bounds it reads from the settings.
+- prebuilt_page(shape): a connection field whose nodes a statement may build as JSON (engine/prebuilt.py);
+  its resolver then finds a PrebuiltNodes in info.prebuilt.
+- PARKABLE and PARKING: which subscription fields can park while idle (engine/parked.py), and the state
+  their resolver parks with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
     from graphql import FieldNode
 
     from ..settings import Settings
+    from ..store.conversations import JsonObject
 
 PER_EVENT_KEY = "per_event"
 PER_EVENT: dict[str, Any] = {PER_EVENT_KEY: True}
@@ -130,3 +136,63 @@ class Pricing:
 
 
 PRICING = Pricing()  # filled by the API (graphql/pricing.py) as it is imported
+
+
+# --- prebuilt pages --------------------------------------------------------------------------
+
+# A connection field's metadata key (`metadata=prebuilt_page(shape)`): its page's nodes may be built
+# as JSON by the statement that reads them (engine/prebuilt.py).
+PREBUILT_KEY = "chatgql.prebuilt"
+
+
+@dataclass(frozen=True)
+class JsonShape:
+    """An object a statement can build as JSON: which of its fields, and from what."""
+
+    type_name: str
+    values: Mapping[str, str]  # GraphQL field name -> the statement's value that answers it
+    # The fields the statement answers without its optional columns (PrebuiltNodes.beyond_plain).
+    plain: frozenset[str]
+    objects: Mapping[str, JsonShape] = field(default_factory=dict)  # fields answered by a nested object
+
+
+def prebuilt_page(node: JsonShape) -> dict[str, Any]:
+    """A connection field's metadata: its nodes (under `nodes` and `edges { node }`) are built as JSON
+    of this shape when everything they select is in it."""
+    return {PREBUILT_KEY: node}
+
+
+@dataclass(frozen=True, slots=True)
+class PrebuiltNodes:
+    """What a prebuilt page's statement builds, as the plan found its selection (the resolver's
+    info.prebuilt): `nodes` (objects[nodes]) and `edges { node }` (objects[edge_nodes]) as each
+    selects them."""
+
+    objects: tuple[JsonObject, ...]
+    nodes: int | None  # which of objects answers `nodes`; None: not selected
+    edge_nodes: int | None  # which answers `edges { node }` (edges without node: 0, never read); None: no edges
+    beyond_plain: frozenset[str]  # the shapes (type names) whose selection reads more than their plain fields
+
+
+# --- parked subscriptions --------------------------------------------------------------------
+
+
+class Parking(Protocol):
+    """A parkable subscription's state, as its resolver sees it (engine/parked.py's Parked)."""
+
+    def events(
+        self, register: Callable[[], Awaitable[Any]], payload: Callable[[dict, Any], Any]
+    ) -> AsyncIterator[dict]:
+        """What the resolver iterates: the buffered events, then it parks (the generator ends).
+        register() makes the event registration, at the first run only; payload(event, context) is
+        what the resolver yields for an event."""
+        ...
+
+
+# Root subscription fields whose resolver can park (it iterates PARKING's events when it is set), and
+# the arguments that keep it from parking. Filled by the API (graphql/subscriptions.py).
+PARKABLE: dict[str, frozenset[str]] = {}
+
+# The Parking of the operation the current task runs: set by the websocket handlers for a parkable
+# operation (engine/handshake.py), None otherwise.
+PARKING: ContextVar[Parking | None] = ContextVar("PARKING", default=None)

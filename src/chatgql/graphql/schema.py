@@ -289,7 +289,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
 
     def encode_json(self, data: object) -> str:
         """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key),
-        with an answer PostgreSQL built (orjson.Fragment: graphql/prebuilt.py) taken as its JSON."""
+        with an answer PostgreSQL built (orjson.Fragment: engine/prebuilt.py) taken as its JSON."""
         try:
             return orjson.dumps(data).decode()
         except TypeError:
