@@ -17,6 +17,7 @@ answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from ..store.conversations import JsonObject, JsonText
@@ -26,7 +27,7 @@ from .registry import JsonShape, PrebuiltNodes
 class Selection(Protocol):
     """A field's selection, as the plan collected it (plan/compile.Selection)."""
 
-    def fields(self) -> dict[str, tuple[str, bool, Selection]]:
+    def fields(self) -> Mapping[str, tuple[str, bool, Selection]]:
         """response key -> (field name, has arguments, its own Selection), in the answer's order."""
         ...
 

@@ -52,9 +52,6 @@ class ConversationType(enum.Enum):
     GROUP = "GROUP"
 
 
-_CONVERSATION_TYPES = {member.value: member for member in ConversationType}  # a lookup, not an Enum call
-
-
 @strawberry.enum
 class MemberRole(enum.Enum):
     OWNER = "OWNER"
@@ -84,6 +81,6 @@ class PageInfo:
 T = TypeVar("T")
 
 
-def _given(value: T) -> T | None:
+def given(value: T) -> T | None:
     """None for an argument the query left out (strawberry.UNSET)."""
     return None if value is strawberry.UNSET else value

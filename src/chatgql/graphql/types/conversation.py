@@ -17,25 +17,12 @@ from ...services.checks import (
 )
 from ..loaders import MemberPageKey
 from ..scalars import Long
-from .common import (
-    _CONVERSATION_TYPES,
-    ConversationType,
-    Node,
-    PageInfo,
-    _given,
-)
+from .common import ConversationType, Node, PageInfo, given
 from .member import Member
-from .message import (
-    Message,
-    MessageConnection,
-    PageAfter,
-    PageBefore,
-    PageFirst,
-    PageLast,
-    load_message_page,
-)
+from .message import Message, MessageConnection, PageAfter, PageBefore, PageFirst, PageLast, load_message_page
 
 _NOT_LOADED: Any = object()
+_CONVERSATION_TYPES = {member.value: member for member in ConversationType}  # a lookup, not an Enum call
 
 
 @strawberry.type
@@ -153,7 +140,7 @@ class Conversation(Node):
         self, info: Info, first: int | None = strawberry.UNSET, after: ID | None = strawberry.UNSET
     ) -> list[Member]:
         cap = info.context.settings.members_page_max
-        after_id, limit = check_member_page(_given(first), _given(after), default=cap, cap=cap)
+        after_id, limit = check_member_page(given(first), given(after), default=cap, cap=cap)
         rows = await info.context.loaders.member_page.load(MemberPageKey(int(self.id), after_id, limit))
         return [Member.from_row(row) for row in rows]
 

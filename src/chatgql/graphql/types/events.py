@@ -12,13 +12,9 @@ from strawberry.types import Info
 from ...engine.registry import PER_EVENT
 from ..loaders import Loaders
 from ..scalars import Long
-from .conversation import (
-    Conversation,
-)
+from .conversation import Conversation
 from .member import Member
-from .message import (
-    Message,
-)
+from .message import Message
 
 _EVENT_CONVERSATION = (
     "The conversation as the subscriber sees it when the event is delivered (its lastReadSeq and "

@@ -15,10 +15,7 @@ from ...errors import conversation_not_found
 from .. import ids
 from ..loaders import Loaders
 from ..scalars import Long
-from .common import (
-    MemberRole,
-    Node,
-)
+from .common import MemberRole, Node
 
 
 @strawberry.type

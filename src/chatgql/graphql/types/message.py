@@ -29,11 +29,7 @@ from ...store.conversations import LAST_MESSAGE_PREFIX, last_message_fields
 from .. import ids
 from ..loaders import DeliveredKey, Loaders, PageKey, ReactedByKey, SeenByKey, SeenKey
 from ..scalars import Long
-from .common import (
-    Node,
-    PageInfo,
-    _given,
-)
+from .common import Node, PageInfo, given
 
 
 @strawberry.type(description="A MessageEdit: a body the message had before an edit.")
@@ -170,7 +166,7 @@ class Message(Node):
     )
     async def seen_by(self, info: Info, first: int | None = 100, after: ID | None = strawberry.UNSET) -> list[ID]:
         after_id, limit = check_member_page(
-            100 if first is None else first, _given(after), default=100, cap=info.context.settings.members_page_max
+            100 if first is None else first, given(after), default=100, cap=info.context.settings.members_page_max
         )
         key = SeenByKey(int(self.conversation_id), self.seq, str(self.sender_id), after_id, limit)
         return [ID(str(uid)) for uid in await self._loaders(info).seen_by.load(key)]
@@ -244,7 +240,7 @@ class Message(Node):
         self, info: Info, emoji: str, first: int | None = 100, after: ID | None = strawberry.UNSET
     ) -> list[ID]:
         after_id, limit = check_member_page(
-            100 if first is None else first, _given(after), default=100, cap=info.context.settings.members_page_max
+            100 if first is None else first, given(after), default=100, cap=info.context.settings.members_page_max
         )
         key = ReactedByKey(int(self.conversation_id), self.seq, emoji, after_id, limit)
         return [ID(str(uid)) for uid in await self._loaders(info).reacted_by.load(key)]
@@ -436,8 +432,8 @@ async def load_message_page(
     last: int | None,
     before: str | None,
 ) -> MessageConnection:
-    page = check_message_page(_given(first), _given(after), _given(last), _given(before))
+    page = check_message_page(given(first), given(after), given(last), given(before))
     # Catching up from a seq the client holds: flagged when far behind, never moved.
-    behind = _given(after) is not None and far_behind(page, last_seq, info.context.settings.max_catch_up)
+    behind = given(after) is not None and far_behind(page, last_seq, info.context.settings.max_catch_up)
     rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
     return MessageConnection.from_page(list(rows), page, last_seq, behind)

@@ -6,9 +6,7 @@ import strawberry
 from strawberry import ID
 
 from ..scalars import Long
-from .message import (
-    Message,
-)
+from .message import Message
 
 
 @strawberry.type

@@ -10,9 +10,7 @@ from strawberry import ID
 from ...db import Row
 from ...events.types import MessageChange as MessageChange_
 from ..scalars import Long
-from .message import (
-    Message,
-)
+from .message import Message
 
 
 @strawberry.type

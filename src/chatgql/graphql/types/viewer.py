@@ -9,9 +9,7 @@ from strawberry.types import Info
 from ...services.membership import private_receipts_of
 from .. import ids
 from ..scalars import Long
-from .common import (
-    Node,
-)
+from .common import Node
 
 
 @strawberry.type
