@@ -122,7 +122,9 @@ def mark_read_statement(conversation_id: int = 1, user_id: str = "1", seq: int =
 def inbox_statements(user_id: str, page: int) -> list[Statement]:
     """What the benchmark's inbox document (bench/queries.INBOX) runs: one statement, the page (page + 1
     rows, to learn hasNextPage) with each node's JSON built by PostgreSQL as the plan compiles it
-    (graphql/prebuilt.py: the bench's selection reads only the row's own values)."""
+    (engine/prebuilt.py: the bench's selection reads only the row's own values)."""
+    from chatgql.graphql.prebuilt import reads_lifecycle, reads_settings
+
     prebuilt = inbox_prebuilt(page)
     # the default inbox binds a third: not archived (store.conversations.DEFAULT_INBOX)
     return _record(
@@ -133,13 +135,13 @@ def inbox_statements(user_id: str, page: int) -> list[Statement]:
         None,
         conversations.DEFAULT_INBOX,
         prebuilt.objects,
-        settings=prebuilt.settings,
-        lifecycle=prebuilt.lifecycle,
+        settings=reads_settings(prebuilt),
+        lifecycle=reads_lifecycle(prebuilt),
     )
 
 
 def inbox_prebuilt(page: int) -> Any:
-    """The prebuilt nodes (graphql/prebuilt.py InboxNodes) of the plan of bench/queries.INBOX."""
+    """The prebuilt nodes (engine/registry.PrebuiltNodes) of the plan of bench/queries.INBOX."""
     from graphql import parse
     from graphql.execution.values import get_variable_values
 

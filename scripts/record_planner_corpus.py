@@ -26,13 +26,13 @@ OUT = os.environ.get("PLANNER_RECORD", "/tmp/recorded.jsonl")
 
 
 def _install() -> None:
-    from chatgql.graphql import context
+    from chatgql.engine import operation as context
 
     original = context.ChatOperation.on_validate
 
     async def on_validate(self):  # type: ignore[no-untyped-def]
         execution_context = self.execution_context
-        async for step in original(self):  # an async generator (context.ChatOperation.on_validate)
+        async for step in original(self):  # an async generator (operation.ChatOperation.on_validate)
             yield step
         if not execution_context.pre_execution_errors and execution_context.query:
             try:

@@ -767,8 +767,8 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
     from strawberry.dataloader import DataLoader
 
     from chatgql.engine.handshake import LegacyWSHandler, TransportWSHandler
+    from chatgql.engine.operation import ChatOperation
     from chatgql.engine.shared import SharedEventExecutor
-    from chatgql.graphql.context import ChatOperation
     from chatgql.graphql.loaders import _Loader
     from chatgql.graphql.schema import ChatGraphQL, ChatSchema
     from chatgql.server.httpprotocol import DeadlineHttpProtocol

@@ -1,6 +1,7 @@
 """The layers of docs/development/style.md, checked by import-linter: server -> graphql -> engine -> edge -> services -> store -> models
 -> db -> runtime and compat, events beside services, nothing imports app.py, nothing below graphql/ imports
-GraphQL's libraries (not even through compat/), no cycles between siblings. The contracts are
+GraphQL's libraries (not even through compat/), the engine and the API apart (the API knows the engine only
+through engine/registry.py), no cycles between siblings. The contracts are
 pyproject.toml's [tool.importlinter]; `lint-imports` runs them as CI does, and shows what broke."""
 
 from __future__ import annotations
@@ -70,3 +71,30 @@ def test_the_engine_importing_a_resolver_breaks_the_contract(tmp_path: Path) -> 
     result = lint_imports(tmp_path)
     assert result.returncode != 0, result.stdout
     assert "chatgql.engine is not allowed to import chatgql.graphql" in result.stdout, result.stdout
+
+
+def test_a_resolver_reaching_into_the_engine_breaks_the_contract(tmp_path: Path) -> None:
+    """The API knows the engine only through engine/registry.py: a copy whose subscriptions.py imports
+    the parking machinery itself fails, by name."""
+    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "chatgql" / "graphql" / "subscriptions.py", "a") as module:
+        module.write("\nfrom ..engine.parked import Parked  # noqa: E402, F401\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0, result.stdout
+    assert "chatgql.graphql is not allowed to import chatgql.engine.parked" in result.stdout, result.stdout
+    assert "chatgql.graphql.subscriptions -> chatgql.engine.parked" in result.stdout, result.stdout
+
+
+def test_the_api_contract_forbids_every_engine_module_but_the_registry() -> None:
+    """A new engine module is forbidden to the API as soon as it exists (it must be listed)."""
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c.get("source_modules") == ["chatgql.graphql"]]
+    engine = REPO / "src" / "chatgql" / "engine"
+    modules = {
+        f"chatgql.engine.{path.stem}"
+        for path in engine.iterdir()
+        if (path.suffix == ".py" or (path / "__init__.py").exists()) and path.stem not in ("__init__", "registry")
+    }
+    assert set(contract["forbidden_modules"]) == modules

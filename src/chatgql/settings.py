@@ -196,7 +196,7 @@ class Settings(BaseSettings):
     max_batch_operations: int = 10
     request_timeout_seconds: float = 10.0
     # What an operation's answer may come to, priced from the schema and its arguments before it
-    # runs (graphql/cost.py): an upper estimate in bytes, list sizes and bounded strings (a message
+    # runs (engine/cost.py): an upper estimate in bytes, list sizes and bounded strings (a message
     # body counts CHATGQL_MAX_BODY_CHARS) multiplied in. A batch's operations count together.
     max_operation_cost: int = Field(default=8_000_000, ge=1)
     # An HTTP answer's JSON, in bytes, as executed: past it the answer is LIMIT_EXCEEDED instead.

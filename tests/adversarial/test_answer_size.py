@@ -9,7 +9,7 @@ The probes that found it (a group of 20 members, 200 messages of 3,900 character
 - 100 subscriptions on one socket, each selecting the event's conversation { messages(last: 200)
   { nodes { body seenBy(first: 1000) } } }: 76 MB per message sent.
 
-Each is now priced (graphql/cost.py) and refused with LIMIT_EXCEEDED before it runs; what is
+Each is now priced (engine/cost.py) and refused with LIMIT_EXCEEDED before it runs; what is
 within the bounds is bounded in answer bytes and CPU time as it runs, on the planner's path as
 on graphql-core's. The bystander runs in its own process; its latency is asserted loosely (a
 busy 2-core CI machine), and printed (`-s`) with the server's RSS and answer times.
@@ -248,7 +248,7 @@ async def test_a_websockets_subscriptions_are_bounded_together(prod: ServeProces
     from graphql import parse
 
     from chatgql.compat import strawberry as strawberry_compat
-    from chatgql.graphql.cost import CostCache, CostLimits
+    from chatgql.engine.cost import CostCache, CostLimits
     from chatgql.graphql.schema import schema
 
     group = await seed(prod, http)

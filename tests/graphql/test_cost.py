@@ -1,4 +1,5 @@
-"""The price of an operation (graphql/cost.py): what its fields multiply into, before it runs.
+"""The price of an operation (engine/cost.py, with the API's declarations in graphql/pricing.py): what
+its fields multiply into, before it runs.
 
 No server: the pricing function against the schema. The adversarial suite
 (tests/adversarial/test_answer_size.py) sends the same shapes to a production-mode server.
@@ -13,7 +14,7 @@ from pathlib import Path
 from graphql import parse
 
 from chatgql.compat import strawberry as strawberry_compat
-from chatgql.graphql.cost import CostCache, CostLimits
+from chatgql.engine.cost import CostCache, CostLimits
 from chatgql.graphql.schema import schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,12 +58,12 @@ def test_a_list_multiplies_what_each_item_selects():
 
     item = page(1, "seq createdAt") - page(0, "seq createdAt")
     assert page(100, "seq createdAt") - page(0, "seq createdAt") == 100 * item
-    assert page(1, "seq createdAt body") - page(1, "seq createdAt") > LIMITS.body_chars
+    assert page(1, "seq createdAt body") - page(1, "seq createdAt") > LIMITS.bounds["body_chars"]
 
 
 def test_a_body_counts_its_bound_and_seen_by_its_page():
     body = price('{ messages(conversationId: "1", last: 10) { nodes { body } } }')
-    assert body > 10 * LIMITS.body_chars
+    assert body > 10 * LIMITS.bounds["body_chars"]
     small = price('{ messages(conversationId: "1", last: 10) { nodes { seenBy(first: 10) } } }')
     large = price('{ messages(conversationId: "1", last: 10) { nodes { seenBy(first: 1000) } } }')
     assert large > 90 * small

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from chatgql.compat import strawberry as strawberry_compat
-from chatgql.graphql.cost import CostCache, CostLimits
+from chatgql.engine.cost import CostCache, CostLimits
 from chatgql.graphql.examples import CLIENT_MSG_ID, EXAMPLES
 from chatgql.graphql.schema import schema
 

@@ -64,7 +64,7 @@ sharing silently stops (tests/graphql/test_shared_results.py and test_compat.py 
 def core_schema(schema: strawberry.Schema) -> graphql.GraphQLSchema:
     """The graphql-core schema a Strawberry schema built (`Schema._schema`): what validation and
     graphql-core's execute() take. Used by the direct paths (prepared.py, engine/plan/,
-    context.py). Breaks if Strawberry renames it."""
+    engine/operation.py). Breaks if Strawberry renames it."""
     return schema._schema
 
 
@@ -85,14 +85,14 @@ def custom_context_kwargs(schema: strawberry.Schema) -> dict[str, Any]:
 
 def provided_operation_name(execution_context: Any) -> str | None:
     """The operationName the request carried (`ExecutionContext._provided_operation_name`), None if
-    none: `operation_name` is Strawberry's guess when it is absent. context.ChatOperation refuses a
+    none: `operation_name` is Strawberry's guess when it is absent. engine/operation.ChatOperation refuses a
     document with several operations and no name (exactness: GraphQL's GetOperation rule)."""
     return execution_context._provided_operation_name
 
 
 def set_validation_result(execution_context: Any, errors: list[graphql.GraphQLError]) -> None:
     """Hand Strawberry the validation errors an extension found (none: valid). Strawberry's
-    _run_validation validates only while `pre_execution_errors` is None; context.ChatOperation
+    _run_validation validates only while `pre_execution_errors` is None; engine/operation.ChatOperation
     validates off the event loop and skips documents accepted before (speed). If Strawberry stops
     honouring it, every document is validated twice and in the event loop."""
     execution_context.pre_execution_errors = errors

@@ -67,7 +67,8 @@ from websockets.exceptions import InvalidState
 from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..edge.ratelimit import Bucket, RateLimiter
 from ..errors import Unauthenticated
-from .parked import IDLE, PARKING, Parked, after, deliver, parkable
+from .parked import IDLE, Parked, after, deliver, parkable
+from .registry import PARKING
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ spread the previous one twice expands to 2^n selections; it is priced in
 microseconds and refused. (The previous version walked every spread each
 time it was used: 1 s of CPU for depth 18.)
 
-`check_document` runs before validation (context.ChatOperation): a document
+`check_document` runs before validation (operation.ChatOperation): a document
 that is over a limit is refused with LIMIT_EXCEEDED without validation ever
 seeing it, because some of GraphQL's validation rules are super-linear in
 the size they are given (OverlappingFieldsCanBeMerged compares every pair of

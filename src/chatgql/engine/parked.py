@@ -25,8 +25,10 @@ operation ends with the error and `complete` an ordinary subscription gets.
 Only the registration, the document and the price the subscription holds on
 its websocket live across wake-ups.
 
-Which operations: a subscription whose single root field is messageNew without
-`cursors` (resume replays first: its state lives in the resolver's frame), in
+Which operations: a subscription whose single root field the API declares
+parkable (registry.PARKABLE: messageNew without `cursors`, as resume replays
+first and its state lives in the resolver's frame), its resolver iterating
+registry.PARKING's events when it is set, in
 a document that was accepted before (prepared.py: parsed and validated, shared
 by every subscriber of the same text). Every other operation runs as before.
 """
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any, cast
 
 from graphql import ExecutionResult as CoreExecutionResult
@@ -45,14 +46,12 @@ from strawberry.types import ExecutionResult
 
 from ..compat import strawberry as strawberry_compat
 from ..events.dispatch import ENDED, Subscription
-
-# Root fields whose resolver can park (subscriptions.py), and the arguments that keep it from parking.
-PARKABLE_FIELDS = {"messageNew": frozenset({"cursors"})}
+from .registry import PARKABLE
 
 
 def parkable(document: Any, operation_name: str | None) -> bool:
-    """Whether the operation may park: a subscription of one root field of PARKABLE_FIELDS, no
-    directive on it, none of the arguments that keep it from parking."""
+    """Whether the operation may park: a subscription of one root field the API declares parkable
+    (registry.PARKABLE), no directive on it, none of the arguments that keep it from parking."""
     if document is None:
         return False
     found = None
@@ -69,7 +68,7 @@ def parkable(document: Any, operation_name: str | None) -> bool:
     if len(selections) != 1 or not isinstance(selections[0], FieldNode):
         return False
     field = selections[0]
-    excluded = PARKABLE_FIELDS.get(field.name.value)
+    excluded = PARKABLE.get(field.name.value)
     if excluded is None or field.directives:
         return False
     return not any(argument.name.value in excluded for argument in field.arguments or ())
@@ -186,10 +185,6 @@ async def deliver(
         if result.errors:
             schema.process_errors(result.errors)
         await send(ExecutionResult(data=result.data, errors=result.errors))
-
-
-# The Parked of the operation the current task runs (set by handshake.py's handlers for parkable operations).
-PARKING: ContextVar[Parked | None] = ContextVar("PARKING", default=None)
 
 
 async def after(previous: Any) -> None:

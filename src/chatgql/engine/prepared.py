@@ -4,7 +4,7 @@ Clients send the same handful of documents over and over, with new variables.
 The first time a document arrives it takes the whole way through Strawberry:
 the token limit, parsing, the operation-type checks, validation with chatgql's
 rules (depth, aliases, fields, no introspection in production). When it passes
-all of that, `context.ChatOperation` keeps the parsed document here. From then
+all of that, `operation.ChatOperation` keeps the parsed document here. From then
 on an HTTP POST carrying the same text is executed by its plan (engine/plan/)
 or, where the planner declines or is switched off, by execute_accepted below:
 straight by graphql-core's executor, with the same schema, the same resolvers,

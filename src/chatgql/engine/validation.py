@@ -9,7 +9,7 @@ within 300 fields) take about 100 ms of CPU. So it runs in one worker
 thread: the event loop keeps serving everyone else (the interpreter hands
 it the GIL every few milliseconds), and requests carrying new documents
 queue behind each other for that one thread, never using more than it.
-Documents accepted before are not validated again (context.ChatOperation).
+Documents accepted before are not validated again (operation.ChatOperation).
 """
 
 from __future__ import annotations

@@ -10,14 +10,14 @@ from strawberry import ID
 from strawberry.types import Info
 
 from ..db import Row
-from ..engine.plan.compile import PREBUILT
+from ..engine.registry import PrebuiltNodes, prebuilt_page
 from ..errors import conversation_not_found
 from ..services.changes import read_changes
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync, sync_page
 from ..store import conversations
 from .nodes import load_node, load_nodes
-from .prebuilt import InboxNodes, inbox_nodes
+from .prebuilt import INBOX_NODE, reads_lifecycle, reads_settings
 from .scalars import Long
 from .search import MessageSearchConnection, resolve_search_messages
 from .types import (
@@ -55,13 +55,13 @@ async def load_conversation(info: Info, conversation_id: int) -> Conversation:
 
 async def _prebuilt_inbox(
     info: Info,
-    prebuilt: InboxNodes,
+    prebuilt: PrebuiltNodes,
     limit: int,
     keyset: conversations.InboxKey | None,
     wanted: conversations.InboxFilter,
     after: str | None,
 ) -> ConversationConnection:
-    """An inbox page whose nodes PostgreSQL built as JSON (graphql/prebuilt.py), under nodes and edges."""
+    """An inbox page whose nodes PostgreSQL built as JSON (engine/prebuilt.py), under nodes and edges."""
     async with info.context.database.connection() as conn:
         rows = await conversations.inbox_page_json(
             conn,
@@ -70,8 +70,8 @@ async def _prebuilt_inbox(
             keyset,
             wanted,
             prebuilt.objects,
-            settings=prebuilt.settings,
-            lifecycle=prebuilt.lifecycle,
+            settings=reads_settings(prebuilt),
+            lifecycle=reads_lifecycle(prebuilt),
         )
     page = rows[:limit]
     nodes: list[Any] = [] if prebuilt.nodes is None else [Fragment(row[f"node_{prebuilt.nodes}"]) for row in page]
@@ -116,7 +116,7 @@ class Query:
     @strawberry.field(
         description="The viewer's conversations (see ConversationConnection for the order); `filter` "
         "(additive): by default every conversation that is not archived.",
-        metadata={PREBUILT: inbox_nodes},
+        metadata=prebuilt_page(INBOX_NODE),
     )
     async def inbox(
         self,
@@ -136,7 +136,7 @@ class Query:
                 pinned=only.pinned,
                 muted=only.muted,
             )
-        prebuilt: InboxNodes | None = getattr(info, "prebuilt", None)  # a plan's, for its selection (prebuilt.py)
+        prebuilt: PrebuiltNodes | None = getattr(info, "prebuilt", None)  # a plan's, for its selection (prebuilt.py)
         if prebuilt is not None:
             return await _prebuilt_inbox(info, prebuilt, limit, keyset, wanted, after)
         below = info.selected_fields[0].selections

@@ -1,6 +1,6 @@
 """The member's own read state in the API: settings (updateMembership) and their live event.
 
-Kept apart from mutations.py and types.py (which Mutation and the subscriptions build on) so the
+Kept apart from mutations.py and types/ (which Mutation and the subscriptions build on) so the
 read-state features stay in one place; Mutation inherits ReadStateMutation's fields."""
 
 from __future__ import annotations

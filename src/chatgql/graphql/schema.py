@@ -28,16 +28,18 @@ from strawberry.types.graphql import OperationType
 from ..compat import graphql_core as graphql_compat
 from ..compat import strawberry as strawberry_compat
 from ..engine import meter
+from ..engine.cost import CostCache, CostLimits, over_cost
 from ..engine.gather import gather_with_cancel
 from ..engine.handshake import LegacyWSHandler, MessageBudgets, PendingSockets, TransportWSHandler
 from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
 from ..engine.limits import OperationLimits, check_document
+from ..engine.operation import ChatOperation
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Unauthenticated
-from .context import ChatOperation, Context, Deps
-from .cost import CostCache, CostLimits, over_cost
+from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
+from .context import Context, Deps
 from .errors import redact, to_contract_errors
 from .graphiql import GraphiQLFiles
 from .mutations import Mutation
@@ -104,7 +106,7 @@ def build_schema(
     costs: CostCache | None = None,
 ) -> ChatSchema:
     """accepted: where documents that passed parsing and validation are kept (see prepared.py);
-    costs: the operations' prices and their bounds (cost.py; default bounds when None)."""
+    costs: the operations' prices and their bounds (engine/cost.py; default bounds when None)."""
     costs = costs if costs is not None else CostCache(CostLimits())
     # The same rule classes for every request: the validation cache keys on them.
     rules = (MaxIntrospectionDepthRule,) if introspection else (NoSchemaIntrospectionCustomRule,)
@@ -264,7 +266,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         return self.graphql_response(result, accept)
 
     def _cost(self, document: Any, operation_name: str | None, variables: Any) -> int:
-        """The price of the operation a request runs (cost.py); 0 when it names none."""
+        """The price of the operation a request runs (engine/cost.py); 0 when it names none."""
         priced = self.costs.cost(self.core_schema, document, operation_name, variables)
         return 0 if priced is None else priced[0]
 
@@ -291,7 +293,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
 
     def encode_json(self, data: object) -> str:
         """orjson; the standard library where orjson refuses (a lone surrogate, a non-string key),
-        with an answer PostgreSQL built (orjson.Fragment: graphql/prebuilt.py) taken as its JSON."""
+        with an answer PostgreSQL built (orjson.Fragment: engine/prebuilt.py) taken as its JSON."""
         try:
             return orjson.dumps(data).decode()
         except TypeError:

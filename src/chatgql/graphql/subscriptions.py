@@ -45,8 +45,7 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..engine.parked import PARKING
-from ..engine.registry import PER_EVENT
+from ..engine.registry import PARKABLE, PARKING, PER_EVENT
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import (
     CONVERSATION_UPDATED,
@@ -157,7 +156,7 @@ class Subscription:
     ) -> AsyncGenerator[MessageNewEvent, None]:
         if cursors is strawberry.UNSET or cursors is None:
             parked = PARKING.get()
-            if parked is not None:  # run by a websocket handler that parks it when idle (parked.py)
+            if parked is not None:  # run by a websocket handler that parks it when idle (PARKABLE below)
                 async for event in parked.events(partial(_events, info, conversation_id, MESSAGE_NEW), _message_new):
                     yield _message_new(event, info.context)
                 return
@@ -343,3 +342,8 @@ class Subscription:
         async with await _events(info, conversation_id, TYPING) as subscription:
             async for event in subscription:
                 yield TypingEvent.of(Typing.from_wire(event))
+
+
+# messageNew parks while idle when run by a websocket handler (its resolver iterates PARKING's events);
+# not with `cursors`: resume replays first, and its state lives in the resolver's frame.
+PARKABLE["messageNew"] = frozenset({"cursors"})

@@ -177,7 +177,7 @@ class _PlannerCollector:
         yield CounterMetricFamily("chatgql_plans_built", "Execution plans compiled", value=stats.built)
         yield CounterMetricFamily(
             "chatgql_plans_prebuilt",
-            "Execution plans with a field whose answer PostgreSQL builds (an inbox page's nodes: graphql/prebuilt.py)",
+            "Execution plans with a field whose answer PostgreSQL builds (an inbox page's nodes: engine/prebuilt.py)",
             value=stats.prebuilt,
         )
         yield CounterMetricFamily(

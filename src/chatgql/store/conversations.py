@@ -25,7 +25,7 @@ OWN_READ = (
 )
 MUTED = "(m.muted AND (m.muted_until IS NULL OR m.muted_until > now()))"
 ARCHIVED = "(m.archived_seq IS NOT NULL AND (m.keep_archived OR c.last_seq <= m.archived_seq))"
-# The viewer's membership as a Conversation shows it (graphql/types.py Conversation.from_row).
+# The viewer's membership as a Conversation shows it (graphql/types/conversation.py Conversation.from_row).
 # UNREAD_DELETED: deleted messages above the member's own read position: the counter kept on write
 #   (0010: those above the watermark), corrected, while an own position apart from the watermark holds,
 #   by the deleted ones between the two (counted on message_change_deleted_idx, deleted messages only,
@@ -45,7 +45,7 @@ VIEWER_COLUMNS = (
     f" {ARCHIVED} AS archived, m.keep_archived, m.pinned_at, m.receipts_private, {UNREAD_DELETED} AS unread_deleted"
 )
 # What an inbox page reads when its nodes select none of the membership's settings (muted, archived,
-# lastChangeSeq, privateReceipts...: graphql/types.py Conversation.PLAIN_FIELDS): the unread count and
+# lastChangeSeq, privateReceipts...: graphql/types/conversation.py Conversation.PLAIN_FIELDS): the unread count and
 # the pin only. Fewer columns to decode per row (speed: the inbox page, bench/results/perf.md).
 _INBOX_PLAIN_COLUMNS = (
     "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at,"

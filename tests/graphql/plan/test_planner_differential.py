@@ -580,7 +580,7 @@ async def test_node_and_nodes_answer_alike_by_plan(server, lived):
     assert not differential.planner.stats.fallbacks, differential.planner.stats.fallbacks
 
 
-# The inbox page's nodes as PostgreSQL builds them (graphql/prebuilt.py): the documents it builds, each
+# The inbox page's nodes as PostgreSQL builds them (engine/prebuilt.py): the documents it builds, each
 # with what a plan collects of a selection (aliases, fragments, @include, repeated fields, filters, a
 # second page), and documents it must leave to the ordinary way (True: prebuilt).
 INBOX = (

@@ -16,7 +16,7 @@ operationName) and runs closures afterwards:
 
 The non-public API of graphql-core and Strawberry it relies on is in chatgql/compat/ (graphql_core.py, strawberry.py).
 
-The API's meaning stays in types.py, queries.py and mutations.py: the plan
+The API's meaning stays in the API's types/, queries.py and mutations.py: the plan
 calls the same resolver functions. tests/graphql/plan/test_planner_differential.py runs
 every document the test suite sends, and thousands of generated ones, through
 both executors and requires identical JSON.

@@ -44,6 +44,8 @@ from graphql import (
 
 from ...compat import graphql_core as graphql_compat
 from ...compat import strawberry as strawberry_compat
+from ..prebuilt import page_nodes
+from ..registry import PREBUILT_KEY
 from .codegen import Constant, InlineLeaf, object_executor
 from .execute import (
     Completer,
@@ -88,8 +90,8 @@ class FieldPlan:
     field_def: Any
     # Variables whose values info.selected_fields depends on (arguments and directives below the field)
     selection_variables: tuple[str, ...] = ()
-    # What the field's prebuilder made of its selection (PREBUILT below): the resolver reads it as
-    # info.prebuilt; None: nothing (no prebuilder, or it declined this selection).
+    # What prebuilt.page_nodes made of its selection (PREBUILT below): the resolver reads it as
+    # info.prebuilt; None: nothing (not a prebuilt field, or its selection is not prebuilt).
     prebuilt: Any = None
     _selections: dict[tuple, list[Any]] = field(default_factory=dict)
 
@@ -113,14 +115,14 @@ class FieldPlan:
         return found
 
 
-# A resolver's metadata key (strawberry.field(metadata={PREBUILT: prebuilder})): a prebuilder is called once
-# per plan with the field's selection as the plan collected it (@skip/@include decided, fragments merged,
-# response keys in the answer's order), as prebuilder(Selection), and what it returns is the resolver's
-# info.prebuilt on every run of that plan. A resolver may then return, in place of a list's objects, their
-# answers already encoded (orjson.Fragment: PostgreSQL built them; execute.py passes them through). Only
-# a plan's info has it: graphql-core's executor (the planner declined, or a subscription's operation) runs
-# the resolver the ordinary way.
-PREBUILT = "chatgql.prebuilt"
+# A field the API declares prebuilt (registry.prebuilt_page: its metadata holds the JsonShape of its
+# nodes): the plan offers its selection once, as the plan collected it (@skip/@include decided, fragments
+# merged, response keys in the answer's order), to prebuilt.page_nodes, and what that returns is the
+# resolver's info.prebuilt on every run of that plan. A resolver may then return, in place of a list's
+# objects, their answers already encoded (orjson.Fragment: PostgreSQL built them; execute.py passes them
+# through). Only a plan's info has it: graphql-core's executor (the planner declined, or a subscription's
+# operation) runs the resolver the ordinary way.
+PREBUILT = PREBUILT_KEY
 
 
 class Selection:
@@ -246,9 +248,9 @@ class _Compiler:
         if shape is not None and shape[3] is not None:  # a resolver that takes info
             plan.selection_variables = _variables_below(plan.nodes, self.fragment_definitions)
         complete = self.completer(return_type, plan, details)
-        prebuilder = (sf.metadata or {}).get(PREBUILT) if self.prebuilders else None
-        if prebuilder is not None:
-            plan.prebuilt = prebuilder(Selection(self, return_type, details))
+        json_shape = (sf.metadata or {}).get(PREBUILT) if self.prebuilders else None
+        if json_shape is not None:
+            plan.prebuilt = page_nodes(json_shape, Selection(self, return_type, details))
             if plan.prebuilt is not None:
                 self.prebuilt.append(plan.prebuilt)
         if strawberry_compat.is_default_resolver(field_def):

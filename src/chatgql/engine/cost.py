@@ -8,23 +8,19 @@ arguments (variables included), before any resolver runs:
 
 - a field costs its response name and punctuation, plus its value;
 - a scalar costs a fixed size (an ID or a Long 20, a DateTime 32, ...); a
-  String whose length the server bounds costs its bound (a message body
-  CHATGQL_MAX_BODY_CHARS, a title CHATGQL_MAX_TITLE_CHARS), others 64;
+  String whose length the server bounds costs its bound (the API declares
+  which: registry.PRICING.strings), others 64;
 - an object costs the sum of the fields selected on it; fragments count where
   they are spread, every type condition of an abstract type in full (an
   upper bound: an item is one of them);
-- a list costs the most items it can answer times one item: a page of
-  messages `first`/`last` (default 50, at most 200), a page of the inbox
-  `first` (default 20) and of searchMessages `first` (default 20), on their
-  `nodes` and `edges`; `members(first:)` and
-  `seenBy(first:)` their page, capped by CHATGQL_MEMBERS_PAGE_MAX;
-  `nodes(ids:)` the ids given; `sync` its cursors times `limit`; a message's
-  `attachments`, `reactions` and `mentions` the most a message can hold
-  (CHATGQL_MAX_ATTACHMENTS, ..._REACTIONS_PER_MESSAGE, and for mentions
-  CHATGQL_MAX_GROUP_MEMBERS: an everyone-mention lists every member); a list
-  this module does not know, 100 items;
+- a list costs the most items it can answer times one item, as the API
+  declares it (registry.PRICING: a field's own rule, or the page of the
+  connection it is in); a list it is not told of, 100 items;
 - `__schema` and `__type` subtrees cost nothing here (introspection is off in
   production and has a depth rule of its own).
+
+What the API prices its fields by (page sizes, list bounds, the settings they
+read) is in graphql/pricing.py.
 
 An argument given by a variable is read from the request's variables; one
 missing or of the wrong type counts its cap (coercion refuses it anyway). The
@@ -37,8 +33,8 @@ planner's fast path asks for it on every request).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphql import (
@@ -61,36 +57,29 @@ from graphql import (
     get_operation_ast,
 )
 
-from ..services.checks import DEFAULT_PAGE, MAX_PAGE
-from ..services.history import sync_page
-from ..services.search import DEFAULT_SEARCH_PAGE
 from ..settings import Settings
-from .nodes import MAX_NODES
+from .registry import PRICING, Pricing
 
 _SCALARS = {"ID": 20, "Long": 20, "Int": 11, "Float": 24, "Boolean": 5, "DateTime": 32, "UUID": 38, "String": 64}
 _ENUM = 16
 _FIELD = 4  # quotes, colon and comma around a response name
 _UNKNOWN_LIST = 100
 _INTROSPECTION_ROOTS = frozenset({"__schema", "__type"})
-_CONNECTION_LISTS = frozenset({"nodes", "edges"})
+
+
+def _default_bounds() -> dict[str, int]:
+    return {name: bound.default for name, bound in PRICING.bounds.items()}
 
 
 @dataclass(frozen=True)
 class CostLimits:
     """The bounds (CHATGQL_MAX_OPERATION_COST, ..._SUBSCRIPTION_EVENT_COST, ..._SOCKET_EVENT_COST)
-    and what the price reads from the settings."""
+    and what the price reads from the settings (registry.PRICING.bounds, by name)."""
 
     max_cost: int = 8_000_000  # one operation; a batch's operations in all
     max_event_cost: int = 100_000  # one event of one subscription
     max_socket_event_cost: int = 1_000_000  # one event of every subscription of a websocket, summed
-    body_chars: int = 4000
-    title_chars: int = 200
-    members_page_max: int = 1000
-    max_sync_cursors: int = 500
-    max_sync_messages: int = 300
-    max_attachments: int = 10
-    max_reactions: int = 20
-    max_mentions: int = 1000  # an everyone-mention lists every member of the group
+    bounds: Mapping[str, int] = field(default_factory=_default_bounds)
 
     @classmethod
     def of(cls, settings: Settings) -> CostLimits:
@@ -98,14 +87,7 @@ class CostLimits:
             max_cost=settings.max_operation_cost,
             max_event_cost=settings.max_subscription_event_cost,
             max_socket_event_cost=settings.max_socket_event_cost,
-            body_chars=settings.max_body_chars,
-            title_chars=settings.max_title_chars,
-            members_page_max=settings.members_page_max,
-            max_sync_cursors=settings.max_sync_cursors,
-            max_sync_messages=settings.max_sync_messages,
-            max_attachments=settings.max_attachments,
-            max_reactions=settings.max_reactions_per_message,
-            max_mentions=max(settings.max_mentions, settings.max_group_members),
+            bounds={name: bound.read(settings) for name, bound in PRICING.bounds.items()},
         )
 
 
@@ -118,13 +100,14 @@ class _Walk:
         fragments: Mapping[str, FragmentDefinitionNode],
         variables: Mapping[str, Any],
         limits: CostLimits,
+        pricing: Pricing,
     ) -> None:
         self.schema = schema
         self.fragments = fragments
         self.variables = variables
         self.limits = limits
+        self.pricing = pricing
         self.read: dict[str, None] = {}
-        self.strings = {("Message", "body"): limits.body_chars, ("Conversation", "title"): limits.title_chars}
 
     def selection_set(self, selection_set: SelectionSetNode | None, parent: Any, page: int | None) -> int:
         """The cost of the fields selected on an object of type parent; page: the page size of the
@@ -157,16 +140,16 @@ class _Walk:
         if definition is None:
             return key  # validation refuses it
         parent_name = parent.name
-        size_rule = _LIST_SIZES.get((parent_name, name))
-        inner_page = _PAGES.get((parent_name, name))
+        pricing = self.pricing
+        size_rule = pricing.lists.get((parent_name, name))
+        inner_page = pricing.pages.get((parent_name, name))
+        takes_page = name in pricing.page_lists or (parent_name, name) in pricing.page_items
         return key + self.value(
             definition.type,
             node,
             parent_name,
             page=inner_page(self, node) if inner_page is not None else None,
-            items=size_rule(self, node)
-            if size_rule is not None
-            else (page if _takes_page(parent_name, name) else None),
+            items=size_rule(self, node) if size_rule is not None else (page if takes_page else None),
         )
 
     def value(self, type_: Any, node: FieldNode, parent_name: str, *, page: int | None, items: int | None) -> int:
@@ -181,9 +164,9 @@ class _Walk:
             return self.selection_set(node.selection_set, named, page)
         if isinstance(named, GraphQLEnumType):
             return _ENUM
-        bound = self.strings.get((parent_name, node.name.value))
+        bound = self.pricing.strings.get((parent_name, node.name.value))
         if bound is not None:
-            return bound + 2
+            return self.bound(bound) + 2
         return _SCALARS.get(named.name, _SCALARS["String"])
 
     # --- arguments ---------------------------------------------------------------------------
@@ -225,93 +208,12 @@ class _Walk:
             return min(len(value), cap)
         return 1 if value is not _OTHER else cap
 
+    def bound(self, name: str) -> int:
+        """A bound of registry.PRICING.bounds, as this process has it."""
+        return self.limits.bounds[name]
+
 
 _OTHER = object()  # a literal that is neither an Int nor a list
-
-
-def _message_page(walk: _Walk, node: FieldNode) -> int:
-    given_first, first = walk.argument(node, "first")
-    if given_first and first is not None:
-        return walk.count(node, "first", default=DEFAULT_PAGE, cap=MAX_PAGE)
-    return walk.count(node, "last", default=DEFAULT_PAGE, cap=MAX_PAGE)
-
-
-def _inbox_page(walk: _Walk, node: FieldNode) -> int:
-    return walk.count(node, "first", default=20, cap=MAX_PAGE)
-
-
-def _search_page(walk: _Walk, node: FieldNode) -> int:
-    return walk.count(node, "first", default=DEFAULT_SEARCH_PAGE, cap=MAX_PAGE)
-
-
-def _members(walk: _Walk, node: FieldNode) -> int:
-    cap = walk.limits.members_page_max
-    return walk.count(node, "first", default=cap, cap=cap)
-
-
-def _seen_by(walk: _Walk, node: FieldNode) -> int:
-    cap = walk.limits.members_page_max
-    return walk.count(node, "first", default=100, cap=cap)
-
-
-def _nodes(walk: _Walk, node: FieldNode) -> int:
-    return walk.length(node, "ids", cap=MAX_NODES)
-
-
-def _sync(walk: _Walk, node: FieldNode) -> int:
-    return walk.length(node, "cursors", cap=walk.limits.max_sync_cursors)
-
-
-def _attachments(walk: _Walk, node: FieldNode) -> int:
-    return walk.limits.max_attachments
-
-
-def _reactions(walk: _Walk, node: FieldNode) -> int:
-    return walk.limits.max_reactions
-
-
-def _mentions(walk: _Walk, node: FieldNode) -> int:
-    return walk.limits.max_mentions
-
-
-def _delivered_many(walk: _Walk, node: FieldNode) -> int:
-    return walk.length(node, "items", cap=walk.limits.max_sync_cursors)
-
-
-def _sync_limit(walk: _Walk, node: FieldNode) -> int:
-    limit = walk.count(node, "limit", default=100, cap=MAX_PAGE)
-    return sync_page(limit, _sync(walk, node), walk.limits.max_sync_messages)
-
-
-# (type, field) -> how many items the field's list answers at most
-_LIST_SIZES: dict[tuple[str, str], Callable[[_Walk, FieldNode], int]] = {
-    ("Conversation", "members"): _members,
-    ("Message", "seenBy"): _seen_by,
-    ("Message", "reactedBy"): _seen_by,
-    ("Message", "replies"): lambda walk, node: walk.count(node, "first", default=DEFAULT_PAGE, cap=MAX_PAGE),
-    ("Message", "attachments"): _attachments,
-    ("Message", "reactions"): _reactions,
-    ("Message", "mentions"): _mentions,
-    ("Query", "nodes"): _nodes,
-    ("Query", "sync"): _sync,
-    ("Mutation", "markDeliveredMany"): _delivered_many,
-}
-# (type, field) -> the page size of the connection it answers (its nodes and edges lists)
-_PAGES: dict[tuple[str, str], Callable[[_Walk, FieldNode], int]] = {
-    ("Query", "messages"): _message_page,
-    ("Conversation", "messages"): _message_page,
-    ("Query", "inbox"): _inbox_page,
-    ("Query", "searchMessages"): _search_page,
-    ("Query", "sync"): _sync_limit,  # each ConversationSync's messages
-}
-_CONNECTION_ITEMS = {
-    ("ConversationSync", "messages"),
-    ("ConversationSync", "changes"),
-}  # lists that take their page from the field above
-
-
-def _takes_page(parent_name: str, name: str) -> bool:
-    return name in _CONNECTION_LISTS or (parent_name, name) in _CONNECTION_ITEMS
 
 
 def price(
@@ -323,7 +225,7 @@ def price(
 ) -> tuple[int, tuple[str, ...]]:
     """(cost, the variables the price read) of one operation."""
     root = schema.get_root_type(operation.operation)
-    walk = _Walk(schema, fragments, variables or {}, limits)
+    walk = _Walk(schema, fragments, variables or {}, limits, PRICING)
     return walk.selection_set(operation.selection_set, root, None), tuple(walk.read)
 
 
@@ -386,7 +288,6 @@ def _hashable(value: Any) -> Any:
 def over_cost(cost: int, limit: int, what: str = "operation") -> GraphQLError:
     """LIMIT_EXCEEDED for an operation (or batch, or subscription) whose price is over its bound."""
     return GraphQLError(
-        f"the {what} could answer up to {cost:,} bytes, more than the {limit:,} allowed: ask for smaller "
-        "pages (first, last, seenBy(first:), members(first:), sync limit) or fewer aliases",
+        f"the {what} could answer up to {cost:,} bytes, more than the {limit:,} allowed: ask for {PRICING.hint}",
         extensions={"code": "LIMIT_EXCEEDED", "limit": "cost", "cost": cost, "maxCost": limit},
     )

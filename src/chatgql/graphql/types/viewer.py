@@ -1,0 +1,41 @@
+"""The viewer: who is asking, and their totals."""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry import ID
+from strawberry.types import Info
+
+from ...services.membership import private_receipts_of
+from .. import ids
+from ..scalars import Long
+from .common import Node
+
+
+@strawberry.type
+class Viewer(Node):
+    user_id: ID
+
+    @strawberry.field(description="Globally unique and stable; opaque.")
+    def id(self) -> ID:
+        return ID(ids.viewer_id(str(self.user_id)))
+
+    @strawberry.field(description="The viewer's default for private read receipts (updateViewerSettings).")
+    async def private_receipts(self, info: Info) -> bool:
+        return await private_receipts_of(info.context.database, str(self.user_id))
+
+    @strawberry.field(description="Sum of unreadCount over the viewer's conversations that are not muted.")
+    async def total_unread(self, info: Info) -> Long:
+        return (await info.context.loaders.viewer_totals.load(str(self.user_id))).total_unread
+
+    @strawberry.field(
+        description="Sum of unreadMentions over the viewer's conversations; muted ones count too unless "
+        "CHATGQL_MUTED_MENTIONS_COUNT is false."
+    )
+    async def total_unread_mentions(self, info: Info) -> int:
+        key = (str(self.user_id), info.context.settings.muted_mentions_count)
+        return await info.context.loaders.total_unread_mentions.load(key)
+
+    @strawberry.field(description="How many of the viewer's conversations that are not muted have unreadCount > 0.")
+    async def unread_conversations(self, info: Info) -> int:
+        return (await info.context.loaders.viewer_totals.load(str(self.user_id))).unread_conversations
