@@ -321,7 +321,7 @@ class Settings(BaseSettings):
     # Plan-once execution of accepted documents (engine/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True
-    # The fast paths' other switches, for same-run A/B measurements (bench/fastpaths.py); the
+    # The fast paths' other switches, for the same-run comparisons of bench/fastpaths.py; the
     # answers are the same either way. Inbox pages whose nodes PostgreSQL builds as JSON
     # (graphql/prebuilt.py; only a plan runs them).
     prebuilt_pages: bool = True
