@@ -123,7 +123,7 @@ def published(data_dir: Path) -> str | None:
     if data_dir in _held:
         return None
     server = _read_server(data_dir / SERVER_NAME)
-    if server is None or server[0] != _lock_owner(data_dir) or not _alive(server[0]):
+    if server is None or server[0] != _lock_owner(data_dir) or not pid_alive(server[0]):
         return None
     return server[1]
 
@@ -147,7 +147,7 @@ def _lock_owner(data_dir: Path) -> int | None:
     return int(first) if first.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """A running process (a zombie is not: a killed owner its parent has not reaped yet)."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

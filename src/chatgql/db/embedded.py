@@ -421,16 +421,6 @@ def _forget_dead_handles(pgdata: Path) -> None:
         pids = json.loads(handles.read_text())
     except (OSError, ValueError):
         return
-    alive = [pid for pid in pids if _pid_alive(pid)]
+    alive = [pid for pid in pids if datadir.pid_alive(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))
-
-
-def _pid_alive(pid: int) -> bool:
-    """A process with that pid runs (a zombie, killed and not reaped yet, does not)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
