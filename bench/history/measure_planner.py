@@ -2,7 +2,7 @@
 
 Not part of the suite (it lives in bench/); run it explicitly, with the suite's fixtures:
 
-    python -m pytest bench/measure_planner.py -p tests.conftest -q -s -p no:cacheprovider
+    python -m pytest bench/history/measure_planner.py -p tests.conftest -q -s -p no:cacheprovider
 
 One user in 200 conversations with a message each; the inbox page of 50 (with
 lastMessage), a smaller selection, sendMessage and markRead, each run both ways
