@@ -7,6 +7,15 @@ import { useConversation } from "./useConversation.js";
 // How close to the bottom (px) still counts as "at the newest message".
 const AT_BOTTOM_PX = 48;
 
+// Scrolled up from the newest messages by more than the `arrived` last ones take.
+function readingOlder(element, arrived) {
+  if (!element) return false;
+  const items = element.querySelectorAll("[data-testid=message]");
+  let added = 0;
+  for (let i = Math.max(0, items.length - arrived); i < items.length; i++) added += items[i].offsetHeight + AT_BOTTOM_PX;
+  return element.scrollHeight - element.scrollTop - element.clientHeight > added;
+}
+
 export function Conversation({ client, viewer, config, conversationId, onBack }) {
   const { state, loadOlder, send, discard, edit, remove, react, typing } = useConversation(
     client,
@@ -28,6 +37,9 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
     const arrived = newest - shown.current;
     shown.current = newest;
     if (arrived <= 0) return;
+    // The scroll event of a scroll made just before the message came may not have run yet:
+    // the list's own position decides too (how far above the bottom, less what just arrived).
+    if (following.current && readingOlder(list.current, arrived)) following.current = false;
     if (following.current || newestMessage.senderId === viewer.userId) {
       bottom.current?.scrollIntoView({ block: "end" });
       setUnseen(0);
