@@ -28,6 +28,14 @@ def lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def lint_with_import(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint_imports on a copy of the package whose `module` (a path under chatgql/) ends with `line`."""
+    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "chatgql" / module, "a") as source:
+        source.write(f"\n{line}  # noqa: E402, F401\n")
+    return lint_imports(tmp_path)
+
+
 def test_every_layer_contract_is_kept() -> None:
     result = lint_imports(REPO / "src")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -36,10 +44,7 @@ def test_every_layer_contract_is_kept() -> None:
 
 def test_a_store_module_importing_events_breaks_the_layers(tmp_path: Path) -> None:
     """The check is live: a copy of the package whose store/ imports events/ fails it, by name."""
-    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "chatgql" / "store" / "health.py", "a") as module:
-        module.write("\nfrom ..events import types  # noqa: E402, F401\n")
-    result = lint_imports(tmp_path)
+    result = lint_with_import(tmp_path, "store/health.py", "from ..events import types")
     assert result.returncode != 0, result.stdout
     assert "chatgql.store is not allowed to import chatgql.events" in result.stdout, result.stdout
     assert "chatgql.store.health -> chatgql.events.types" in result.stdout, result.stdout
@@ -48,10 +53,7 @@ def test_a_store_module_importing_events_breaks_the_layers(tmp_path: Path) -> No
 def test_events_reaching_graphql_through_compat_breaks_the_contract(tmp_path: Path) -> None:
     """No indirect-import allowance: an events/ module that takes Strawberry's compat module (which
     imports strawberry and graphql-core) breaks "nothing below graphql/ imports GraphQL's libraries"."""
-    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "chatgql" / "events" / "publish.py", "a") as module:
-        module.write("\nfrom ..compat import strawberry  # noqa: E402, F401\n")
-    result = lint_imports(tmp_path)
+    result = lint_with_import(tmp_path, "events/publish.py", "from ..compat import strawberry")
     assert result.returncode != 0, result.stdout
     assert "chatgql.events is not allowed to import strawberry" in result.stdout, result.stdout
     assert "chatgql.events.publish -> chatgql.compat.strawberry" in result.stdout, result.stdout
@@ -65,10 +67,7 @@ def test_contracts_allow_no_indirect_imports() -> None:
 def test_the_engine_importing_a_resolver_breaks_the_contract(tmp_path: Path) -> None:
     """The engine knows the API only through what it is given: a copy whose engine/ imports
     graphql/queries.py fails, by name."""
-    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "chatgql" / "engine" / "meter.py", "a") as module:
-        module.write("\nfrom ..graphql import queries  # noqa: E402, F401\n")
-    result = lint_imports(tmp_path)
+    result = lint_with_import(tmp_path, "engine/meter.py", "from ..graphql import queries")
     assert result.returncode != 0, result.stdout
     assert "chatgql.engine is not allowed to import chatgql.graphql" in result.stdout, result.stdout
 
@@ -76,10 +75,7 @@ def test_the_engine_importing_a_resolver_breaks_the_contract(tmp_path: Path) -> 
 def test_a_resolver_reaching_into_the_engine_breaks_the_contract(tmp_path: Path) -> None:
     """The API knows the engine only through engine/registry.py: a copy whose subscriptions.py imports
     the parking machinery itself fails, by name."""
-    shutil.copytree(REPO / "src" / "chatgql", tmp_path / "chatgql", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "chatgql" / "graphql" / "subscriptions.py", "a") as module:
-        module.write("\nfrom ..engine.parked import Parked  # noqa: E402, F401\n")
-    result = lint_imports(tmp_path)
+    result = lint_with_import(tmp_path, "graphql/subscriptions.py", "from ..engine.parked import Parked")
     assert result.returncode != 0, result.stdout
     assert "chatgql.graphql is not allowed to import chatgql.engine.parked" in result.stdout, result.stdout
     assert "chatgql.graphql.subscriptions -> chatgql.engine.parked" in result.stdout, result.stdout
