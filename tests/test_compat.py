@@ -415,6 +415,22 @@ def test_ensure_valid_runtime_type_is_graphql_cores_check():
         graphql_compat.ensure_valid_runtime_type(core, "Nope", named, [], None, None)
 
 
+def test_value_fields_are_the_fields_without_resolver_and_not_private():
+    @strawberry.type
+    class Shape:
+        name: str
+        size: int | None = None
+        hidden: strawberry.Private[int] = 0
+
+        @strawberry.field
+        def label(self) -> str:
+            return self.name
+
+    fields = strawberry_compat.value_fields(Shape)
+    assert set(fields) == {"name", "size"}, f"Private fields no longer told apart by is_private: {sorted(fields)}"
+    assert fields["name"] is str
+
+
 def test_is_default_resolver_reads_the_attribute():
     schema = small_schema()
     plain = field_def(schema, "Item", "size")

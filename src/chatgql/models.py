@@ -1,4 +1,4 @@
-"""Table definitions, and the message record. Alembic owns the schema; these mirror it."""
+"""Table definitions, and the message and member records. Alembic owns the schema; these mirror it."""
 
 from __future__ import annotations
 
@@ -147,11 +147,12 @@ class SentMessage:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessageRecord(SentMessage):
     """A message as it is stored: the one list of a message's fields. Each is a column of `message` (below:
-    checked on import), selected as store.messages.MESSAGE_COLUMNS (and as lm_<name> by the inbox page);
-    a change event carries them under their camelCase names (events/types.py MessageChange inherits them);
-    graphql's Message is built from them by name (Message.from_row). A new field of a message is a field
-    here, its column (a migration and the table below) and, if clients see it, a GraphQL field of the same
-    name on Message."""
+    checked on import), selected as store.messages.MESSAGE_COLUMNS (and as lm_<name> by the inbox page, whose
+    JSON writes each as its type says: store.conversations.LAST_MESSAGE_JSON_VALUES); a change event carries
+    them under their camelCase names (events/types.py MessageChange inherits them); graphql's Message is built
+    from them by name (Message.from_row; graphql/types/message.py checks it on import). A new field of a
+    message is a field here, its column (a migration and the table below) and a field of the same name on
+    Message (strawberry.Private if clients do not see it)."""
 
     seq: int
     created_at: datetime
@@ -162,13 +163,49 @@ class MessageRecord(SentMessage):
     last_reply_at: datetime | None = _lifecycle(None)  # type: ignore[assignment]
 
 
-MESSAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(MessageRecord))
+def record_fields(record: type, table: Table, *, every_column: bool) -> tuple[str, ...]:
+    """The names of a record's fields, each a column of table (every_column: and each column a field); raises,
+    saying what to add where, when they disagree."""
+    fields = tuple(f.name for f in dataclasses.fields(record))
+    columns = [column.name for column in table.c]
+    lacking = [name for name in fields if name not in columns]
+    if lacking:
+        raise AssertionError(
+            f"{record.__name__}'s {lacking} are no columns of {table.name}: add each column (a migration, and"
+            " models.py's table), or drop the field"
+        )
+    unlisted = [name for name in columns if name not in fields]
+    if every_column and unlisted:
+        raise AssertionError(
+            f"{table.name}'s columns {unlisted} have no field in models.{record.__name__}: add a field of the same"
+            " name to the record (whatever reads the record then reads it)"
+        )
+    return fields
+
+
+MESSAGE_FIELDS: tuple[str, ...] = record_fields(MessageRecord, message, every_column=True)
 # The fields that never change after the send (the plain read of an inbox page's last message).
 MESSAGE_PLAIN_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(MessageRecord) if not f.metadata.get("lifecycle")
 )
-if set(MESSAGE_FIELDS) != {column.name for column in message.c}:
-    raise AssertionError("MessageRecord and the message table disagree: a message's field is both")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberRecord:
+    """A membership as a member list shows it: the one list of a Member's fields. Each is a column of
+    `conversation_member` (below: checked on import), selected as store.conversations.MEMBER_COLUMNS; graphql's Member
+    answers each from the row by name (graphql/types/member.py checks it on import). A new field of a member
+    is a field here, its column (a migration and the table above) and a field of Member."""
+
+    conversation_id: int
+    user_id: UserId
+    role: str
+    last_read_seq: int
+    joined_at: datetime
+
+
+# The member's own settings and read state stay out: a Conversation shows them to the member (the inbox row).
+MEMBER_FIELDS: tuple[str, ...] = record_fields(MemberRecord, conversation_member, every_column=False)
 
 # Full-text search (0012_search): GIN over the conversation and the body's words (btree_gin)
 Index(

@@ -15,10 +15,11 @@ from strawberry.scalars import is_scalar
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, validate_document
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import BaseGraphQLTransportWSHandler
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
-from strawberry.types import Info
+from strawberry.types import Info, get_object_definition
 from strawberry.types.arguments import convert_arguments
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.cast import TYPE_CAST_ATTRIBUTE
+from strawberry.types.private import is_private
 
 __all__ = [
     "ExecutionContextBase",
@@ -48,6 +49,7 @@ __all__ = [
     "TransportWSHandlerBase",
     "LegacyWSHandlerBase",
     "forget_cancelled_init_timeout",
+    "value_fields",
 ]
 
 
@@ -123,6 +125,18 @@ def is_strawberry_type_check(is_type_of: Any) -> bool:
     reads its info, so a plan can call it with none (speed). Another qualified name: no plan."""
     qualname = getattr(is_type_of, "__qualname__", "")
     return qualname.split(".<locals>")[0] == "GraphQLCoreConverter.from_object"
+
+
+def value_fields(cls: type) -> dict[str, Any]:
+    """The fields of a Strawberry object type that answer an attribute of the object (no resolver), by Python
+    name -> Strawberry type; its strawberry.Private attributes left out (`strawberry.types.private.is_private`,
+    not exported: the definition's fields include them). What the API checks its types against the records
+    of models.py with, on import (graphql/types/)."""
+    return {
+        f.python_name: f.type
+        for f in get_object_definition(cls, strict=True).fields
+        if f.base_resolver is None and not is_private(f.type)
+    }
 
 
 def is_default_resolver(field_def: graphql.GraphQLField) -> bool:

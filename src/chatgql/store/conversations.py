@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import re
+import typing
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..db import Connection, Row
-from ..models import MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS
+from ..models import MEMBER_FIELDS, MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS, MessageRecord
 
 _CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq"
 
@@ -356,7 +358,7 @@ async def inbox_page_json(
 
 @functools.lru_cache(maxsize=256)  # a plan's objects are the same every time: the text is made once
 def _json_columns(nodes: tuple[JsonObject, ...], settings: bool, lifecycle: bool) -> str:
-    values = INBOX_JSON_VALUES if settings else _INBOX_PLAIN_JSON_VALUES
+    values = INBOX_JSON_VALUES if settings else INBOX_PLAIN_JSON_VALUES
     message = LAST_MESSAGE_JSON_VALUES if lifecycle else _LAST_MESSAGE_PLAIN_JSON_VALUES
     return ", ".join(f"({_json_object(node, values, message)})::text AS node_{i}" for i, node in enumerate(nodes))
 
@@ -394,7 +396,7 @@ def _opaque_id(type_name: str, *keys: str) -> str:
 # What an inbox node's JSON may show of the page's row (p), by the name of the field of graphql's
 # Conversation each is (what Conversation.from_row makes of the same columns), as JSON (the settings
 # ones only with the membership's settings columns).
-_INBOX_PLAIN_JSON_VALUES = {
+INBOX_PLAIN_JSON_VALUES = {
     "id": "p.id::text",
     "type": "p.type",
     "title": "p.title",
@@ -407,7 +409,7 @@ _INBOX_PLAIN_JSON_VALUES = {
     "pinned": "(p.pinned_at IS NOT NULL)",
 }
 INBOX_JSON_VALUES = {
-    **_INBOX_PLAIN_JSON_VALUES,
+    **INBOX_PLAIN_JSON_VALUES,
     "muted": "p.muted",
     "muted_until": f"CASE WHEN p.muted THEN {_json_time('p.muted_until')} END",
     "archived": "p.archived",
@@ -415,24 +417,40 @@ INBOX_JSON_VALUES = {
     "last_change_seq": "p.last_change_seq",
     "private_receipts": "p.receipts_private",
 }
-# ... and of its last message (lm; its conversation and seq are the row's), by graphql's Message's fields.
-_LAST_MESSAGE_PLAIN_JSON_VALUES = {
-    "id": _opaque_id("Message", "p.id", "p.last_seq"),
-    "conversation_id": "p.id::text",
-    "seq": "p.last_seq",
-    "sender_id": "lm.sender_id",
-    "client_msg_id": "lm.client_msg_id::text",
-    "body": "lm.body",
-    "created_at": _json_time("lm.created_at"),
-}
-LAST_MESSAGE_JSON_VALUES = {
-    **_LAST_MESSAGE_PLAIN_JSON_VALUES,
-    "edited_at": _json_time("lm.edited_at"),
-    "deleted_at": _json_time("lm.deleted_at"),
-    "deleted_by": "lm.deleted_by",
-    "reply_count": "lm.reply_count",
-    "last_reply_at": _json_time("lm.last_reply_at"),
-}
+
+
+def _message_json_value(name: str, kind: object) -> str:
+    """A field of models.MessageRecord as the JSON of its GraphQL field, from the last message's column."""
+    column = f"lm.{name}"
+    if kind is datetime:
+        return _json_time(column)
+    if kind is uuid.UUID:
+        return f"{column}::text"
+    if kind in (int, str, bool):  # a number, a boolean, text (a user id: an ID)
+        return column
+    raise AssertionError(
+        f"models.MessageRecord.{name} is a {kind!r}: say in store/conversations.py _message_json_value how an inbox"
+        " page's JSON writes it (as the GraphQL field's scalar does)"
+    )
+
+
+def _last_message_json_values(names: tuple[str, ...]) -> dict[str, str]:
+    """What an inbox node's JSON may show of its last message (lm; its conversation and seq are the row's), by
+    the name of each field of graphql's Message: its id, and the record's fields, derived from their types."""
+    kinds = {
+        name: next((k for k in typing.get_args(kind) if k is not type(None)), kind)  # X | None: X
+        for name, kind in typing.get_type_hints(MessageRecord).items()
+    }
+    return {
+        "id": _opaque_id("Message", "p.id", "p.last_seq"),
+        "conversation_id": "p.id::text",
+        "seq": "p.last_seq",
+        **{name: _message_json_value(name, kinds[name]) for name in names if name not in ("conversation_id", "seq")},
+    }
+
+
+_LAST_MESSAGE_PLAIN_JSON_VALUES = _last_message_json_values(MESSAGE_PLAIN_FIELDS)
+LAST_MESSAGE_JSON_VALUES = _last_message_json_values(MESSAGE_FIELDS)
 
 
 def _json_object(node: JsonObject, values: dict[str, str], message: dict[str, str] | None) -> str:
@@ -498,12 +516,16 @@ async def member_counts(conn: Connection, conversation_ids: Sequence[int]) -> di
     return {row.id: row.member_count for row in rows}
 
 
+# What every read of a member selects: the fields of models.MemberRecord, by their names (graphql's Member).
+MEMBER_COLUMNS = ", ".join(f"m.{name}" for name in MEMBER_FIELDS)
+
+
 async def member_pages(conn: Connection, pages: Sequence[tuple[int, str, int]]) -> list[Row]:
     """(conversation_id, after_user_id, limit) -> members with user_id > after, ascending, at most
     limit of them; one statement for every page (each a range of the primary key)."""
     return await conn.fetch(
-        """
-        SELECT p.i, m.conversation_id, m.user_id, m.role, m.last_read_seq, m.joined_at
+        f"""
+        SELECT p.i, {MEMBER_COLUMNS}
           FROM unnest($1::bigint[], $2::text[], $3::int[]) WITH ORDINALITY AS p(cid, after, lim, i)
           CROSS JOIN LATERAL (
                 SELECT * FROM conversation_member m
@@ -520,8 +542,8 @@ async def member_pages(conn: Connection, pages: Sequence[tuple[int, str, int]]) 
 async def member_rows(conn: Connection, keys: Sequence[tuple[int, str]]) -> list[Row]:
     """The membership rows of (conversation_id, user_id) pairs that are members."""
     return await conn.fetch(
-        """
-        SELECT m.conversation_id, m.user_id, m.role, m.last_read_seq, m.joined_at
+        f"""
+        SELECT {MEMBER_COLUMNS}
           FROM unnest($1::bigint[], $2::text[]) AS k(cid, uid)
           JOIN conversation_member m ON m.conversation_id = k.cid AND m.user_id = k.uid
         """,

@@ -7,7 +7,10 @@ from typing import Any, TypeVar
 
 import strawberry
 from strawberry import ID
+from strawberry.types import get_object_definition
 from strawberry.types.nodes import FragmentSpread, InlineFragment
+
+from ...compat.strawberry import value_fields
 
 
 def selects(selections: list[Any], *path: str) -> bool:
@@ -84,3 +87,24 @@ T = TypeVar("T")
 def given(value: T) -> T | None:
     """None for an argument the query left out (strawberry.UNSET)."""
     return None if value is strawberry.UNSET else value
+
+
+def check_record(cls: type, record: tuple[str, ...], name: str, where: str) -> None:
+    """That an object type shows the fields of one of models.py's records (`name`, its field names `record`),
+    and holds no value the record lacks: each record field is a field of cls of the same name (a value, a
+    resolver that reads the row, or a strawberry.Private), and each field cls answers from a value it holds
+    (no resolver) is a record field, so that building cls from a row by name fills every one. Raises,
+    saying what to add where (`where`: cls's module), when it does not."""
+    fields = {f.python_name for f in get_object_definition(cls, strict=True).fields}
+    missing = [field for field in record if field not in fields]
+    if missing:
+        raise AssertionError(
+            f"{cls.__name__} has no field for {missing} of models.{name}: add a field of the same name to {where}'s"
+            f" {cls.__name__} (strawberry.Private when clients do not see it)"
+        )
+    unfilled = sorted(set(value_fields(cls)) - set(record))
+    if unfilled:
+        raise AssertionError(
+            f"{cls.__name__}'s {unfilled} are no fields of models.{name}, so nothing fills them from a row: add"
+            f" each to models.{name} (and its column: a migration and models.py's table), or make it a resolver"
+        )

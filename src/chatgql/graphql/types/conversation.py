@@ -9,12 +9,14 @@ from typing import Any, ClassVar
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
+from strawberry.utils.str_converters import to_camel_case
 
 from ...errors import BadUserInput
 from ...services.checks import (
     MAX_ID,
     check_member_page,
 )
+from ...store.conversations import INBOX_PLAIN_JSON_VALUES
 from ..loaders import MemberPageKey
 from ..scalars import Long
 from .common import ConversationType, Node, PageInfo, given
@@ -80,11 +82,12 @@ class Conversation(Node):
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
 
     # The fields that read none of the membership's settings: an inbox page whose nodes select only
-    # these reads the page without those columns (Query.inbox, store.conversations.inbox_page).
+    # these reads the page without those columns (Query.inbox, store.conversations.inbox_page): the values
+    # an inbox row has without them (INBOX_PLAIN_JSON_VALUES, what from_row(settings=False) sets), and the
+    # resolvers that read none of them.
     PLAIN_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        ("__typename", "id", "type", "title", "lastSeq", "lastMessageAt", "createdAt", "lastReadSeq")
-        + ("unreadCount", "pinnedAt", "pinned", "lastMessage", "unreadMentions", "memberCount", "members")
-        + ("messages",)
+        ("__typename", *map(to_camel_case, INBOX_PLAIN_JSON_VALUES))
+        + ("lastMessage", "unreadMentions", "memberCount", "members", "messages")
     )
 
     @classmethod

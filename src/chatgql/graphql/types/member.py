@@ -12,10 +12,11 @@ from strawberry.types import Info
 
 from ...engine.registry import PER_EVENT
 from ...errors import conversation_not_found
+from ...models import MEMBER_FIELDS
 from .. import ids
 from ..loaders import Loaders
 from ..scalars import Long
-from .common import MemberRole, Node
+from .common import MemberRole, Node, check_record
 
 
 @strawberry.type
@@ -31,6 +32,7 @@ class Member(Node):
 
     @classmethod
     def from_row(cls, row: Any) -> Member:
+        """row: a member's fields by name (models.MemberRecord: store.conversations.MEMBER_COLUMNS)."""
         return cls(
             user_id=ID(str(row.user_id)), last_read_seq=row.last_read_seq, conversation_id=row.conversation_id, row=row
         )
@@ -60,3 +62,6 @@ class Member(Node):
             raise conversation_not_found(self.conversation_id)
         self.row = row
         return getattr(row, column) if column != "role" else MemberRole(row.role)
+
+
+check_record(Member, MEMBER_FIELDS, "MemberRecord", "graphql/types/member.py")

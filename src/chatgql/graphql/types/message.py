@@ -29,7 +29,7 @@ from ...store.conversations import LAST_MESSAGE_PREFIX, last_message_fields
 from .. import ids
 from ..loaders import DeliveredKey, Loaders, PageKey, ReactedByKey, SeenByKey, SeenKey
 from ..scalars import Long
-from .common import Node, PageInfo, given
+from .common import Node, PageInfo, check_record, given
 
 
 @strawberry.type(description="A MessageEdit: a body the message had before an edit.")
@@ -303,10 +303,8 @@ def _graphql_id(kind: Any) -> bool:
 def _message_record() -> tuple[tuple[str, bool], ...]:
     """(name, is an ID) of each of models.MessageRecord's fields, as Message takes it: a field of the same
     name (an ID field gets the id as text), or a private one."""
+    check_record(Message, MESSAGE_FIELDS, "MessageRecord", "graphql/types/message.py")
     kinds = {f.python_name: f.type for f in cast(Any, Message).__strawberry_definition__.fields}
-    missing = set(MESSAGE_FIELDS) - set(kinds)
-    if missing:
-        raise AssertionError(f"Message has no field for {sorted(missing)} of models.MessageRecord")
     return tuple((name, _graphql_id(kinds[name])) for name in MESSAGE_FIELDS)
 
 
