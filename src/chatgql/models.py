@@ -193,9 +193,9 @@ MESSAGE_PLAIN_FIELDS: tuple[str, ...] = tuple(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemberRecord:
     """A membership as a member list shows it: the one list of a Member's fields. Each is a column of
-    `conversation_member` (below: checked on import), selected as store.conversations.MEMBER_COLUMNS; graphql's Member
-    answers each from the row by name (graphql/types/member.py checks it on import). A new field of a member
-    is a field here, its column (a migration and the table above) and a field of Member."""
+    `conversation_member` (below: checked on import), selected as store.conversations.MEMBER_COLUMNS;
+    graphql's Member answers each from the row by name (graphql/types/member.py checks it on import). A new
+    field of a member is a field here, its column (a migration and the table above) and a field of Member."""
 
     conversation_id: int
     user_id: UserId

@@ -395,7 +395,8 @@ def _opaque_id(type_name: str, *keys: str) -> str:
 
 # What an inbox node's JSON may show of the page's row (p), by the name of the field of graphql's
 # Conversation each is (what Conversation.from_row makes of the same columns), as JSON (the settings
-# ones only with the membership's settings columns).
+# ones only with the membership's settings columns). graphql/prebuilt.py checks on import that every field
+# Conversation holds as a value has one; Conversation.PLAIN_FIELDS follows the plain ones.
 INBOX_PLAIN_JSON_VALUES = {
     "id": "p.id::text",
     "type": "p.type",
