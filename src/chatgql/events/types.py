@@ -378,8 +378,10 @@ class ReactionChanged(MessageChange):
     added: bool | None = None
 
 
+# Every change kind, derived from the registry (GraphQL's MessageChangeKind is derived from it too):
+# a new kind is its class above, registered.
 CHANGE_KINDS: dict[str, type[MessageChange]] = {
-    kind.KIND: kind for kind in (MessageEdited, MessageDeleted, ReactionChanged)
+    cls.KIND: cls for cls in REGISTRY.values() if issubclass(cls, MessageChange)
 }
 # The channel the dispatcher files every change kind under: one messageChanged subscription takes them all.
 MESSAGE_CHANGED = "message.changed"

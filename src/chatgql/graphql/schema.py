@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.schema.config import StrawberryConfig
+from strawberry.tools import merge_types
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
@@ -46,6 +47,17 @@ from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
 from .subscriptions import Subscription
+
+# The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
+# Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
+# feature's API is one module; the roots below take their fields after the house's own.
+FEATURES: tuple[object, ...] = ()
+
+
+def root(name: str, base: type) -> type:
+    """A root type: base's fields, then each feature's `name` class's, in FEATURES' order."""
+    extra = tuple(getattr(feature, name) for feature in FEATURES if hasattr(feature, name))
+    return merge_types(name, (base, *extra)) if extra else base
 
 
 class ChatSchema(strawberry.Schema):
@@ -116,9 +128,9 @@ def build_schema(
         lambda: ChatOperation(max_tokens, limits, rules, accepted, costs),
     ]
     return ChatSchema(
-        query=Query,
-        mutation=Mutation,
-        subscription=Subscription,
+        query=root("Query", Query),
+        mutation=root("Mutation", Mutation),
+        subscription=root("Subscription", Subscription),
         extensions=extensions,
         config=StrawberryConfig(
             scalar_map=SCALARS,

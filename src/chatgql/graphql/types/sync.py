@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import strawberry
 from strawberry import ID
 
 from ...db import Row
+from ...events.types import CHANGE_KINDS
 from ...events.types import MessageChange as MessageChange_
 from ..scalars import Long
 from .message import Message
@@ -45,11 +47,16 @@ class ConversationSync:
     )
 
 
-@strawberry.enum(description="What a change did to its message.")
-class MessageChangeKind(enum.Enum):
-    EDITED = "EDITED"
-    DELETED = "DELETED"
-    REACTION = "REACTION"
+if TYPE_CHECKING:
+
+    class MessageChangeKind(enum.Enum):
+        """Its values are events.types.CHANGE_KINDS' keys."""
+
+else:  # one value per change kind the events define (events.types.CHANGE_KINDS), in their order
+    MessageChangeKind = strawberry.enum(
+        enum.Enum("MessageChangeKind", {kind: kind for kind in CHANGE_KINDS}),
+        description="What a change did to its message.",
+    )
 
 
 @strawberry.enum(description="Why the operator changed a message (MessageChange.changedBy is null).")
