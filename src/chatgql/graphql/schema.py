@@ -39,7 +39,10 @@ from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Unauthenticated
-from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
+from . import (
+    pins,
+    pricing,  # noqa: F401 (declares the API's fields' prices in the registry)
+)
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
 from .graphiql import GraphiQLFiles
@@ -51,7 +54,7 @@ from .subscriptions import Subscription
 # The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
 # Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
 # feature's API is one module; the roots below take their fields after the house's own.
-FEATURES: tuple[object, ...] = ()
+FEATURES: tuple[object, ...] = (pins,)
 
 
 def root(name: str, base: type) -> type:
