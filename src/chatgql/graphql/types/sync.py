@@ -66,7 +66,7 @@ class ChangeReason(enum.Enum):
 
 
 @strawberry.type(
-    description="A change to a message (an edit, a delete, or a reaction added or taken back): it takes the conversation's next changeSeq, never "
+    description="A change to a message (`kind` says what it did): it takes the conversation's next changeSeq, never "
     "a seq. `message` is the message as it is now, with its id, so a caching client updates it with no code."
 )
 class MessageChange:
