@@ -5,6 +5,7 @@ and messageChanged. Against the session's chatgql and its PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -246,3 +247,21 @@ async def test_pins_reach_messagechanged_live_and_on_resume_and_not_a_non_member
         (3, "UNPINNED", 1, "1"),
     ]
     assert live[0]["message"] == {"seq": 2, "body": "m2"}
+
+
+async def test_concurrent_pins_past_the_cap_let_exactly_one_in_and_keep_change_seqs_gap_free(api, engine):
+    cid = await group(api, messages=MAX_PINS + 3)
+    for seq in range(1, MAX_PINS):
+        await pin(api, 1, cid, seq)
+    racing = [MAX_PINS, MAX_PINS + 1, MAX_PINS + 2, MAX_PINS + 3]
+    answers = await asyncio.gather(
+        *(api.execute(PIN, {"c": cid, "s": seq}, user=1 + i % 2) for i, seq in enumerate(racing))
+    )
+    won = [a["data"]["pinMessage"] for a in answers if "errors" not in a]
+    refused = [a["errors"][0]["extensions"]["reason"] for a in answers if "errors" in a]
+    assert len(won) == 1 and refused == ["PINS_PER_CONVERSATION"] * 3
+    assert won[0]["changeSeq"] == MAX_PINS  # the next change seq, none skipped by the refused ones
+    assert len(await listed(api, 3, cid)) == MAX_PINS
+    async with engine.connect() as conn:
+        seqs = (await conn.execute(text("SELECT change_seq FROM message_change ORDER BY 1"))).scalars().all()
+    assert seqs == list(range(1, MAX_PINS + 1))
