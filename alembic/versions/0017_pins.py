@@ -6,11 +6,12 @@ Create Date: 2026-12-07
 
 One row per pinned message, keyed (conversation_id, seq) like every key here (Citus-compatible):
 who pinned it, when, and until when (expires_at, NULL: until unpinned). The pinned list is one
-range of the key, at most 50 live rows (services/pins.py's MAX_PINS); a row
-whose expires_at has passed or whose message is deleted is no longer pinned, and is removed by the
-next pin of that conversation. A pin or an unpin takes a change seq (message_change kinds PINNED,
-UNPINNED), never a message seq. A new table, and the kind check replaced NOT VALID then validated
-(a scan of message_change under SHARE UPDATE EXCLUSIVE: writes go on).
+range of the key, at most 50 live rows (services/pins.py's MAX_PINS); a row whose expires_at has
+passed or whose message is deleted is no longer pinned, and the next pin of that conversation
+removes it. A pin or an unpin takes a change seq (message_change kinds PINNED, UNPINNED), never a
+message seq. A new table; the kind check is replaced NOT VALID (no scan under the exclusive lock),
+then validated outside the migration's transaction (a scan of message_change that lets reads and
+writes go on).
 """
 
 from alembic import op
@@ -25,11 +26,12 @@ _NEW_KINDS = "'EDITED', 'DELETED', 'REACTION', 'PINNED', 'UNPINNED'"
 
 
 def _kinds(kinds: str) -> None:
-    op.execute("ALTER TABLE message_change DROP CONSTRAINT message_change_kind_check")
     op.execute(
-        f"ALTER TABLE message_change ADD CONSTRAINT message_change_kind_check CHECK (kind IN ({kinds})) NOT VALID"
+        "ALTER TABLE message_change DROP CONSTRAINT message_change_kind_check,"
+        f" ADD CONSTRAINT message_change_kind_check CHECK (kind IN ({kinds})) NOT VALID"
     )
-    op.execute("ALTER TABLE message_change VALIDATE CONSTRAINT message_change_kind_check")
+    with op.get_context().autocommit_block():  # the exclusive lock is released before the scan
+        op.execute("ALTER TABLE message_change VALIDATE CONSTRAINT message_change_kind_check")
 
 
 def upgrade() -> None:
