@@ -228,7 +228,9 @@ message_change = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "change_seq"),
     CheckConstraint("change_seq > 0", name="message_change_change_seq_check"),
-    CheckConstraint("kind IN ('EDITED', 'DELETED', 'REACTION')", name="message_change_kind_check"),
+    CheckConstraint(
+        "kind IN ('EDITED', 'DELETED', 'REACTION', 'PINNED', 'UNPINNED')", name="message_change_kind_check"
+    ),
     Index("message_change_deleted_idx", "conversation_id", "seq", postgresql_where=text("kind = 'DELETED'")),
 )
 
@@ -268,6 +270,19 @@ message_reaction_count = Table(
     Column("first_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "seq", "emoji"),
     CheckConstraint("count > 0", name="message_reaction_count_count_check"),
+)
+
+# A conversation's pinned messages (0017_pins): who pinned each, when, until when (NULL: until unpinned).
+pinned_message = Table(
+    "pinned_message",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("pinned_by", USER_ID_TYPE, nullable=False),
+    Column("pinned_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+    CheckConstraint("seq > 0", name="pinned_message_seq_check"),
 )
 
 # Attachment metadata (0010d): the bytes live in the client's object storage.

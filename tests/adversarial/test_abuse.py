@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from chatgql.edge.ratelimit import OPERATION_LIMITS, Limiters
+import chatgql.graphql.schema  # noqa: F401 (imports every feature module: their declare_limits)
+from chatgql.edge.ratelimit import OPERATION_LIMITS, Limiters, declare_limits
 from chatgql.errors import Forbidden
 from chatgql.services.policy import ALLOW_ALL, MembershipRequest, load_policy
 
@@ -108,8 +109,9 @@ SEARCH = "query($q: String!) { searchMessages(query: $q) { nodes { seq } } }"
 
 
 def test_the_limiter_table_names_every_operation_the_resolvers_limit_and_no_other() -> None:
-    """ratelimit.OPERATION_LIMITS is the one table: each limits.check("op", ...) in graphql/ names a row of
-    it, each row is checked somewhere, and each limit has its settings (Limiters builds them all)."""
+    """ratelimit.OPERATION_LIMITS is the one table (with the rows feature modules declare beside their
+    resolvers): each limits.check("op", ...) in graphql/ names a row of it, each row is checked somewhere,
+    and each limit has its settings (Limiters builds them all)."""
     src = Path(__file__).resolve().parents[2] / "src" / "chatgql" / "graphql"
     checked: set[str] = set()
     for path in src.glob("*.py"):
@@ -121,6 +123,10 @@ def test_the_limiter_table_names_every_operation_the_resolvers_limit_and_no_othe
     assert limits["searchMessages"].rate == 3 and limits["searchMessages"].action == "searchMessages"
     with pytest.raises(KeyError):
         limits["noSuchOperation"]
+    assert limits["pinMessage"] is limits["sendMessage"]  # declared by graphql/pins.py
+    declare_limits({"pinMessage": "send"})  # the same again: nothing changes
+    with pytest.raises(ValueError, match="already limited"):
+        declare_limits({"pinMessage": "read"})
 
 
 async def test_search_beyond_its_burst_is_rate_limited_per_user(limited):

@@ -67,6 +67,8 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
         "message.edited",
         "message.deleted",
         "reaction.changed",
+        "message.pinned",
+        "message.unpinned",
         "membership.updated",
         "conversation.updated",
         "delivery.updated",
@@ -74,9 +76,8 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
     }
     # for their own member's devices only (the dispatcher routes them by userId)
     assert {"membership.updated"} == events.OWN_TYPES
-    assert (
-        dict.fromkeys(("message.edited", "message.deleted", "reaction.changed"), "message.changed") == events.CHANNELS
-    )
+    changes = ("message.edited", "message.deleted", "reaction.changed", "message.pinned", "message.unpinned")
+    assert dict.fromkeys(changes, "message.changed") == events.CHANNELS
     assert (events.MESSAGE_NEW, events.READ_UPDATED, events.MEMBERS_ADDED, events.MEMBER_REMOVED) == (
         "message.new",
         "read.updated",
@@ -138,7 +139,7 @@ def test_an_event_without_a_field_its_producer_or_the_store_fills_in_is_refused(
     with pytest.raises(ValueError, match="senderId"):
         events.parse({"type": "message.new", "conversationId": 5, "clientMsgId": str(uuid.uuid4()), "body": "x"})
     with pytest.raises(KeyError):
-        events.parse({"type": "message.pinned", "conversationId": 5})
+        events.parse({"type": "message.starred", "conversationId": 5})  # no such kind
     with pytest.raises(ValueError, match="message.edited event without"):  # senderId, changeSeq...
         events.parse({"type": "message.edited", "conversationId": 5, "seq": 1})
 

@@ -1,4 +1,4 @@
-"""Edits and deletes reach subscribers through the outbox, the relay, a real Kafka and the consumer,
+"""Edits, deletes, pins and unpins reach subscribers through the outbox, the relay, a real Kafka and the consumer,
 carrying the message with its id, and keep their place in the conversation's order (keyed by it)."""
 
 from __future__ import annotations
@@ -44,3 +44,24 @@ async def test_edits_and_deletes_arrive_on_messagechanged_through_kafka_in_chang
     assert got[1]["message"]["body"] == "" and got[1]["message"]["deletedBy"] == "1"
     assert got[2]["message"]["body"] == "" and got[2]["message"]["deletedAt"] and got[2]["message"]["deletedBy"] is None
     assert [g["reason"] for g in got] == [None, None, "ERASE"]
+
+
+async def test_pins_and_unpins_arrive_on_messagechanged_through_kafka_in_change_seq_order(kafka_server, http):
+    api = ChatApi.of(kafka_server, http)
+    cid = await api.create_group(1, [2])
+    await api.send(2, cid, "pin me")
+    pin = "mutation($c: ID!) { pinMessage(conversationId: $c, seq: 1) { changeSeq } }"
+    unpin = "mutation($c: ID!) { unpinMessage(conversationId: $c, seq: 1) { changeSeq } }"
+    async with await ws_connect(kafka_server, 2) as ws:
+        op = await ws.subscribe(CHANGED, {"c": cid})
+        await wait_active_subscriptions(kafka_server, 1)
+        await api.data(pin, {"c": cid}, user=1)
+        await api.data(unpin, {"c": cid}, user=1)
+        await api.data(pin, {"c": cid}, user=1)
+        got = [e["messageChanged"] for e in await op.collect(3, timeout=60)]
+    assert [(g["changeSeq"], g["kind"], g["seq"]) for g in got] == [
+        (1, "PINNED", 1),
+        (2, "UNPINNED", 1),
+        (3, "PINNED", 1),
+    ]
+    assert {g["message"]["body"] for g in got} == {"pin me"}

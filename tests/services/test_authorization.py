@@ -1,9 +1,9 @@
 """Authorization matrix: every operation × every kind of caller that must be refused.
 
 Operations: the queries (viewer, conversation, Conversation.members,
-Conversation.messages, inbox, messages, sync), the mutations
+Conversation.messages, inbox, messages, sync, searchMessages, pinnedMessages), the mutations
 (createDirectConversation, createGroup, addMembers, removeMember, sendMessage,
-markRead) and both subscriptions (messageNew, readUpdated, with and without
+markRead, pinMessage, unpinMessage) and both subscriptions (messageNew, readUpdated, with and without
 conversationId; messageNew resumed from cursors).
 
 Callers: a non-member, a removed member, a MEMBER (not OWNER) removing someone
@@ -156,6 +156,19 @@ OPS: dict[str, Op] = {
     "markRead": Op(
         "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq advanced unreadCount } }",
         lambda c, u: {"c": c, "s": 3},
+    ),
+    "pinnedMessages": Op(
+        "query($c: ID!) { pinnedMessages(conversationId: $c) { seq pinnedBy message { body } } }", lambda c, u: {"c": c}
+    ),
+    "pinMessage": Op(
+        "mutation($c: ID!) { pinMessage(conversationId: $c, seq: 1) { changeSeq pin { seq } message { body } } }",
+        lambda c, u: {"c": c},
+        control_caller=OWNER,  # a group's plain MEMBER may not pin (tests/graphql/test_pins.py)
+    ),
+    "unpinMessage": Op(
+        "mutation($c: ID!) { unpinMessage(conversationId: $c, seq: 1) { changeSeq message { body } } }",
+        lambda c, u: {"c": c},
+        control_caller=OWNER,
     ),
 }
 CONVERSATION_OPS = [name for name, op in OPS.items() if op.targets_conversation]

@@ -244,7 +244,8 @@ def limiter(action: str, rate: float, burst: int, store: SharedStore | None) -> 
 # Every rate-limited operation -> the limit it takes a token from. A limit `x` is the settings
 # rate_x_per_second and rate_x_burst (a rate of 0 turns it off); operations naming the same limit
 # share one bucket per user, named after the first of them (its RATE_LIMITED message and Redis key).
-# A new rate-limited operation is one line here (and its two settings for a new limit).
+# A feature module declares its own operations beside their resolvers (declare_limits); a new limit
+# is two settings.
 OPERATION_LIMITS: dict[str, str] = {
     "sendMessage": "send",
     "editMessage": "send",
@@ -262,6 +263,15 @@ OPERATION_LIMITS: dict[str, str] = {
     "addMembers": "add_members",
     "searchMessages": "search",
 }
+
+
+def declare_limits(table: dict[str, str]) -> None:
+    """Add a feature's rate-limited operations (operation -> limit) to OPERATION_LIMITS, from the module
+    that defines them, as it is imported (before the Limiters are built). An operation declared twice
+    with another limit is a programming error."""
+    for operation, name in table.items():
+        if OPERATION_LIMITS.setdefault(operation, name) != name:
+            raise ValueError(f"{operation} is already limited by {OPERATION_LIMITS[operation]}, not {name}")
 
 
 class Limiters:

@@ -111,6 +111,9 @@ def _bounded(walk: Arguments, value: Bounded) -> int:
     return walk.bound(value) if isinstance(value, str) else value
 
 
+DEFAULT_HINT = "fewer aliases"
+
+
 @dataclass
 class Pricing:
     """What the price knows of the API's fields, by (type, field) as the schema names them. Anything
@@ -122,20 +125,22 @@ class Pricing:
     page_lists: set[str] = field(default_factory=set)  # list fields of any connection, a page each
     page_items: set[tuple[str, str]] = field(default_factory=set)  # other lists a page each (the page above)
     bounds: dict[str, Bound] = field(default_factory=dict)
-    hint: str = "fewer aliases"  # what an over-priced operation's error says to ask for instead
+    hint: str = DEFAULT_HINT  # what an over-priced operation's error says to ask for instead
 
     def declare(self, other: Pricing) -> None:
-        """Add the API's declarations."""
+        """Add the API's declarations (graphql/pricing.py's, and each feature module's own beside its
+        fields); a declaration without a hint of its own keeps the one declared before."""
         self.strings.update(other.strings)
         self.lists.update(other.lists)
         self.pages.update(other.pages)
         self.page_lists.update(other.page_lists)
         self.page_items.update(other.page_items)
         self.bounds.update(other.bounds)
-        self.hint = other.hint
+        if other.hint != DEFAULT_HINT:
+            self.hint = other.hint
 
 
-PRICING = Pricing()  # filled by the API (graphql/pricing.py) as it is imported
+PRICING = Pricing()  # filled by the API (graphql/pricing.py, feature modules) as it is imported
 
 
 # --- prebuilt pages --------------------------------------------------------------------------

@@ -378,8 +378,30 @@ class ReactionChanged(MessageChange):
     added: bool | None = None
 
 
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagePinned(MessageChange):
+    """user_id pinned the message (or replaced its pin), at pinned_at, until expires_at (None: until unpinned)."""
+
+    TYPE: ClassVar[str] = "message.pinned"
+    KIND: ClassVar[str] = "PINNED"
+    pinned_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageUnpinned(MessageChange):
+    """user_id unpinned the message."""
+
+    TYPE: ClassVar[str] = "message.unpinned"
+    KIND: ClassVar[str] = "UNPINNED"
+
+
+# Every change kind, derived from the registry (GraphQL's MessageChangeKind is derived from it too):
+# a new kind is its class above, registered.
 CHANGE_KINDS: dict[str, type[MessageChange]] = {
-    kind.KIND: kind for kind in (MessageEdited, MessageDeleted, ReactionChanged)
+    cls.KIND: cls for cls in REGISTRY.values() if issubclass(cls, MessageChange)
 }
 # The channel the dispatcher files every change kind under: one messageChanged subscription takes them all.
 MESSAGE_CHANGED = "message.changed"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -46,6 +48,8 @@ class Deps:
     limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
     rate_limit_store: SharedStore | None = field(init=False)  # where shared rate limits live (Redis, the hub), if any
     membership_policy: MembershipPolicy = field(init=False)
+    # What a time-based feature reads as now (an expiry), passed to its service: a test sets its own clock.
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def __post_init__(self) -> None:
         s = self.settings

@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.schema.config import StrawberryConfig
+from strawberry.tools import merge_types
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
@@ -38,7 +39,10 @@ from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Unauthenticated
-from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
+from . import (
+    pins,
+    pricing,  # noqa: F401 (declares the API's fields' prices in the registry)
+)
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
 from .graphiql import GraphiQLFiles
@@ -46,6 +50,17 @@ from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
 from .subscriptions import Subscription
+
+# The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
+# Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
+# feature's API is one module; the roots below take their fields after the house's own.
+FEATURES: tuple[object, ...] = (pins,)
+
+
+def root(name: str, base: type) -> type:
+    """A root type: base's fields, then each feature's `name` class's, in FEATURES' order."""
+    extra = tuple(getattr(feature, name) for feature in FEATURES if hasattr(feature, name))
+    return merge_types(name, (base, *extra)) if extra else base
 
 
 class ChatSchema(strawberry.Schema):
@@ -116,9 +131,9 @@ def build_schema(
         lambda: ChatOperation(max_tokens, limits, rules, accepted, costs),
     ]
     return ChatSchema(
-        query=Query,
-        mutation=Mutation,
-        subscription=Subscription,
+        query=root("Query", Query),
+        mutation=root("Mutation", Mutation),
+        subscription=root("Subscription", Subscription),
         extensions=extensions,
         config=StrawberryConfig(
             scalar_map=SCALARS,

@@ -224,7 +224,7 @@ class Subscription:
                 )
 
     @strawberry.subscription(
-        description="Changes to messages (edits, deletes and reactions) in one conversation, or in all of the viewer's: "
+        description="Changes to messages (MessageChangeKind) in one conversation, or in all of the viewer's: "
         "each with its changeSeq and the message as it is after it. Never a new message (that is messageNew)."
     )
     async def message_changed(

@@ -69,7 +69,8 @@ class Conversation(Node):
     )
     last_change_seq: Long = strawberry.field(
         default=Long(0),
-        description="The newest change seq: edits, deletes and reactions (which never take a message seq) each take the "
+        description="The newest change seq: every change to a message (MessageChangeKind), which never takes a message "
+        "seq, takes the "
         "next value of this second gap-free counter. A client holds it beside its message cursor and passes it "
         "to sync (afterChangeSeq) and messageChanged (cursors) to learn what changed while it was away.",
     )

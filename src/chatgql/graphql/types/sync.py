@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import strawberry
 from strawberry import ID
 
 from ...db import Row
+from ...events.types import CHANGE_KINDS
 from ...events.types import MessageChange as MessageChange_
 from ..scalars import Long
 from .message import Message
@@ -45,11 +47,16 @@ class ConversationSync:
     )
 
 
-@strawberry.enum(description="What a change did to its message.")
-class MessageChangeKind(enum.Enum):
-    EDITED = "EDITED"
-    DELETED = "DELETED"
-    REACTION = "REACTION"
+if TYPE_CHECKING:
+
+    class MessageChangeKind(enum.Enum):
+        """Its values are events.types.CHANGE_KINDS' keys."""
+
+else:  # one value per change kind the events define (events.types.CHANGE_KINDS), in their order
+    MessageChangeKind = strawberry.enum(
+        enum.Enum("MessageChangeKind", {kind: kind for kind in CHANGE_KINDS}),
+        description="What a change did to its message.",
+    )
 
 
 @strawberry.enum(description="Why the operator changed a message (MessageChange.changedBy is null).")
@@ -59,7 +66,7 @@ class ChangeReason(enum.Enum):
 
 
 @strawberry.type(
-    description="A change to a message (an edit, a delete, or a reaction added or taken back): it takes the conversation's next changeSeq, never "
+    description="A change to a message (`kind` says what it did): it takes the conversation's next changeSeq, never "
     "a seq. `message` is the message as it is now, with its id, so a caching client updates it with no code."
 )
 class MessageChange:
