@@ -11,7 +11,9 @@ from datetime import datetime
 from ..db import Connection, Row
 from ..models import MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS
 
-_CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq"
+_CONVERSATION_COLUMNS = (
+    "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq, c.slow_mode_seconds"
+)
 
 # The member's own state (0011), as SQL over conversation_member m joined with conversation c:
 # OWN_READ: the member's own read position: own_read_seq while the public watermark has not moved since
