@@ -142,13 +142,20 @@ async def test_the_banned_users_subscriptions_end_after_they_are_told_and_they_r
     message_id = (
         await api.data("query($c: ID!) { messages(conversationId: $c) { nodes { id } } }", {"c": cid}, user=2)
     )["messages"]["nodes"][0]["id"]
-    clients = await asyncio.gather(*(ws_connect(server, user) for user in (1, 2)))
+    elsewhere = await api.create_group(5, [6])
+    clients = await asyncio.gather(*(ws_connect(server, user) for user in (1, 2, 5)))
     try:
         owner_all = await clients[0].subscribe(EVENTS, {})
         banned_all = await clients[1].subscribe(EVENTS, {})
         banned_here = await clients[1].subscribe(EVENTS, {"c": cid})
         banned_messages = await clients[1].subscribe(NEW, {"c": cid})
-        await wait_active_subscriptions(server, 4)
+        outsider_all = await clients[2].subscribe(EVENTS, {})
+        await wait_active_subscriptions(server, 5)
+        await ban(api, 1, cid, 5)  # not a member: nobody is told, 5 least of all
+        await api.data(
+            'mutation($c: ID!) { renameGroup(conversationId: $c, title: "x") { id } }', {"c": elsewhere}, user=5
+        )
+        assert (await outsider_all.next())["conversationUpdated"]["conversationId"] == elsewhere
         await ban(api, 1, cid, 2)
         told = {"conversationId": cid, "change": "MEMBER_BANNED", "userId": "1", "memberId": "2"}
         assert (await owner_all.next())["conversationUpdated"] == told

@@ -43,8 +43,9 @@ async def do_ban_member(
     reason: str | None = None,
 ) -> Row:
     """Ban user_id from the group (removing them when a member); returns the ban. Banning again
-    replaces the ban (its until and reason). The members and the banned user are told
-    (conversationUpdated, MEMBER_BANNED), then the banned user's subscriptions to it end."""
+    replaces the ban (its until and reason). When user_id was a member, the members and the banned
+    user are told (conversationUpdated, MEMBER_BANNED), then the banned user's subscriptions to it
+    end; a ban of someone not in the group tells nobody (it would tell them of the group)."""
     reason = check_ban(until, reason)
     if user_id == viewer_id:
         raise BadUserInput("nobody bans themselves (leaveGroup leaves)")
@@ -58,6 +59,9 @@ async def do_ban_member(
         if role == OWNER or (role == ADMIN and conv.role != OWNER):
             raise Forbidden(f"an {conv.role} may not ban an {role}", reason="NOT_GROUP_ADMIN")
         ban = await bans.ban_txn(conn, conversation_id, user_id, until, viewer_id, reason)
+        if role is None:  # not a member: nobody is told (the banned user must not learn of the group)
+            return ban
+        await conversations.delete_member(conn, conversation_id, user_id)
         events: list[Event] = [
             ConversationUpdated(
                 conversation_id=conversation_id,
@@ -66,11 +70,9 @@ async def do_ban_member(
                 member_id=user_id,
                 title=conv.title or "",
                 role="",
-            )
+            ),
+            MemberRemoved(conversation_id=conversation_id, user_id=user_id),
         ]
-        if role is not None:
-            await conversations.delete_member(conn, conversation_id, user_id)
-            events.append(MemberRemoved(conversation_id=conversation_id, user_id=user_id))
         await outbox.append(conn, [event.outbox_row() for event in events])
         database.events_written(conn)
         return ban
