@@ -1,6 +1,7 @@
--- revision: 0016_function_sources
+-- revision: 0019_slow_mode
 -- A group commit's sends to one conversation (services/groupcommit.py), in one statement: what
--- chat_send does for each, the conversation locked once.
+-- chat_send does for each, the conversation locked once. In slow mode it stores nothing: every
+-- item's outcome is 'alone', and the caller sends each through chat_send.
 CREATE OR REPLACE FUNCTION public.chat_send_batch(p_conversation_id bigint, p_sender_ids text[], p_client_msg_ids uuid[], p_bodies text[], p_message_events jsonb[], p_read_events jsonb[], p_message_keys text[], p_read_keys text[])
  RETURNS TABLE(i bigint, outcome text, seq bigint, sender_id text, body text, created_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -11,13 +12,15 @@ DECLARE
     v_last_seq bigint;
     v_last_at timestamptz;
     v_at timestamptz;
+    v_slow integer;
 BEGIN
     -- Sends to one conversation queue up here, once per batch.
-    SELECT c.last_seq, c.last_message_at INTO v_last_seq, v_last_at
+    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds INTO v_last_seq, v_last_at, v_slow
       FROM conversation c WHERE c.id = p_conversation_id
        FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT n, 'not_found', NULL::bigint, NULL::text, NULL::text, NULL::timestamptz
+    IF NOT FOUND OR v_slow > 0 THEN
+        RETURN QUERY SELECT n, CASE WHEN v_slow > 0 THEN 'alone' ELSE 'not_found' END,
+                            NULL::bigint, NULL::text, NULL::text, NULL::timestamptz
                        FROM generate_series(1, cardinality(p_sender_ids)::bigint) n;
         RETURN;
     END IF;

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -55,7 +56,10 @@ conversation = Table(
     Column("last_change_seq", BigInteger, nullable=False, server_default="0"),
     # the seq up to which the retention policy has erased: its next pass starts after it (0012_erase)
     Column("retained_seq", BigInteger, nullable=False, server_default="0"),
+    # a MEMBER sends at most once per this many seconds; 0: off (0019_slow_mode)
+    Column("slow_mode_seconds", Integer, nullable=False, server_default="0"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
+    CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
     Index(
         "conversation_created_by_idx",
@@ -87,6 +91,8 @@ conversation_member = Table(
     # private read receipts (0011b): the member's choice here (null: the user's default), and what applies
     Column("receipts_override", Boolean),
     Column("receipts_private", Boolean, nullable=False, server_default="false"),
+    # the member's last send while slow mode was on (0019_slow_mode)
+    Column("last_sent_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("conversation_id", "user_id"),
     CheckConstraint("role IN ('OWNER', 'ADMIN', 'MEMBER')", name="conversation_member_role_check"),
     CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
@@ -311,6 +317,34 @@ message_mention = Table(
     Column("seq", BigInteger, nullable=False),
     PrimaryKeyConstraint("conversation_id", "user_id", "seq"),
     CheckConstraint("seq > 0", name="message_mention_seq_check"),
+)
+
+# who is kept out of a group (0018_conversation_bans): until NULL holds until unbanned; banned_by NULL: the operator
+conversation_ban = Table(
+    "conversation_ban",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),  # no foreign key: TRUNCATE conversation stays as it is
+    Column("user_id", USER_ID_TYPE, nullable=False),
+    Column("until", DateTime(timezone=True)),
+    Column("banned_by", USER_ID_TYPE),
+    Column("reason", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "user_id"),
+)
+
+# what the before-send hook decided for a clientMsgId it rejected or rewrote (0020_send_verdicts)
+send_verdict = Table(
+    "send_verdict",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("client_msg_id", UUID(as_uuid=True), nullable=False),
+    Column("sender_id", USER_ID_TYPE, nullable=False),
+    Column("body_sha256", LargeBinary, nullable=False),
+    Column("verdict", Text, nullable=False),
+    Column("reason", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("conversation_id", "client_msg_id"),
+    CheckConstraint("verdict IN ('REJECTED', 'REWRITTEN')", name="send_verdict_verdict_check"),
 )
 
 # a user's own defaults (0011b)

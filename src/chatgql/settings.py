@@ -404,6 +404,16 @@ class Settings(BaseSettings):
     # Whether this process runs the deliverer (`chatgql serve --no-webhooks` leaves it out; one
     # delivers at a time, the others stand by).
     run_webhooks: bool = True
+    # The before-send hook (services/beforesend.py, docs/guide/moderation.md): an endpoint asked before
+    # each message is stored, which accepts, rejects or rewrites it. Unset: none. Signed as the
+    # webhooks are, with before_send_secret (required with the URL; webhook_allow_private applies).
+    before_send_url: str | None = None
+    before_send_secret: SecretStr | None = None
+    # The whole exchange; no verdict within it is a failure.
+    before_send_timeout_seconds: float = Field(default=2.0, gt=0, le=30)
+    # On a failure: true stores the message as sent (fail open); false refuses the send with
+    # UNAVAILABLE, reason BEFORE_SEND_UNAVAILABLE (fail closed).
+    before_send_fail_open: bool = False
     # Presence (who has a websocket open, for webhooks' recipients): with a Redis bus each process
     # refreshes its entry this often; a process not heard from for 3 times it counts as gone.
     presence_heartbeat_seconds: float = Field(default=5.0, gt=0)
@@ -422,6 +432,20 @@ class Settings(BaseSettings):
         parse_secret(self.webhook_secret.get_secret_value())
         parse_kinds(self.webhook_events)
         check_url(self.webhook_url, self.webhook_allow_private)
+        return self
+
+    @model_validator(mode="after")
+    def _before_send_is_complete(self) -> Settings:
+        if self.before_send_url is None:
+            return self
+        from .events.webhooks import check_url, parse_secret  # refused at start
+
+        if self.before_send_secret is None:
+            raise ValueError(
+                "CHATGQL_BEFORE_SEND_URL needs CHATGQL_BEFORE_SEND_SECRET: every request is signed with it"
+            )
+        parse_secret(self.before_send_secret.get_secret_value())
+        check_url(self.before_send_url, self.webhook_allow_private)
         return self
 
     @model_validator(mode="after")

@@ -357,6 +357,37 @@ def _request_cases(cid: str) -> dict[str, tuple[str, dict, str]]:
             {},
             "BAD_USER_INPUT",  # the owner demoting themselves (an ADMIN doing it: FORBIDDEN, test_groups.py)
         ),
+        # moderation (docs/guide/moderation.md)
+        "ban-until-in-the-past": (
+            f'mutation {{ banMember(conversationId: "{cid}", userId: "2", until: "2000-01-01T00:00:00Z") {{ userId }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
+        "ban-until-not-a-time": (
+            f'mutation {{ banMember(conversationId: "{cid}", userId: "2", until: "tomorrow") {{ userId }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
+        "ban-oneself": (
+            f'mutation {{ banMember(conversationId: "{cid}", userId: "1") {{ userId }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
+        "unban-nobody-banned": (
+            f'mutation {{ unbanMember(conversationId: "{cid}", userId: "2") {{ userId }} }}',
+            {},
+            "NOT_FOUND",
+        ),
+        "slow-mode-out-of-range": (
+            f'mutation {{ setSlowMode(conversationId: "{cid}", seconds: 100000) {{ id }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
+        "bans-negative-first": (
+            f'{{ conversation(id: "{cid}") {{ bans(first: -1) {{ userId }} }} }}',
+            {},
+            "BAD_USER_INPUT",
+        ),
         "muted-until-in-the-past": (
             f'mutation {{ updateMembership(conversationId: "{cid}", mutedUntil: "2000-01-01T00:00:00Z") {{ id }} }}',
             {},

@@ -170,6 +170,21 @@ OPS: dict[str, Op] = {
         lambda c, u: {"c": c},
         control_caller=OWNER,
     ),
+    "banMember": Op(
+        "mutation($c: ID!, $u: ID!) { banMember(conversationId: $c, userId: $u) { userId until } }",
+        lambda c, u: {"c": c, "u": str(OTHER)},
+        control_caller=OWNER,
+    ),
+    "setSlowMode": Op(
+        "mutation($c: ID!) { setSlowMode(conversationId: $c, seconds: 5) { id slowModeSeconds } }",
+        lambda c, u: {"c": c},
+        control_caller=OWNER,
+    ),
+    "Conversation.bans": Op(
+        "query($c: ID!) { conversation(id: $c) { bans { userId reason } } }",
+        lambda c, u: {"c": c},
+        control_caller=OWNER,
+    ),
 }
 CONVERSATION_OPS = [name for name, op in OPS.items() if op.targets_conversation]
 
@@ -243,13 +258,15 @@ async def authz(authz_server: Authz, http: httpx.AsyncClient) -> Authz:
 
 
 SNAPSHOT = {
-    "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at FROM conversation ORDER BY id",
+    "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at, slow_mode_seconds"
+    " FROM conversation ORDER BY id",
     "conversation_member": "SELECT conversation_id, user_id, role, last_read_seq, joined_at "
     "FROM conversation_member ORDER BY conversation_id, user_id",
     "message": "SELECT conversation_id, seq, sender_id, client_msg_id, body, created_at "
     "FROM message ORDER BY conversation_id, seq",
     "direct_pair": "SELECT user_low, user_high, conversation_id FROM direct_pair ORDER BY user_low, user_high",
     "outbox": "SELECT id, msg_key, payload FROM outbox ORDER BY id",
+    "conversation_ban": "SELECT conversation_id, user_id, until, banned_by FROM conversation_ban ORDER BY 1, 2",
 }
 
 

@@ -498,7 +498,7 @@ class Dispatcher:
         left = skip = None
         if kind == events.TYPING:
             skip = event["userId"]  # the typer's own devices know
-        elif kind == events.CONVERSATION_UPDATED and event["change"] == events.MEMBER_LEFT:
+        elif kind == events.CONVERSATION_UPDATED and event["change"] in events.MEMBER_OUT:
             self._membership.forget(cid)  # before its member.removed: the members are read afresh
             left = event["memberId"]
         if cid not in self._by_conversation and not self._by_user:
@@ -520,7 +520,7 @@ class Dispatcher:
                 self._offer_user(cid, reader, kind, stamped)
             self._coalescer.add(cid, event, committed_at)
             return
-        if left is not None:  # the one who left is told too, on every device
+        if left is not None:  # the one who left (or was banned) is told too, on every device
             self._offer_user(cid, left, kind, stamped)
             skip = left
         self._deliver(cid, kind, stamped, members, skip=skip)

@@ -291,10 +291,12 @@ class MembershipUpdated(Event):
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationUpdated(Event):
-    """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), or a member
-    left (MEMBER_LEFT: delivered to the one who left too). user_id: who did it; member_id: whom
-    it concerns (the renamer for RENAMED); title: the group's title after it; role: member_id's
-    role after it ("" when they left)."""
+    """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), a member
+    left (MEMBER_LEFT: delivered to the one who left too), was banned (MEMBER_BANNED: delivered to
+    the banned one too) or unbanned (MEMBER_UNBANNED), or the group's settings changed
+    (SETTINGS_CHANGED: slow mode). user_id: who did it; member_id: whom it concerns (the one who
+    did it for RENAMED and SETTINGS_CHANGED); title: the group's title after it; role: member_id's
+    role after it ("" when they are not a member)."""
 
     TYPE: ClassVar[str] = "conversation.updated"
     conversation_id: int
@@ -306,6 +308,9 @@ class ConversationUpdated(Event):
 
 
 RENAMED, ROLE_CHANGED, MEMBER_LEFT = "RENAMED", "ROLE_CHANGED", "MEMBER_LEFT"
+MEMBER_BANNED, MEMBER_UNBANNED, SETTINGS_CHANGED = "MEMBER_BANNED", "MEMBER_UNBANNED", "SETTINGS_CHANGED"
+# the changes that take member_id out of the group: they are told too, before their subscriptions end
+MEMBER_OUT = (MEMBER_LEFT, MEMBER_BANNED)
 
 
 @register

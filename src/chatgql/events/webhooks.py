@@ -33,8 +33,6 @@ import asyncio
 import base64
 import contextlib
 import email.utils
-import hashlib
-import hmac
 import ipaddress
 import logging
 import random
@@ -53,6 +51,7 @@ from ..db import Database
 from ..store import conversations, health
 from ..store import webhooks as queue
 from .presence import Presence
+from .signing import sign
 from .types import MESSAGE_NEW, REGISTRY, TYPING, with_text_user_ids
 
 log = logging.getLogger(__name__)
@@ -150,13 +149,6 @@ async def check_resolved(url: str, allow_private: bool) -> None:
         return
     if any(_refused_address(str(info[4][0])) for info in infos):
         raise _private(url)
-
-
-def sign(keys: tuple[bytes, ...], webhook_id: str, timestamp: int, body: bytes) -> str:
-    """The webhook-signature header's value (Standard Webhooks, v1): one signature per key,
-    space-separated."""
-    signed = f"{webhook_id}.{timestamp}.".encode() + body
-    return " ".join("v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode() for key in keys)
 
 
 def backoff(attempt: int, base: float, cap: float) -> float:

@@ -17,6 +17,7 @@ from ..edge.auth import token_expiry, user_from_authorization
 from ..edge.jwks import KeySet
 from ..edge.ratelimit import Limiters, SharedStore, shared_store
 from ..errors import Unauthenticated
+from ..services.beforesend import BeforeSendHook
 from ..services.groupcommit import SendBatcher
 from ..services.policy import MembershipPolicy, load_policy
 from ..settings import Settings
@@ -45,6 +46,7 @@ class Deps:
     keys: KeySet | None = None  # the OpenID provider's keys (jwks.py); None without CHATGQL_OIDC_ISSUER
     typing: EphemeralPublisher | None = None  # None in processes that serve no subscriptions
     presence: Presence | None = None  # who has a websocket open (for webhooks)
+    before_send: BeforeSendHook | None = None  # the before-send hook, when configured (opened by the lifespan)
     limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
     rate_limit_store: SharedStore | None = field(init=False)  # where shared rate limits live (Redis, the hub), if any
     membership_policy: MembershipPolicy = field(init=False)

@@ -25,6 +25,9 @@ class ConversationChange(enum.Enum):
     RENAMED = "RENAMED"
     ROLE_CHANGED = "ROLE_CHANGED"
     MEMBER_LEFT = "MEMBER_LEFT"
+    MEMBER_BANNED = "MEMBER_BANNED"
+    MEMBER_UNBANNED = "MEMBER_UNBANNED"
+    SETTINGS_CHANGED = "SETTINGS_CHANGED"
 
 
 @strawberry.type
@@ -75,8 +78,9 @@ class GroupMutation:
 
 
 @strawberry.type(
-    description="A group was managed: renamed, a member's role changed, or a member left (the one who left "
-    "gets this too, on every device, before their subscriptions to it end)."
+    description="A group was managed: renamed, a member's role changed, a member left or was banned (the one "
+    "who left or was banned gets this too, on every device, before their subscriptions to it end), a ban was "
+    "lifted, or the group's settings changed (slowModeSeconds)."
 )
 class ConversationUpdatedEvent:
     conversation_id: ID

@@ -39,6 +39,7 @@ PRICING.declare(
         strings={("Message", "body"): "body_chars", ("Conversation", "title"): "title_chars"},
         lists={
             ("Conversation", "members"): count("first", default="members_page_max", cap="members_page_max"),
+            ("Conversation", "bans"): count("first", default="members_page_max", cap="members_page_max"),
             ("Message", "seenBy"): _seen_by,
             ("Message", "reactedBy"): _seen_by,
             ("Message", "replies"): count("first", default=DEFAULT_PAGE, cap=MAX_PAGE),

@@ -46,6 +46,7 @@ from ..graphql.context import Deps
 from ..graphql.graphiql import ASSETS_PATH
 from ..graphql.schema import ChatGraphQL
 from ..runtime import collector
+from ..services.beforesend import BeforeSendHook
 from ..services.delivery_coalescing import DeliveryCoalescer
 from ..services.erase import retention_loop
 from ..services.groupcommit import SendBatcher
@@ -192,6 +193,17 @@ async def running(
             )
             stack.push_async_callback(batcher.close)
 
+        if settings.before_send_url is not None and settings.before_send_secret is not None:
+            await check_resolved(settings.before_send_url, settings.webhook_allow_private)
+            runtime.deps.before_send = await stack.enter_async_context(
+                BeforeSendHook(
+                    settings.before_send_url,
+                    parse_secret(settings.before_send_secret.get_secret_value()),
+                    timeout_seconds=settings.before_send_timeout_seconds,
+                    fail_open=settings.before_send_fail_open,
+                    max_body_chars=settings.max_body_chars,
+                )
+            )
         if deps.rate_limit_store is not None:
             await deps.rate_limit_store.start()
             stack.push_async_callback(deps.rate_limit_store.close)

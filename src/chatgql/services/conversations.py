@@ -9,6 +9,7 @@ from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events.types import Event, MemberRemoved, MembersAdded
 from ..store import conversations, outbox
+from .bans import check_not_banned_txn
 from .groups import do_leave_group
 from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
 
@@ -140,7 +141,8 @@ async def do_add_members(
 ) -> None:
     """Any member may add people to a group (if the policy allows); ids already present are ignored.
 
-    New members start with nothing unread: their watermark is the current lastSeq.
+    New members start with nothing unread: their watermark is the current lastSeq. Someone a ban
+    keeps out (services/bans.py) is refused: FORBIDDEN, reason USER_BANNED, nobody added.
     Costs O(len(user_ids)), whatever the group's size (bigger groups are built batch by batch).
     """
     if policy is not ALLOW_ALL:  # allow-all has nothing to ask: the transaction's own checks suffice
@@ -151,6 +153,7 @@ async def do_add_members(
         new = [uid for uid in user_ids if uid not in present]
         if not new:
             return
+        await check_not_banned_txn(conn, conversation_id, new)
         # the stored count (kept by triggers: 0007), read under the lock: O(batch), not O(members)
         if conv.member_count + len(new) > max_members:
             raise LimitExceeded(f"a group has at most {max_members} members")

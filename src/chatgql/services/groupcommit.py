@@ -35,6 +35,7 @@ from ..store import messages
 
 # The keys chat_send fills in, from the event definitions (the SQL names none).
 STORED = "stored"  # chat_send's outcome for a message it stored (and whose events it wrote)
+ALONE = "alone"  # chat_send_batch's outcome for every item of a conversation in slow mode: nothing done
 
 
 class SendItem(NamedTuple):
@@ -161,6 +162,8 @@ class SendBatcher:
             rows = await messages.send_batch(conn, conversation_id, items, MESSAGE_KEYS, READ_KEYS)
             if any(row.outcome == STORED for row in rows):  # one wake-up for the batch's commit
                 self._database.events_written(conn)
+        if rows and rows[0].outcome == ALONE:  # slow mode: each send checked alone, in order
+            return [await send_alone(self._database, conversation_id, item) for item in items]
         return rows
 
     async def close(self) -> None:

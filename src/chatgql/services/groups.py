@@ -25,7 +25,7 @@ async def _emit_txn(database: Database, conn: Connection, *events: Event) -> Non
     database.events_written(conn)
 
 
-async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: str, what: str) -> Row:
+async def lock_group_txn(conn: Connection, conversation_id: int, viewer_id: str, what: str) -> Row:
     """The group, locked; NOT_FOUND unless the viewer is in it, FORBIDDEN for a DIRECT chat."""
     conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
     if conv is None or conv.role is None:
@@ -38,7 +38,7 @@ async def _lock_group_txn(conn: Connection, conversation_id: int, viewer_id: str
 async def do_rename_group(database: Database, viewer_id: str, conversation_id: int, title: str) -> None:
     """The OWNER or an ADMIN renames a group (title already checked)."""
     async with database.transaction() as conn:
-        conv = await _lock_group_txn(conn, conversation_id, viewer_id, "be renamed")
+        conv = await lock_group_txn(conn, conversation_id, viewer_id, "be renamed")
         if conv.role not in MANAGERS:
             raise Forbidden("only the OWNER or an ADMIN may rename a group")
         await groups.set_title_txn(conn, conversation_id, title)
@@ -59,7 +59,7 @@ async def do_rename_group(database: Database, viewer_id: str, conversation_id: i
 async def do_leave_group(database: Database, viewer_id: str, conversation_id: int) -> str | None:
     """The viewer leaves a group; returns the new OWNER's id when the OWNER left (None otherwise)."""
     async with database.transaction() as conn:
-        conv = await _lock_group_txn(conn, conversation_id, viewer_id, "be left")
+        conv = await lock_group_txn(conn, conversation_id, viewer_id, "be left")
         await conversations.delete_member(conn, conversation_id, viewer_id)
         new_owner = None
         if conv.role == OWNER:
@@ -89,7 +89,7 @@ async def do_set_member_role(database: Database, viewer_id: str, conversation_id
     if role not in ROLES:
         raise BadUserInput(f"role must be one of {', '.join(ROLES)}")
     async with database.transaction() as conn:
-        conv = await _lock_group_txn(conn, conversation_id, viewer_id, "have roles")
+        conv = await lock_group_txn(conn, conversation_id, viewer_id, "have roles")
         if conv.role not in MANAGERS:
             raise Forbidden("only the OWNER or an ADMIN may change roles")
         current = await groups.role_txn(conn, conversation_id, user_id)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from ..db import Database, Row
-from ..errors import BadUserInput, Conflict, conversation_not_found
+from ..errors import BadUserInput, Conflict, LimitExceeded, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
 from ..store import messages
+from .beforesend import BeforeSendHook, Decision, VerdictTaken, decide, keep_decision_txn
 from .checks import Attachment
 from .groupcommit import STORED, SendBatcher, SendItem, send_alone, send_item
 from .mentions import mentions_txn
@@ -34,6 +36,8 @@ async def do_send_message(
     attachments: Sequence[Attachment] = (),
     mentions: list[str] | None = None,
     mention_everyone: bool = False,
+    hook: BeforeSendHook | None = None,
+    guard: Decision | None = None,
 ) -> SendResult:
     """Store a message and its message.new event in one transaction (DESIGN.md, "Sending").
 
@@ -42,7 +46,9 @@ async def do_send_message(
     clientMsgId, body and sender returns the stored message as it is now
     (duplicate=True), also when it was edited since (the retry carries the
     original body) or deleted (a tombstone: its body is erased, the same sender
-    is enough); anything else reusing the clientMsgId is CONFLICT and writes nothing.
+    is enough); anything else reusing the clientMsgId is CONFLICT and writes nothing. In a group in
+    slow mode, a MEMBER's send too soon after their previous one is LIMIT_EXCEEDED (reason SLOW_MODE,
+    retryAfter) and writes nothing (chat_send decides, under the conversation's lock).
     The body must already be validated. With a batcher, the send may share
     its transaction with other sends to the conversation (group commit,
     services/groupcommit.py); the answer is the same. Once a stored message has
@@ -52,7 +58,23 @@ async def do_send_message(
     quoted message's reply count are one transaction (never group-committed), and a seq with no
     earlier message is BAD_USER_INPUT with nothing written. attachments (checked already:
     check_attachments) are written in the same transaction, never group-committed either.
+
+    hook: the before-send hook (services/beforesend.py), asked first; its sends are never
+    group-committed either. guard: the hook's decision, checked again in the send's transaction.
     """
+    if hook is not None:
+        return await _send_with_hook(
+            database,
+            hook,
+            sender_id,
+            conversation_id,
+            client_msg_id,
+            body,
+            reply_to=reply_to,
+            attachments=attachments,
+            mentions=mentions,
+            mention_everyone=mention_everyone,
+        )
     message_event = MessageNew(
         conversation_id=conversation_id,
         sender_id=sender_id,
@@ -63,8 +85,10 @@ async def do_send_message(
     read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
     everyone = mention_everyone
-    if reply_to is not None or attachments or mentions or everyone:  # not group-committed: one transaction each
-        row = await _send_with_extras(database, conversation_id, item, reply_to, attachments, mentions or [], everyone)
+    if reply_to is not None or attachments or mentions or everyone or guard is not None:  # not group-committed
+        row = await _send_with_extras(
+            database, conversation_id, item, reply_to, attachments, mentions or [], everyone, guard
+        )
     elif batcher is None:
         row = await send_alone(database, conversation_id, item)
     else:
@@ -73,6 +97,12 @@ async def do_send_message(
     outcome = row["outcome"]
     if outcome == "not_found":
         raise conversation_not_found(conversation_id)
+    if outcome == "slow_mode":  # seq: the whole seconds left to wait
+        raise LimitExceeded(
+            f"slow mode: the next message may be sent in {row['seq']} s",
+            reason="SLOW_MODE",
+            retryAfter=row["seq"],
+        )
     if outcome == "conflict":
         raise Conflict(
             "clientMsgId was already used for another message in this conversation",
@@ -95,6 +125,32 @@ async def do_send_message(
     return SendResult(stored, duplicate=False)
 
 
+async def _send_with_hook(
+    database: Database,
+    hook: BeforeSendHook,
+    sender_id: str,
+    conversation_id: int,
+    client_msg_id: UUID,
+    body: str,
+    **extras: Any,
+) -> SendResult:
+    """Ask the hook (services/beforesend.py), then send what it decided."""
+    for _ in range(3):  # a concurrent retry of the clientMsgId was decided first: decide again from it
+        try:
+            decision = await decide(database, hook, sender_id, conversation_id, client_msg_id, body)
+            if decision.duplicate_seq is not None:  # rewritten and stored: the message as it is now
+                async with database.connection() as conn:
+                    (now,) = await messages.by_keys(conn, [(conversation_id, decision.duplicate_seq)])
+                return SendResult(now, duplicate=True)
+            guard = decision if decision.asked else None
+            return await do_send_message(
+                database, sender_id, conversation_id, client_msg_id, decision.body, guard=guard, **extras
+            )
+        except VerdictTaken:
+            continue
+    raise Conflict("clientMsgId is being sent concurrently; retry", conversationId=str(conversation_id))
+
+
 async def _send_with_extras(
     database: Database,
     conversation_id: int,
@@ -103,12 +159,39 @@ async def _send_with_extras(
     attachments: Sequence[Attachment],
     mentioned: list[str],
     everyone: bool,
+    guard: Decision | None = None,
 ) -> Row:
     """chat_send, the quoted message's count, the attachments and the mentions (members only, else
     BAD_USER_INPUT and nothing is stored) in one transaction; a retry (duplicate) writes nothing again
-    and keeps the original's."""
+    and keeps the original's. guard: the before-send hook's decision, checked (and a rewrite kept)
+    under the conversation's lock first; a send it does not store keeps nothing of it."""
+    try:
+        return await _extras_txn(database, conversation_id, item, reply_to, attachments, mentioned, everyone, guard)
+    except _NotStored as refused:
+        return refused.row
+
+
+class _NotStored(Exception):
+    def __init__(self, row: Row) -> None:
+        self.row = row
+
+
+async def _extras_txn(
+    database: Database,
+    conversation_id: int,
+    item: SendItem,
+    reply_to: int | None,
+    attachments: Sequence[Attachment],
+    mentioned: list[str],
+    everyone: bool,
+    guard: Decision | None,
+) -> Row:
     async with database.transaction() as conn:
+        if guard is not None:
+            await keep_decision_txn(conn, conversation_id, item.client_msg_id, item.sender_id, guard)
         row = await send_item(conn, conversation_id, item)
+        if row.outcome != STORED and guard is not None:
+            raise _NotStored(row)  # not a member, slow mode: the transaction rolls back, the verdict too
         if row.outcome == STORED:
             if attachments:
                 await messages.insert_attachments_txn(conn, conversation_id, row.seq, attachments)

@@ -13,7 +13,9 @@ from datetime import datetime
 from ..db import Connection, Row
 from ..models import MEMBER_FIELDS, MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS, MessageRecord
 
-_CONVERSATION_COLUMNS = "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq"
+_CONVERSATION_COLUMNS = (
+    "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq, c.slow_mode_seconds"
+)
 
 # The member's own state (0011), as SQL over conversation_member m joined with conversation c:
 # OWN_READ: the member's own read position: own_read_seq while the public watermark has not moved since
@@ -417,6 +419,7 @@ INBOX_JSON_VALUES = {
     "kept_archived": "(p.archived AND p.keep_archived)",
     "last_change_seq": "p.last_change_seq",
     "private_receipts": "p.receipts_private",
+    "slow_mode_seconds": "p.slow_mode_seconds",
 }
 
 

@@ -25,3 +25,15 @@ async def set_role_txn(conn: Connection, conversation_id: int, user_id: str, rol
         user_id,
         role,
     )
+
+
+async def set_slow_mode_txn(conn: Connection, conversation_id: int, seconds: int) -> bool:
+    """Set the group's slow mode (0: off); False when it already was that."""
+    return (
+        await conn.fetchval(
+            "UPDATE conversation SET slow_mode_seconds = $2 WHERE id = $1 AND slow_mode_seconds <> $2 RETURNING true",
+            conversation_id,
+            seconds,
+        )
+        is not None
+    )

@@ -12,6 +12,7 @@ from strawberry.types import Info
 from strawberry.utils.str_converters import to_camel_case
 
 from ...errors import BadUserInput
+from ...services.bans import ban_page
 from ...services.checks import (
     MAX_ID,
     check_member_page,
@@ -19,6 +20,7 @@ from ...services.checks import (
 from ...store.conversations import INBOX_PLAIN_JSON_VALUES
 from ..loaders import MemberPageKey
 from ..scalars import Long
+from .ban import ConversationBan
 from .common import ConversationType, Node, PageInfo, given
 from .member import Member
 from .message import Message, MessageConnection, PageAfter, PageBefore, PageFirst, PageLast, load_message_page
@@ -79,6 +81,11 @@ class Conversation(Node):
         description="The viewer's read receipts are private here: others' seen, seenBy, seenByCount, delivered "
         "and deliveredCount leave the viewer out (updateMembership(privateReceipts:), updateViewerSettings).",
     )
+    slow_mode_seconds: int = strawberry.field(
+        default=0,
+        description="A MEMBER may send one message every this many seconds (0: no slow mode); the OWNER and "
+        "ADMINs are exempt (setSlowMode).",
+    )
     # Set by an inbox page that read every node's last message with the page (see Query.inbox).
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
 
@@ -120,6 +127,7 @@ class Conversation(Node):
             conversation.archived = archived
             conversation.kept_archived = archived and row["keep_archived"]
             conversation.private_receipts = row["receipts_private"]
+            conversation.slow_mode_seconds = row["slow_mode_seconds"]
         return conversation
 
     @strawberry.field(description="The viewer pinned it (pinnedAt is not null).")
@@ -147,6 +155,18 @@ class Conversation(Node):
         after_id, limit = check_member_page(given(first), given(after), default=cap, cap=cap)
         rows = await info.context.loaders.member_page.load(MemberPageKey(int(self.id), after_id, limit))
         return [Member.from_row(row) for row in rows]
+
+    @strawberry.field(
+        description="The bans that hold (a group's OWNER and ADMINs only: anyone else FORBIDDEN), ascending by user id "
+        "in text order, paged as members: at most `first` (default and cap CHATGQL_MEMBERS_PAGE_MAX) after `after`."
+    )
+    async def bans(
+        self, info: Info, first: int | None = strawberry.UNSET, after: ID | None = strawberry.UNSET
+    ) -> list[ConversationBan]:
+        cap = info.context.settings.members_page_max
+        after_id, limit = check_member_page(given(first), given(after), default=cap, cap=cap)
+        rows = await ban_page(info.context.database, info.context.viewer_id, int(self.id), after_id, limit)
+        return [ConversationBan.from_row(row) for row in rows]
 
     @strawberry.field
     def last_message(self, info: Info) -> Message | None:

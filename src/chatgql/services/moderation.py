@@ -1,0 +1,46 @@
+"""A group's settings that moderate it: slow mode.
+
+Slow mode: a MEMBER sends at most one message every slow_mode_seconds (OWNER and ADMINs are
+exempt); 0 turns it off. chat_send enforces it under the conversation's lock (migration
+0019_slow_mode), so it holds across processes; a send too soon is LIMIT_EXCEEDED with reason
+SLOW_MODE and retryAfter (services/messages.py). It counts from the member's last send while slow
+mode was on.
+"""
+
+from __future__ import annotations
+
+from ..db import Database
+from ..errors import BadUserInput, Forbidden
+from ..events.types import SETTINGS_CHANGED, ConversationUpdated
+from ..store import groups, outbox
+from .groups import MANAGERS, lock_group_txn
+
+MAX_SLOW_MODE_SECONDS = 3600
+
+
+def check_slow_mode(seconds: int) -> int:
+    if not 0 <= seconds <= MAX_SLOW_MODE_SECONDS:
+        raise BadUserInput(f"seconds must be 0 (off) to {MAX_SLOW_MODE_SECONDS}")
+    return seconds
+
+
+async def do_set_slow_mode(database: Database, viewer_id: str, conversation_id: int, seconds: int) -> None:
+    """The OWNER or an ADMIN sets the group's slow mode; the members are told (conversationUpdated,
+    SETTINGS_CHANGED) when it changed."""
+    check_slow_mode(seconds)
+    async with database.transaction() as conn:
+        conv = await lock_group_txn(conn, conversation_id, viewer_id, "have slow mode")
+        if conv.role not in MANAGERS:
+            raise Forbidden("only the OWNER or an ADMIN may change a group's settings", reason="NOT_GROUP_ADMIN")
+        if not await groups.set_slow_mode_txn(conn, conversation_id, seconds):
+            return
+        event = ConversationUpdated(
+            conversation_id=conversation_id,
+            change=SETTINGS_CHANGED,
+            user_id=viewer_id,
+            member_id=viewer_id,
+            title=conv.title or "",
+            role=conv.role,
+        )
+        await outbox.append(conn, [event.outbox_row()])
+        database.events_written(conn)
