@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from ..db import Database, Row
-from ..errors import BadUserInput, Conflict, conversation_not_found
+from ..errors import BadUserInput, Conflict, banned, blocked, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
 from ..store import messages
@@ -73,6 +73,10 @@ async def do_send_message(
     outcome = row["outcome"]
     if outcome == "not_found":
         raise conversation_not_found(conversation_id)
+    if outcome == "blocked":
+        raise blocked()
+    if outcome == "banned":
+        raise banned(None)
     if outcome == "conflict":
         raise Conflict(
             "clientMsgId was already used for another message in this conversation",
