@@ -117,3 +117,22 @@ async def test_the_reported_user_sees_nothing_of_the_report(api):
     before = await api.data(query, {"c": cid}, user=sender)
     await api.data(REPORT_MESSAGE, {"c": cid, "s": 1, "r": "SPAM", "d": "spam"}, user=reporter)
     assert await api.data(query, {"c": cid}, user=sender) == before
+
+
+async def test_reports_and_blocks_are_rate_limited_per_user_and_a_refusal_writes_nothing(api, engine, server):
+    reporter, *others = users(1 + 2 * server.settings.rate_report_burst)
+    answers = [await api.execute(REPORT_USER, {"u": other, "r": "SPAM"}, user=reporter) for other in others]
+    limited = [a["errors"][0]["extensions"] for a in answers if "errors" in a]
+    assert limited and all(e["code"] == "LIMIT_EXCEEDED" and e["reason"] == "RATE_LIMITED" for e in limited)
+    async with engine.connect() as conn:
+        count = (
+            await conn.execute(text("SELECT count(*) FROM report WHERE reporter_id = :a"), {"a": reporter})
+        ).scalar()
+    assert count == len(answers) - len(limited)
+    blocker = reporter + "-b"
+    block = "mutation($u: ID!) { blockUser(userId: $u) { changed } }"
+    blocked = [
+        await api.execute(block, {"u": f"{blocker}-{i}"}, user=blocker)
+        for i in range(2 * server.settings.rate_block_burst)
+    ]
+    assert any("errors" in b and b["errors"][0]["extensions"]["reason"] == "RATE_LIMITED" for b in blocked)

@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 
 from ..db import Database
 from ..edge.auth import token_expiry, user_from_authorization
+from ..edge.bans import BanList
 from ..edge.jwks import KeySet
 from ..edge.ratelimit import Limiters, SharedStore, shared_store
 from ..errors import Unauthenticated
@@ -46,6 +47,7 @@ class Deps:
     limits: Limiters = field(init=False)  # per-user rate limits by operation (ratelimit.OPERATION_LIMITS)
     rate_limit_store: SharedStore | None = field(init=False)  # where shared rate limits live (Redis, the hub), if any
     membership_policy: MembershipPolicy = field(init=False)
+    bans: BanList = field(init=False)  # the app-wide bans this process knows (edge/bans.py)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -54,6 +56,7 @@ class Deps:
         )
         self.limits = Limiters(s, store)
         self.membership_policy = load_policy(s.membership_policy, s)
+        self.bans = BanList()
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Context:
         if self.token_expires_at is not None and time.time() >= self.token_expires_at:
             self._viewer = Unauthenticated("the token has expired: connect again with a new one")
             raise self._viewer
+        self.deps.bans.check(self._viewer)
         return self._viewer
 
     _loaders: Loaders | None = field(default=None, repr=False)

@@ -37,7 +37,7 @@ from ..engine.operation import ChatOperation
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
-from ..errors import Unauthenticated
+from ..errors import Forbidden, Unauthenticated
 from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
@@ -197,8 +197,8 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         await context.fetch_keys()
         try:
             _ = context.viewer_id
-        except Unauthenticated as error:
-            raise ConnectionRejectionError({"message": error.message, "code": error.code}) from None
+        except (Unauthenticated, Forbidden) as error:  # Forbidden: banned (edge/bans.py)
+            raise ConnectionRejectionError({"message": error.message, "code": error.code, **error.extensions}) from None
         return await super().on_ws_connect(context)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

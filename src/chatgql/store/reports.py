@@ -104,16 +104,19 @@ async def lock_txn(conn: Connection, report_id: int) -> Row | None:
     return await conn.fetchrow(f"SELECT {REPORT_COLUMNS} FROM report WHERE id = $1 FOR UPDATE", report_id)
 
 
-async def resolve_txn(conn: Connection, report_id: int, operator: str, action: str, note: str) -> Row:
+async def resolve_txn(conn: Connection, report_id: int, operator: str, action: str, note: str, *, blank: bool) -> Row:
+    """Mark the report resolved; blank: erase its evidence too."""
     return await conn.fetchrow(
         f"""
-        UPDATE report SET resolved_at = clock_timestamp(), resolved_by = $2, action = $3, note = $4
+        UPDATE report SET resolved_at = clock_timestamp(), resolved_by = $2, action = $3, note = $4,
+               evidence = CASE WHEN $5 THEN NULL ELSE evidence END
          WHERE id = $1 RETURNING {REPORT_COLUMNS}
         """,
         report_id,
         operator,
         action,
         note,
+        blank,
     )
 
 

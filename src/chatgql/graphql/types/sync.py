@@ -56,6 +56,9 @@ class MessageChangeKind(enum.Enum):
 class ChangeReason(enum.Enum):
     ERASE = strawberry.enum_value("ERASE", description="An erase of all of the sender's messages (chatgql erase-user).")
     RETENTION = strawberry.enum_value("RETENTION", description="The retention policy (CHATGQL_RETENTION_DAYS).")
+    MODERATION = strawberry.enum_value(
+        "MODERATION", description="The operator deleted a reported message (chatgql reports resolve)."
+    )
 
 
 @strawberry.type(
