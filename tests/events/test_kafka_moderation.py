@@ -29,7 +29,7 @@ async def test_block_changed_and_an_operators_ban_arrive_through_kafka(kafka_ser
         operator = kafka_server.settings.model_copy(update={"migrate_on_start": False})
 
         async def ban(database) -> int:
-            await moderation.ban_user(database, "ops", blocker, None, "test")
+            await moderation.do_ban_user(database, "ops", blocker, None, "test")
             return 0
 
         await cli._with_database(operator, ban)

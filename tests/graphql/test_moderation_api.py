@@ -79,7 +79,7 @@ async def test_reports_are_listed_by_status_conversation_and_user(api, database)
     await api.send(other, two, "b")
     first = await reported(api, reporter, one, 1)
     second = await reported(api, reporter, two, 1)
-    await moderation.resolve_report(database, OPERATOR, first, moderation.DISMISS, "not abusive")
+    await moderation.do_resolve_report(database, OPERATOR, first, moderation.DISMISS, "not abusive")
 
     async def ids(**wanted: object) -> list[int]:
         rows = await moderation.list_reports(database, moderation.ReportFilter(**wanted), after_id=first - 1)  # type: ignore[arg-type]
@@ -100,7 +100,7 @@ async def test_each_action_is_audited_and_a_report_is_resolved_once(api, databas
     cid = await api.create_group(reporter, [sender])
     await api.send(sender, cid, "awful")
     report_id = await reported(api, reporter, cid, 1)
-    done = await moderation.resolve_report(database, OPERATOR, report_id, moderation.DELETE_MESSAGE, "abuse")
+    done = await moderation.do_resolve_report(database, OPERATOR, report_id, moderation.DELETE_MESSAGE, "abuse")
     assert done["action"] == "DELETE_MESSAGE" and done["resolved_by"] == OPERATOR and done["resolved_at"] is not None
     message = await api.data(
         "query($c: ID!) { messages(conversationId: $c, first: 1) { nodes { body deletedAt deletedBy } } }",
@@ -119,13 +119,13 @@ async def test_each_action_is_audited_and_a_report_is_resolved_once(api, databas
     )
     for action, code in ((moderation.DISMISS, "CONFLICT"),):
         with pytest.raises(Exception) as refused:
-            await moderation.resolve_report(database, OPERATOR, report_id, action, "again")
+            await moderation.do_resolve_report(database, OPERATOR, report_id, action, "again")
         assert refused.value.code == code  # type: ignore[attr-defined]
     with pytest.raises(Exception) as missing:
-        await moderation.resolve_report(database, OPERATOR, 2**62, moderation.DISMISS, "x")
+        await moderation.do_resolve_report(database, OPERATOR, 2**62, moderation.DISMISS, "x")
     assert missing.value.code == "NOT_FOUND"  # type: ignore[attr-defined]
     with pytest.raises(Exception) as unexplained:
-        await moderation.resolve_report(database, OPERATOR, report_id, moderation.DISMISS, "  ")
+        await moderation.do_resolve_report(database, OPERATOR, report_id, moderation.DISMISS, "  ")
     assert unexplained.value.code == "BAD_USER_INPUT"  # type: ignore[attr-defined]
     assert len(await audit(engine, report_id=report_id)) == 1  # refusals audit nothing
 
@@ -136,7 +136,7 @@ async def test_a_conversation_ban_removes_the_user_and_keeps_them_out_until_it_e
     await api.send(sender, cid, "spam")
     report_id = await reported(api, reporter, cid, 1)
     until = datetime.now(UTC) + timedelta(hours=1)
-    await moderation.resolve_report(
+    await moderation.do_resolve_report(
         database, OPERATOR, report_id, moderation.BAN_FROM_CONVERSATION, "spam", until=until
     )
     assert error_code(await api.error(SEND, {"c": cid, "m": str(uuid.uuid4())}, user=sender)) == "NOT_FOUND"
@@ -164,7 +164,7 @@ async def test_an_app_wide_ban_refuses_the_token_everywhere_and_ends_live_sessio
         op = await live.subscribe("subscription { messageNew { seq } }")
         await wait_active_subscriptions(server, before + 1)
         until = datetime.now(UTC) + timedelta(days=7)
-        await moderation.ban_user(database, OPERATOR, banned, until, "harassment")
+        await moderation.do_ban_user(database, OPERATOR, banned, until, "harassment")
         with pytest.raises((SubscriptionError, ConnectionClosed)) as ended:  # whichever the client reads first
             await op.next()
         if isinstance(ended.value, SubscriptionError):
@@ -182,7 +182,7 @@ async def test_an_app_wide_ban_refuses_the_token_everywhere_and_ends_live_sessio
     assert (await api.data(VIEWER, user=friend))["viewer"]["userId"] == friend  # nobody else
     [entry] = await audit(engine, user_id=banned)
     assert (entry["action"], entry["reason"], entry["until"]) == ("BAN_APP", "harassment", until)
-    assert await moderation.unban_user(database, OPERATOR, banned, "appeal granted")
+    assert await moderation.do_unban_user(database, OPERATOR, banned, "appeal granted")
 
     async def accepted() -> bool:
         return "errors" not in await api.execute(VIEWER, user=banned)
@@ -219,7 +219,7 @@ async def test_no_message_is_stored_after_an_app_wide_ban_has_committed(api, dat
 
     tasks = [asyncio.create_task(sender(cid)) for cid in cids * 3]
     await started.wait()
-    await moderation.ban_user(database, OPERATOR, banned, None, "spam run")
+    await moderation.do_ban_user(database, OPERATOR, banned, None, "spam run")
     at_ban = [(await api.data(LAST_SEQ, {"c": cid}, user=friend))["conversation"]["lastSeq"] for cid in cids]
     assert await asyncio.gather(*tasks) == ["BANNED"] * len(tasks)
     after = [(await api.data(LAST_SEQ, {"c": cid}, user=friend))["conversation"]["lastSeq"] for cid in cids]
@@ -233,7 +233,7 @@ async def test_erase_blanks_resolved_evidence_and_resolving_an_erased_users_repo
     await api.send(sender, cid, "two")
     resolved_first = await reported(api, reporter, cid, 1)
     still_open = await reported(api, reporter, cid, 2)
-    await moderation.resolve_report(database, OPERATOR, resolved_first, moderation.DISMISS, "fine")
+    await moderation.do_resolve_report(database, OPERATOR, resolved_first, moderation.DISMISS, "fine")
     await erase_user(database, sender)
 
     async def evidence(report_id: int) -> object:
@@ -242,9 +242,9 @@ async def test_erase_blanks_resolved_evidence_and_resolving_an_erased_users_repo
 
     assert await evidence(resolved_first) is None
     assert (await evidence(still_open))["body"] == "two"  # type: ignore[index]  # open: kept for the moderator
-    await moderation.resolve_report(database, OPERATOR, still_open, moderation.BAN_APP, "erased anyway")
+    await moderation.do_resolve_report(database, OPERATOR, still_open, moderation.BAN_APP, "erased anyway")
     assert await evidence(still_open) is None
-    await moderation.unban_user(database, OPERATOR, sender, "test over")
+    await moderation.do_unban_user(database, OPERATOR, sender, "test over")
 
 
 def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess:

@@ -314,7 +314,7 @@ def reports(args: argparse.Namespace) -> None:
         rows = [
             _moderate(
                 settings,
-                lambda db: moderation.resolve_report(db, args.by, args.report_id, args.do, args.reason, until=until),
+                lambda db: moderation.do_resolve_report(db, args.by, args.report_id, args.do, args.reason, until=until),
             )
         ]
     for row in rows:
@@ -328,12 +328,12 @@ def ban(args: argparse.Namespace) -> None:
     settings = _settings()
     until = _until(args.until)
     if args.conversation is None:
-        _moderate(settings, lambda db: moderation.ban_user(db, args.by, args.user_id, until, args.reason))
+        _moderate(settings, lambda db: moderation.do_ban_user(db, args.by, args.user_id, until, args.reason))
         print(f"banned {args.user_id} until {until.isoformat() if until else 'lifted'}")
     else:
         _moderate(
             settings,
-            lambda db: moderation.ban_from_conversation(
+            lambda db: moderation.do_ban_from_conversation(
                 db, args.by, args.conversation, args.user_id, until, args.reason
             ),
         )
@@ -346,7 +346,7 @@ def unban(args: argparse.Namespace) -> None:
     from ..services import moderation
 
     settings = _settings()
-    lifted = _moderate(settings, lambda db: moderation.unban_user(db, args.by, args.user_id, args.reason))
+    lifted = _moderate(settings, lambda db: moderation.do_unban_user(db, args.by, args.user_id, args.reason))
     print(f"unbanned {args.user_id}" if lifted else f"{args.user_id} was not banned")
 
 

@@ -63,7 +63,7 @@ async def audit_log(database: Database, after_id: int = 0, limit: int = 100) -> 
         return await reports.audit_page(conn, after_id, limit)
 
 
-async def resolve_report(
+async def do_resolve_report(
     database: Database, operator: str, report_id: int, action: str, reason: str, *, until: datetime | None = None
 ) -> Row:
     """Resolve an open report with an action (ACTIONS), in one transaction with the action and its audit row.
@@ -113,7 +113,7 @@ async def _erased_txn(conn: Connection, conversation_id: int, seq: int) -> bool:
     return bool(found) and found[0]["deleted_at"] is not None and found[0]["deleted_by"] is None
 
 
-async def ban_user(database: Database, operator: str, user_id: str, until: datetime | None, reason: str) -> None:
+async def do_ban_user(database: Database, operator: str, user_id: str, until: datetime | None, reason: str) -> None:
     """Ban user_id app-wide until `until` (None: until lifted); banning again replaces the ban's end and reason."""
     reason = _check_reason(reason)
     async with database.transaction() as conn:
@@ -121,7 +121,7 @@ async def ban_user(database: Database, operator: str, user_id: str, until: datet
         await reports.audit_txn(conn, operator, BAN_APP, reason, user_id=user_id, until=until)
 
 
-async def unban_user(database: Database, operator: str, user_id: str, reason: str) -> bool:
+async def do_unban_user(database: Database, operator: str, user_id: str, reason: str) -> bool:
     """Lift user_id's app-wide ban; False when there was none."""
     reason = _check_reason(reason)
     async with database.transaction() as conn:
@@ -131,7 +131,7 @@ async def unban_user(database: Database, operator: str, user_id: str, reason: st
         return lifted
 
 
-async def ban_from_conversation(
+async def do_ban_from_conversation(
     database: Database, operator: str, conversation_id: int, user_id: str, until: datetime | None, reason: str
 ) -> None:
     """Remove user_id from a group and keep them out until `until` (None: until lifted)."""
