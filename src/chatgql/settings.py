@@ -231,8 +231,9 @@ class Settings(BaseSettings):
     rate_block_burst: int = 20
     rate_report_per_second: float = 0.2  # reportMessage and reportUser: one every 5 s after a burst of 10
     rate_report_burst: int = 10
-    # How often each process reloads the app-wide bans (a ban's event reaches it at once; a lifted ban this late)
-    ban_refresh_seconds: float = Field(default=2.0, gt=0)
+    # How often each process reloads the app-wide bans (their events reach it at once; this is the backstop,
+    # and what a process that serves no subscriptions knows)
+    ban_refresh_seconds: float = Field(default=30.0, gt=0)
 
     # Abuse, tokens and disclosure
     # Membership: per-user token buckets (per process, like the ones above; a rate of 0 turns

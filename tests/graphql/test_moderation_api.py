@@ -301,3 +301,21 @@ def _refused(bans, user_id: str) -> bool:
     except Exception:
         return True
     return False
+
+
+def test_the_ban_lists_reload_keeps_what_an_event_told_of_meanwhile():
+    """The reload (every CHATGQL_BAN_REFRESH_SECONDS) may read before a ban or an unban commits: what an
+    event told of a user lately stands; older knowledge gives way to the database's."""
+    from chatgql.edge.bans import BanList
+
+    bans = BanList()
+    later = datetime.now(UTC) + timedelta(hours=1)
+    bans.learn("banned-by-event", later.isoformat(), True)
+    bans.learn("unbanned-by-event", None, False)
+    bans.replace([("unbanned-by-event", None), ("from-db", None)], keep_seconds=60)
+    assert _refused(bans, "banned-by-event") and _refused(bans, "from-db")
+    assert not _refused(bans, "unbanned-by-event")
+    bans.replace([], keep_seconds=0)  # the events are old news: the database decides
+    assert not any(_refused(bans, u) for u in ("banned-by-event", "from-db"))
+    bans.replace([("ended", datetime.now(UTC) - timedelta(seconds=1))], keep_seconds=0)
+    assert not _refused(bans, "ended")  # a ban whose end has passed refuses nothing

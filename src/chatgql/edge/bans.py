@@ -2,9 +2,9 @@
 
 Every request's viewer is checked against the list (graphql/context.py): a banned user's token is
 refused with FORBIDDEN, reason BANNED, until the ban ends. The list learns a ban from its user.banned
-event (the dispatcher calls `add`, which also ends the user's websockets here at once) and from the
-database every CHATGQL_BAN_REFRESH_SECONDS (`keep_ban_list`), which also brings lifted bans and bans
-to processes that serve no subscriptions. Sends never depend on it: the database refuses a banned
+event and a lifted ban from its user.unbanned event (the dispatcher calls `learn`, which also ends
+a banned user's websockets here at once), and from the database every CHATGQL_BAN_REFRESH_SECONDS
+(`keep_ban_list`): what a process that serves no subscriptions knows, and a backstop for the rest. Sends never depend on it: the database refuses a banned
 sender's message from the ban's commit on (chat_send).
 """
 
@@ -40,23 +40,29 @@ class BanList:
         if until is None or until.timestamp() > time.time():
             raise banned(None if until is None else until.isoformat())
 
-    def add(self, user_id: str, until: str | None) -> None:
-        """A ban's event: refuse the user from now on, and end their websockets in this process."""
-        self._until[user_id] = None if until is None else datetime.fromisoformat(until)
+    def learn(self, user_id: str, until: str | None, banned: bool) -> None:
+        """A ban's event: refuse the user from now on, and end their websockets in this process; a lifted
+        ban's: accept them again."""
         self._learned[user_id] = time.monotonic()
+        if not banned:
+            self._until.pop(user_id, None)
+            return
+        self._until[user_id] = None if until is None else datetime.fromisoformat(until)
         for end in list(self._sessions.get(user_id, ())):
             end()
 
     def replace(self, rows: Iterable[tuple[str, datetime | None]], keep_seconds: float) -> None:
-        """The bans in force as read from the database; one an event told of in the last keep_seconds stays
-        (the read may have started before it committed)."""
+        """The bans in force as read from the database; what an event told of a user in the last keep_seconds
+        stands (the read may have started before it committed)."""
         now = time.monotonic()
         fresh: dict[str, datetime | None] = dict(rows)
         for user_id, learned in list(self._learned.items()):
             if now - learned > keep_seconds:
                 del self._learned[user_id]
-            elif user_id not in fresh and user_id in self._until:
+            elif user_id in self._until:
                 fresh[user_id] = self._until[user_id]
+            else:
+                fresh.pop(user_id, None)
         self._until = fresh
 
     def session_started(self, user_id: str, end: EndSession) -> None:

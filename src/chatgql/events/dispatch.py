@@ -420,8 +420,9 @@ class Dispatcher:
         # Events older than this (seconds since their commit) are not delivered: the
         # subscriptions they were for end with DeliveryDelayed. 0: no bound.
         self.max_delay = max_delay
-        # Told of every app-wide ban dispatched here (user id, until or None): the process's ban list.
-        self.on_ban: Callable[[str, str | None], None] | None = None
+        # Told of every app-wide ban and lifted ban dispatched here (user id, until or None, banned):
+        # the process's ban list.
+        self.on_ban: Callable[[str, str | None, bool], None] | None = None
         # conversation id -> user id -> that user's subscriptions to the conversation
         self._by_conversation: dict[int, dict[str, set[Subscription]]] = {}
         self._by_user: dict[str, set[Subscription]] = {}
@@ -532,12 +533,16 @@ class Dispatcher:
 
     def _dispatch_user(self, event: dict, kind: str, committed_at: float | None) -> None:
         """A user's own event (events.UserEvent): to their all-conversations subscriptions of its kind. A ban
-        ends every subscription of theirs at once, and tells on_ban (the process's ban list)."""
+        ends every subscription of theirs at once; a ban and a lifted ban tell on_ban (the process's ban list)."""
         user_id = event["userId"]
+        if kind == events.USER_UNBANNED:
+            if self.on_ban is not None:
+                self.on_ban(user_id, None, False)
+            return
         if kind == events.USER_BANNED:
             until = event.get("until")
             if self.on_ban is not None:
-                self.on_ban(user_id, until)
+                self.on_ban(user_id, until, True)
             for by_user in (*self._by_conversation.values(), self._by_user):
                 for sub in list(by_user.get(user_id, ())):
                     sub.fail(banned(until))

@@ -415,6 +415,16 @@ class UserBanned(UserEvent):
     until: datetime | None = None
 
 
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserUnbanned(UserEvent):
+    """The operator lifted user_id's app-wide ban: every process accepts their token again."""
+
+    TYPE: ClassVar[str] = "user.unbanned"
+    conversation_id: int = NO_CONVERSATION
+    user_id: UserId
+
+
 CHANGE_KINDS: dict[str, type[MessageChange]] = {
     kind.KIND: kind for kind in (MessageEdited, MessageDeleted, ReactionChanged)
 }
@@ -434,6 +444,7 @@ DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE
 BLOCK_CHANGED = BlockChanged.TYPE
 USER_BANNED = UserBanned.TYPE
+USER_UNBANNED = UserUnbanned.TYPE
 # Kinds for their own member only (Event.OWN), derived from the registry.
 OWN_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if cls.OWN)
 # Kinds about no conversation, for one user (UserEvent).

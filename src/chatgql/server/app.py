@@ -237,7 +237,7 @@ async def running(
                 max_delay=settings.max_delivery_delay_seconds,
             )
             runtime.deps.dispatcher = live = dispatcher
-            dispatcher.on_ban = runtime.deps.bans.add
+            dispatcher.on_ban = runtime.deps.bans.learn
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
             metrics.track(metrics.subscribers_delayed, lambda: dispatcher.delayed)
             metrics.track(metrics.events_shed, lambda: dispatcher.shed)

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Conflict, NotFound
-from ..events.types import MemberRemoved, UserBanned
+from ..events.types import MemberRemoved, UserBanned, UserUnbanned
 from ..store import bans, changes, conversations, messages, outbox, reports
 from .changes import tombstone_txn
 
@@ -128,6 +128,8 @@ async def do_unban_user(database: Database, operator: str, user_id: str, reason:
         lifted = await bans.delete_user_ban(conn, user_id)
         if lifted:
             await reports.audit_txn(conn, operator, UNBAN_APP, reason, user_id=user_id)
+            await outbox.append(conn, [UserUnbanned(user_id=user_id).outbox_row()])
+            database.events_written(conn)
         return lifted
 
 
