@@ -48,7 +48,7 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Moderation, under the locks a ban (the sender's, taken exclusively by store/moderation.py) and
+    -- Moderation, under the locks a ban (the sender's, taken exclusively by store/app_bans.py) and
     -- a block (the conversation's) take: nothing is stored after either has committed.
     PERFORM pg_advisory_xact_lock_shared(7261304, hashtext(p_sender_id));
     IF EXISTS (SELECT 1 FROM user_ban b WHERE b.user_id = p_sender_id

@@ -10,7 +10,7 @@ import uuid
 from websockets.exceptions import ConnectionClosed
 
 from chatgql.server import cli
-from chatgql.services import moderation
+from chatgql.services import operator as moderation
 
 from ..support.live import ChatApi, SubscriptionError, wait_active_subscriptions, ws_connect
 

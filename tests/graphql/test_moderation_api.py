@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from websockets.exceptions import ConnectionClosed
 
-from chatgql.services import moderation
+from chatgql.services import operator as moderation
 from chatgql.services.erase import erase_user
 
 from ..conftest import REPO, error_code

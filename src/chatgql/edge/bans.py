@@ -18,7 +18,7 @@ from datetime import datetime
 
 from ..db import Database
 from ..errors import banned
-from ..services.moderation import active_bans
+from ..services.operator import active_bans
 
 log = logging.getLogger(__name__)
 EndSession = Callable[[], None]

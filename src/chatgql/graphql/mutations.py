@@ -17,9 +17,9 @@ from ..services.messages import do_send_message
 from ..services.reads import do_mark_read
 from . import ids
 from .groups import GroupMutation
-from .moderation import ModerationMutation
 from .queries import load_conversation
 from .readstate import ReadStateMutation
+from .reporting import ModerationMutation
 from .scalars import Long
 from .types import (
     AttachmentInput,

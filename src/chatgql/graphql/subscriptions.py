@@ -70,8 +70,8 @@ from ..services.checks import check_id
 from ..services.history import read_replay
 from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
-from .moderation import BlockChangedEvent
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
+from .reporting import BlockChangedEvent
 from .scalars import Long
 from .types import (
     ChangeCursor,

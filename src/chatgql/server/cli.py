@@ -301,7 +301,7 @@ def _moderate(settings: Settings, work: Callable[[Database], Awaitable[Any]]) ->
 
 def reports(args: argparse.Namespace) -> None:
     """List the reports, resolve one with an action, or print the audit of the operator's actions."""
-    from ..services import moderation
+    from ..services import operator as moderation
 
     settings = _settings()
     if args.action == "list":
@@ -323,7 +323,7 @@ def reports(args: argparse.Namespace) -> None:
 
 def ban(args: argparse.Namespace) -> None:
     """Ban a user app-wide, or from one group (--conversation)."""
-    from ..services import moderation
+    from ..services import operator as moderation
 
     settings = _settings()
     until = _until(args.until)
@@ -343,7 +343,7 @@ def ban(args: argparse.Namespace) -> None:
 
 
 def unban(args: argparse.Namespace) -> None:
-    from ..services import moderation
+    from ..services import operator as moderation
 
     settings = _settings()
     lifted = _moderate(settings, lambda db: moderation.do_unban_user(db, args.by, args.user_id, args.reason))

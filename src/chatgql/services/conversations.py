@@ -8,7 +8,7 @@ from typing import Final
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversation_not_found
 from ..events.types import Event, MemberRemoved, MembersAdded
-from ..store import bans, conversations, outbox
+from ..store import app_bans, conversations, outbox
 from .blocks import check_direct_allowed_txn, check_not_blocked_txn
 from .groups import do_leave_group
 from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
@@ -159,7 +159,7 @@ async def do_add_members(
         if not new:
             return
         await check_not_blocked_txn(conn, viewer_id, new)
-        if await bans.banned_from(conn, conversation_id, new):
+        if await app_bans.banned_from(conn, conversation_id, new):
             raise Forbidden("a user banned from this conversation cannot be added", reason="BANNED_FROM_CONVERSATION")
         # the stored count (kept by triggers: 0007), read under the lock: O(batch), not O(members)
         if conv.member_count + len(new) > max_members:

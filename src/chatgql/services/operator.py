@@ -12,7 +12,7 @@ from datetime import datetime
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Conflict, NotFound
 from ..events.types import MemberRemoved, UserBanned, UserUnbanned
-from ..store import bans, changes, conversations, messages, outbox, reports
+from ..store import app_bans, changes, conversations, messages, outbox, reports
 from .changes import tombstone_txn
 
 DISMISS, DELETE_MESSAGE, BAN_FROM_CONVERSATION, BAN_APP = (
@@ -125,7 +125,7 @@ async def do_unban_user(database: Database, operator: str, user_id: str, reason:
     """Lift user_id's app-wide ban; False when there was none."""
     reason = _check_reason(reason)
     async with database.transaction() as conn:
-        lifted = await bans.delete_user_ban(conn, user_id)
+        lifted = await app_bans.delete_user_ban(conn, user_id)
         if lifted:
             await reports.audit_txn(conn, operator, UNBAN_APP, reason, user_id=user_id)
             await outbox.append(conn, [UserUnbanned(user_id=user_id).outbox_row()])
@@ -148,15 +148,15 @@ async def do_ban_from_conversation(
 async def active_bans(database: Database) -> list[Row]:
     """(user_id, until) of every app-wide ban in force (the processes' ban lists load them)."""
     async with database.connection() as conn:
-        return await bans.active_user_bans(conn)
+        return await app_bans.active_user_bans(conn)
 
 
 async def _ban_user_txn(
     database: Database, conn: Connection, user_id: str, until: datetime | None, operator: str, reason: str
 ) -> None:
     """Under the user's ban lock: every send of theirs in progress commits first, none after this commits."""
-    await bans.lock_user_txn(conn, user_id)
-    await bans.upsert_user_ban(conn, user_id, until, operator, reason)
+    await app_bans.lock_user_txn(conn, user_id)
+    await app_bans.upsert_user_ban(conn, user_id, until, operator, reason)
     await outbox.append(conn, [UserBanned(user_id=user_id, until=until).outbox_row()])
     database.events_written(conn)
 
@@ -175,7 +175,7 @@ async def _ban_from_conversation_txn(
         raise NotFound(f"conversation {conversation_id} not found", conversationId=str(conversation_id))
     if conv.type != "GROUP":
         raise BadUserInput("a direct conversation has no bans: the users block each other, or ban the user app-wide")
-    await bans.upsert_conversation_ban(conn, conversation_id, user_id, until, operator, reason)
+    await app_bans.upsert_conversation_ban(conn, conversation_id, user_id, until, operator, reason)
     if conv.role is None:
         return
     removed = await conversations.delete_member(conn, conversation_id, user_id)
