@@ -371,6 +371,70 @@ direct_pair = Table(
     CheckConstraint("user_low < user_high", name="direct_pair_order_check"),
 )
 
+# Moderation (0021_blocks): who blocked whom, and the operator's app-wide bans (until NULL: until lifted).
+user_block = Table(
+    "user_block",
+    metadata,
+    Column("blocker_id", USER_ID_TYPE, nullable=False),
+    Column("blocked_id", USER_ID_TYPE, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("blocker_id", "blocked_id"),
+    CheckConstraint("blocker_id <> blocked_id", name="user_block_other_check"),
+    Index("user_block_blocked_idx", "blocked_id", "blocker_id"),
+)
+
+user_ban = Table(
+    "user_ban",
+    metadata,
+    Column("user_id", USER_ID_TYPE, primary_key=True),
+    Column("until", DateTime(timezone=True)),
+    Column("banned_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Reports of messages and users, and the operator's moderation (0022_reports). A report of a user has
+# conversation_id and seq 0; evidence: the reported message as it was when reported.
+REPORT_REASONS = ("SPAM", "HARASSMENT", "HATE", "VIOLENCE", "SEXUAL", "SELF_HARM", "ILLEGAL", "IMPERSONATION", "OTHER")
+report = Table(
+    "report",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("reporter_id", USER_ID_TYPE, nullable=False),
+    Column("reported_user_id", USER_ID_TYPE, nullable=False),
+    Column("conversation_id", BigInteger, nullable=False, server_default="0"),
+    Column("seq", BigInteger, nullable=False, server_default="0"),
+    Column("reason", Text, nullable=False),
+    Column("details", Text, nullable=False, server_default=""),
+    Column("evidence", JSONB),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("resolved_at", DateTime(timezone=True)),
+    Column("resolved_by", Text),
+    Column("action", Text),
+    Column("note", Text),
+    CheckConstraint("reason IN (" + ", ".join(f"'{r}'" for r in REPORT_REASONS) + ")", name="report_reason_check"),
+    UniqueConstraint("reporter_id", "conversation_id", "seq", "reported_user_id", name="report_once_key"),
+    Index("report_open_idx", "id", postgresql_where=text("resolved_at IS NULL")),
+    Index("report_conversation_idx", "conversation_id", "id"),
+    Index("report_reported_idx", "reported_user_id", "id"),
+)
+
+# The audit of the operator's moderation actions: one row per action.
+moderation_action = Table(
+    "moderation_action",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("operator", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("report_id", BigInteger),
+    Column("user_id", USER_ID_TYPE),
+    Column("conversation_id", BigInteger),
+    Column("seq", BigInteger),
+    Column("until", DateTime(timezone=True)),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
 outbox = Table(
     "outbox",
     metadata,

@@ -226,6 +226,14 @@ class Settings(BaseSettings):
     muted_mentions_count: bool = True
     # sendMessage(mentions:): at most this many user ids
     max_mentions: int = Field(default=50, ge=1)
+    # Moderation (docs/guide/moderation.md): blockUser and unblockUser; reportMessage and reportUser
+    rate_block_per_second: float = 0.5  # blockUser and unblockUser
+    rate_block_burst: int = 20
+    rate_report_per_second: float = 0.2  # reportMessage and reportUser: one every 5 s after a burst of 10
+    rate_report_burst: int = 10
+    # How often each process reloads the app-wide bans (their events reach it at once; this is the backstop,
+    # and what a process that serves no subscriptions knows)
+    ban_refresh_seconds: float = Field(default=30.0, gt=0)
 
     # Abuse, tokens and disclosure
     # Membership: per-user token buckets (per process, like the ones above; a rate of 0 turns

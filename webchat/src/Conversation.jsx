@@ -17,7 +17,7 @@ function readingOlder(element, arrived) {
 }
 
 export function Conversation({ client, viewer, config, conversationId, onBack }) {
-  const { state, loadOlder, send, discard, edit, remove, react, typing } = useConversation(
+  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report } = useConversation(
     client,
     conversationId,
     viewer.userId,
@@ -130,6 +130,8 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
             onEdit={(body) => edit(message.seq, body)}
             onDelete={() => remove(message.seq)}
             onReact={(emoji, on) => react(message.seq, emoji, on)}
+            onBlock={(blocked) => block(message.senderId, blocked)}
+            onReport={(reason) => report(message.seq, reason)}
           />
         ))}
         {state.pending.map((pending) => (

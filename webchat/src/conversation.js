@@ -93,6 +93,13 @@ export function conversationReducer(state, action) {
         changeSeqs: { ...state.changeSeqs, [message.seq]: changeSeq },
       };
     }
+    case "blocked": // the viewer blocked or unblocked a sender: their messages say so
+      return {
+        ...state,
+        messages: state.messages.map((held) =>
+          held.senderId === action.userId ? { ...held, senderBlockedByViewer: action.blocked } : held,
+        ),
+      };
     case "typing":
       return { ...state, typing: { ...state.typing, [action.userId]: action.until } };
     case "typingExpired":

@@ -66,7 +66,7 @@ from websockets.exceptions import InvalidState
 
 from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..edge.ratelimit import Bucket, RateLimiter
-from ..errors import Unauthenticated
+from ..errors import ChatError, Unauthenticated
 from .parked import IDLE, Parked, after, deliver, parkable
 from .registry import PARKING
 
@@ -100,6 +100,8 @@ FLOOD_CODE = 4429
 FLOOD_REASON = "Too many messages"
 TOKEN_EXPIRED_CODE = 4403
 TOKEN_EXPIRED_REASON = "Token expired"
+BANNED_CODE = 4403
+BANNED_REASON = "Banned"
 SUBSCRIPTION_LIMIT_REASON = "SUBSCRIPTIONS_PER_CONNECTION"
 
 
@@ -193,6 +195,7 @@ class _Session:
     _expiry: asyncio.TimerHandle | None = None
     _ending: asyncio.Task | None = None
     _present: Any = None  # the viewer, counted online (events/presence.py) while the session lasts
+    _watched: str | None = None  # the viewer, whose app-wide ban ends this session (edge/bans.py)
 
     async def _within_budget(self) -> bool:
         """Take one message from the budgets (the socket's, its address's, its user's); past one,
@@ -231,6 +234,10 @@ class _Session:
         if expires is not None and self._expiry is None:
             delay = max(0.0, expires - time.time())
             self._expiry = asyncio.get_running_loop().call_later(delay, self._token_expired)
+        if self._watched is None:
+            with suppress(ChatError):  # no valid token, or banned meanwhile: nothing to watch
+                self._watched = self.context.viewer_id
+                self.view.deps.bans.session_started(self._watched, self._banned)
         presence = self.view.deps.presence
         if presence is not None and self._present is None:
             try:
@@ -240,6 +247,9 @@ class _Session:
             presence.connected(self._present)
 
     def _end_session(self) -> None:
+        if self._watched is not None:
+            self.view.deps.bans.session_ended(self._watched, self._banned)
+            self._watched = None
         if self._present is not None:
             self.view.deps.presence.disconnected(self._present)
             self._present = None
@@ -253,9 +263,14 @@ class _Session:
             # Kept until done: a task nobody refers to may be collected before it runs.
             self._ending = asyncio.ensure_future(self._close_expired())
 
-    async def _close_expired(self) -> None:
+    def _banned(self) -> None:
+        """The viewer was banned app-wide: the session ends now, as when its token expires."""
+        if not self._flooded and self._ending is None:
+            self._ending = asyncio.ensure_future(self._close_expired(BANNED_CODE, BANNED_REASON))
+
+    async def _close_expired(self, code: int = TOKEN_EXPIRED_CODE, reason: str = TOKEN_EXPIRED_REASON) -> None:
         try:
-            await self._close(TOKEN_EXPIRED_CODE, TOKEN_EXPIRED_REASON)
+            await self._close(code, reason)
         except RuntimeError:  # the application closed it meanwhile (Starlette: close after close)
             pass
         finally:

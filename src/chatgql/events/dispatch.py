@@ -38,7 +38,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from ..errors import LimitExceeded, NotFound
+from ..errors import LimitExceeded, NotFound, banned
 from . import types as events
 
 log = logging.getLogger(__name__)
@@ -420,6 +420,9 @@ class Dispatcher:
         # Events older than this (seconds since their commit) are not delivered: the
         # subscriptions they were for end with DeliveryDelayed. 0: no bound.
         self.max_delay = max_delay
+        # Told of every app-wide ban and lifted ban dispatched here (user id, until or None, banned):
+        # the process's ban list.
+        self.on_ban: Callable[[str, str | None, bool], None] | None = None
         # conversation id -> user id -> that user's subscriptions to the conversation
         self._by_conversation: dict[int, dict[str, set[Subscription]]] = {}
         self._by_user: dict[str, set[Subscription]] = {}
@@ -489,6 +492,9 @@ class Dispatcher:
         events.with_text_user_ids(event)  # an event of before 0014_text_user_ids: its numbers as text
         cid = event["conversationId"]
         kind = event["type"]
+        if kind in events.USER_TYPES:
+            self._dispatch_user(event, kind, committed_at)
+            return
         if kind in (events.MEMBERS_ADDED, events.MEMBER_REMOVED):
             self._membership.forget(cid)
             if kind == events.MEMBER_REMOVED:
@@ -524,6 +530,26 @@ class Dispatcher:
             self._offer_user(cid, left, kind, stamped)
             skip = left
         self._deliver(cid, kind, stamped, members, skip=skip)
+
+    def _dispatch_user(self, event: dict, kind: str, committed_at: float | None) -> None:
+        """A user's own event (events.UserEvent): to their all-conversations subscriptions of its kind. A ban
+        ends every subscription of theirs at once; a ban and a lifted ban tell on_ban (the process's ban list)."""
+        user_id = event["userId"]
+        if kind == events.USER_UNBANNED:
+            if self.on_ban is not None:
+                self.on_ban(user_id, None, False)
+            return
+        if kind == events.USER_BANNED:
+            until = event.get("until")
+            if self.on_ban is not None:
+                self.on_ban(user_id, until, True)
+            for by_user in (*self._by_conversation.values(), self._by_user):
+                for sub in list(by_user.get(user_id, ())):
+                    sub.fail(banned(until))
+            return
+        for sub in self._by_user.get(user_id, ()):
+            if sub.event_type == kind:
+                self._offer(sub, (event, committed_at))
 
     def _shed(self, cid: int, kind: str) -> None:
         """An event too old to deliver: end the subscriptions that would have received it, without

@@ -18,7 +18,7 @@ from strawberry.dataloader import DataLoader
 
 from ..db import Database, Row
 from ..services.checks import PageRequest
-from ..store import changes, conversations, delivery, mentions, messages, reactions
+from ..store import blocks, changes, conversations, delivery, mentions, messages, reactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +151,7 @@ class Loaders:
         self.reacted_by = _Loader(reads._load_reacted_by)
         self.replies = _Loader(reads._load_replies)
         self.attachments = _Loader(reads._load_attachments)
+        self.blocked_by_viewer = _Loader(reads._load_blocked_by_viewer)
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
@@ -289,6 +290,12 @@ class _Reads:
             rows = await conversations.for_viewer(conn, ids, self._viewer_id)
         by_id = {row["id"]: row for row in rows}
         return [by_id.get(cid) for cid in ids]
+
+    async def _load_blocked_by_viewer(self, user_ids: Sequence[str]) -> list[bool]:
+        """Whether the viewer blocked each of these users."""
+        async with self._database.connection() as conn:
+            found = await blocks.blocked_by(conn, self._viewer_id, user_ids)
+        return [uid in found for uid in user_ids]
 
     async def _load_member_counts(self, ids: Sequence[int]) -> list[int]:
         async with self._database.connection() as conn:

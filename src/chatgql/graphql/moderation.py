@@ -1,7 +1,7 @@
 """A group's moderation in the API: banMember, unbanMember (Conversation.bans lists them), setSlowMode.
 
-Mutation inherits ModerationMutation's fields (kept apart from mutations.py); the live event is
-conversationUpdated (MEMBER_BANNED, MEMBER_UNBANNED, SETTINGS_CHANGED). Who may do what:
+schema.py lists this module among its FEATURES (the roots take its Mutation fields); the live
+event is conversationUpdated (MEMBER_BANNED, MEMBER_UNBANNED, SETTINGS_CHANGED). Who may do what:
 services/bans.py, services/moderation.py."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .types.ban import ConversationBan
 
 
 @strawberry.type
-class ModerationMutation:
+class Mutation:
     @strawberry.mutation(
         description="The OWNER or an ADMIN bans a user from a group (an ADMIN bans MEMBERs only; nobody bans the "
         "OWNER or themselves: FORBIDDEN, BAD_USER_INPUT). A member is removed at once (their subscriptions to it "

@@ -38,10 +38,12 @@ from ..engine.operation import ChatOperation
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
-from ..errors import Unauthenticated
+from ..errors import Forbidden, Unauthenticated
 from . import (
+    moderation,
     pins,
     pricing,  # noqa: F401 (declares the API's fields' prices in the registry)
+    reporting,
 )
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
@@ -54,7 +56,7 @@ from .subscriptions import Subscription
 # The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
 # Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
 # feature's API is one module; the roots below take their fields after the house's own.
-FEATURES: tuple[object, ...] = (pins,)
+FEATURES: tuple[object, ...] = (pins, moderation, reporting)
 
 
 def root(name: str, base: type) -> type:
@@ -212,8 +214,8 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         await context.fetch_keys()
         try:
             _ = context.viewer_id
-        except Unauthenticated as error:
-            raise ConnectionRejectionError({"message": error.message, "code": error.code}) from None
+        except (Unauthenticated, Forbidden) as error:  # Forbidden: banned (edge/bans.py)
+            raise ConnectionRejectionError({"message": error.message, "code": error.code, **error.extensions}) from None
         return await super().on_ws_connect(context)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 from .. import db
 from ..db import Database
 from ..db.embedded import EmbeddedWatch
+from ..edge.bans import keep_ban_list
 from ..edge.demo import demo_routes
 from ..edge.jwks import KeySet
 from ..engine import validation
@@ -248,6 +249,7 @@ async def running(
                 max_delay=settings.max_delivery_delay_seconds,
             )
             runtime.deps.dispatcher = live = dispatcher
+            dispatcher.on_ban = runtime.deps.bans.learn
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
             metrics.track(metrics.subscribers_delayed, lambda: dispatcher.delayed)
             metrics.track(metrics.events_shed, lambda: dispatcher.shed)
@@ -260,6 +262,7 @@ async def running(
                 await runtime.bus_ready.wait()
             # Mass disconnects leave glibc holding what the connections used (see heap.py).
             await _task(stack, HeapTrimmer().run(), "heap-trim")
+            await _task(stack, keep_ban_list(database, runtime.deps.bans, settings.ban_refresh_seconds), "ban-list")
             if settings.oidc_issuer is not None:
                 runtime.deps.keys = await stack.enter_async_context(
                     KeySet(

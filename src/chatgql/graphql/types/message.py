@@ -264,6 +264,13 @@ class Message(Node):
         ]
 
     @strawberry.field(
+        description="True when the viewer blocked its sender (blockUser): a client may collapse it. Messages of "
+        "blocked users stay in the groups the viewer shares with them, and count in unreadCount as any other."
+    )
+    async def sender_blocked_by_viewer(self, info: Info) -> bool:
+        return bool(await self._loaders(info).blocked_by_viewer.load(str(self.sender_id)))
+
+    @strawberry.field(
         description="The members this message mentions (sendMessage(mentions:)), ascending in text order."
     )
     async def mentions(self, info: Info) -> list[ID]:
