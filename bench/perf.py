@@ -83,15 +83,25 @@ def _cpu(server: Server) -> tuple[float, float]:
 
 
 def _segment(
-    server: Server, scenario: Scenario, workdir: Path, seconds: float, base: int, profile: Path | None = None
+    server: Server,
+    scenario: Scenario,
+    workdir: Path,
+    seconds: float,
+    base: int,
+    profile: Path | None = None,
+    pg: Postgres | None = None,
 ) -> dict:
+    """One segment of load on `server`; with pg, PostgreSQL's CPU during it too (the other server is
+    idle meanwhile, so what PostgreSQL spends is this server's requests' and its relay's)."""
     recorder = None
     if profile is not None:  # py-spy on the server for this segment, its raw stacks appended to `profile`
         recorder = profiles.Recorder(server.pid, seconds, profile.with_suffix(".part")).start()
         recorder.attached()
     user0, sys0 = _cpu(server)
+    pg0 = pg.cpu_seconds() if pg is not None else 0.0
     load = httpload.run(server.port, scenario, workdir, seconds, base)
     user1, sys1 = _cpu(server)
+    pg1 = pg.cpu_seconds() if pg is not None else 0.0
     if recorder is not None and profile is not None:
         recorder.wait()
         with profile.open("a") as out:
@@ -99,7 +109,7 @@ def _segment(
     errors = load["bad_status"] + load["gql_errors"] + load["socket_errors"]
     if errors:
         raise RuntimeError(f"{scenario.name}: {errors} failed requests ({load['first_error']})")
-    return {"ok": load["ok"], "user": user1 - user0, "sys": sys1 - sys0, "rps": load["rps"]}
+    return {"ok": load["ok"], "user": user1 - user0, "sys": sys1 - sys0, "rps": load["rps"], "pg": pg1 - pg0}
 
 
 def _per_request(segments: list[dict]) -> dict:
@@ -114,6 +124,8 @@ def _per_request(segments: list[dict]) -> dict:
         "spread_ms": (max(each) - min(each)) if len(each) > 1 else 0.0,
         "rps": statistics.mean(s["rps"] for s in segments),
         "rps_median": statistics.median(s["rps"] for s in segments),
+        "pg_ms": 1000 * sum(s.get("pg", 0.0) for s in segments) / ok,
+        "pg_segments_ms": [1000 * s.get("pg", 0.0) / s["ok"] for s in segments],
         "rps_spread": max(s["rps"] for s in segments) - min(s["rps"] for s in segments),
     }
 
@@ -204,7 +216,7 @@ def run(
             for round_ in range(rounds):
                 for name in order if round_ % 2 == 0 else reversed(order):
                     stacks = None if profile is None else profile / f"{figure}-{name.replace(' ', '-')}.txt"
-                    segments[name].append(_segment(servers[name], scenario, workdir, seconds, read_base, stacks))
+                    segments[name].append(_segment(servers[name], scenario, workdir, seconds, read_base, stacks, pg))
                     read_base += 10_000_000
             results[figure] = {name: _per_request(s) for name, s in segments.items()}
             line = ", ".join(f"{name} {r['ms']:.3f} ms" for name, r in results[figure].items())
@@ -245,8 +257,9 @@ def _report(results: dict, base_rev: str, rounds: int, seconds: float, workers: 
         f"alternated between them in {rounds} segments of {seconds:g} s each per figure. "
         f"Load average at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())} (2 cores, shared).",
         "",
-        "| figure | target | baseline ms (user + sys) | this tree ms (user + sys) | change | segments (this tree) |",
-        "|---|---|---|---|---|---|",
+        "| figure | target | baseline ms (user + sys) | this tree ms (user + sys) | change | segments (this tree) "
+        "| PostgreSQL ms: baseline, this tree (change) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for figure, r in results.items():
         base, new = r["baseline"], r["this tree"]
@@ -254,7 +267,8 @@ def _report(results: dict, base_rev: str, rounds: int, seconds: float, workers: 
         lines.append(
             f"| {figure} | {TARGETS_MS[figure]} | {base['ms']:.3f} ({base['user_ms']:.3f} + {base['sys_ms']:.3f}) "
             f"| **{new['ms']:.3f}** ({new['user_ms']:.3f} + {new['sys_ms']:.3f}) "
-            f"| {100 * (new['ms'] / base['ms'] - 1):+.0f}% | {segs} |"
+            f"| {100 * (new['ms'] / base['ms'] - 1):+.0f}% | {segs} "
+            f"| {base['pg_ms']:.3f}, {new['pg_ms']:.3f} ({100 * (new['pg_ms'] / base['pg_ms'] - 1):+.0f}%) |"
         )
     lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
     return "\n".join(lines)
