@@ -17,7 +17,14 @@ from .infra import run_with_rusage, use_uvloop
 from .queries import DELIVERED, INBOX, READ, SEND, Scenario
 
 LUA = Path(__file__).resolve().parent / "wrk" / "gql.lua"
-QUERIES = {"send_spread": SEND, "send_hot": SEND, "read": READ, "delivered": DELIVERED, "inbox": INBOX}
+QUERIES = {
+    "send_spread": SEND,
+    "send_pair": SEND,
+    "send_hot": SEND,
+    "read": READ,
+    "delivered": DELIVERED,
+    "inbox": INBOX,
+}
 
 
 def wrk_path() -> str | None:

@@ -3,7 +3,7 @@
 --   wrk -t2 -c16 -d20s -s bench/wrk/gql.lua http://127.0.0.1:PORT/graphql -- CONFIG.lua
 --
 -- CONFIG.lua (written by bench/httpload.py) returns a table:
---   mode      send_spread | send_hot | read | delivered | inbox
+--   mode      send_spread | send_pair | send_hot | read | delivered | inbox
 --   tokens    path of a file with one bearer token per line (token i = user i of the scenario)
 --   query     the GraphQL document, already JSON-escaped
 --   threads   wrk's -t (read: thread t owns the conversations i = t (mod threads))
@@ -59,6 +59,13 @@ function request()
    if mode == "send_spread" then
       i = math.random(1, ntok)
       vars = '{"c":"' .. i .. '","m":"' .. uuid4() .. '","b":"hello"}'
+   elseif mode == "send_pair" then
+      -- either member of conversation c (tokens c and c + half): the other member's send after
+      -- one's own also marks it read
+      local half = math.floor(ntok / 2)
+      local c = math.random(1, half)
+      i = c + half * math.random(0, 1)
+      vars = '{"c":"' .. c .. '","m":"' .. uuid4() .. '","b":"hello"}'
    elseif mode == "send_hot" then
       i = math.random(1, ntok)
       vars = '{"c":"' .. cfg.hot_cid .. '","m":"' .. uuid4() .. '","b":"hello"}'

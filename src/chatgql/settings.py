@@ -23,16 +23,24 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_workers() -> int:
+    """How many workers `chatgql serve` runs unless told: one per core but one, at least one. Two or
+    more bring their supervisor along (the relay, the consumer and the hub every live event and shared
+    rate limit crosses), busy enough to want a core's share of its own; on two cores one process doing
+    everything serves more (bench/results/workers.md)."""
+    return max(1, available_cores() - 1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CHATGQL_", extra="ignore")
 
     env: Literal["development", "production"] = "development"
     host: str = "127.0.0.1"
     port: int = 8000
-    # API processes `chatgql serve` runs (uvicorn workers sharing the port): one per core by
-    # default. With more than one, live events and rate limits go through Redis when the bus is
-    # redis://, else through the supervisor's hub (supervisor.py).
-    workers: int = Field(default_factory=available_cores, ge=1)
+    # API processes `chatgql serve` runs (uvicorn workers sharing the port): one per core but one by
+    # default (default_workers). With more than one, live events and rate limits go through Redis when
+    # the bus is redis://, else through the supervisor's hub (supervisor.py).
+    workers: int = Field(default_factory=default_workers, ge=1)
 
     # PostgreSQL. Unset: an embedded server is started in data_dir.
     database_url: SecretStr | None = None

@@ -398,7 +398,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-consumer", action="store_true", help="do not run the Kafka consumer in this process")
     p.add_argument("--no-webhooks", action="store_true", help="do not run the webhook deliverer in this process")
     p.add_argument(
-        "--workers", type=int, help="API processes sharing the port (CHATGQL_WORKERS; default: one per core)"
+        "--workers",
+        type=int,
+        help="API processes sharing the port (CHATGQL_WORKERS; default: one per core but one, at least one)",
     )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
