@@ -1,4 +1,5 @@
-"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | token | export-schema`."""
+"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | documents load | token |
+export-schema`."""
 
 from __future__ import annotations
 
@@ -262,6 +263,41 @@ def retention(args: argparse.Namespace) -> None:
     print(f"erased {_erase(settings, args, run_retention, bound)} messages sent before {bound.isoformat()}")
 
 
+def documents(args: argparse.Namespace) -> None:
+    """`chatgql documents load MANIFEST`: the documents of a client's manifest, each checked against
+    the schema, into the persisted_document table (again: nothing changes)."""
+    import json
+
+    from graphql import GraphQLError, parse, validate
+
+    from ..compat import strawberry as strawberry_compat
+    from ..errors import Conflict
+    from ..graphql.schema import schema
+    from ..services.documents import do_load_documents, read_manifest
+
+    settings = _settings()
+    try:
+        loaded = read_manifest(json.loads(Path(args.manifest).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        print(f"chatgql: {args.manifest}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    core_schema = strawberry_compat.core_schema(schema)
+    for document_id, body, _ in loaded:
+        try:
+            problems = validate(core_schema, parse(body, max_tokens=settings.max_tokens))
+        except GraphQLError as error:
+            problems = [error]
+        if problems:
+            print(f"chatgql: document {document_id}: {problems[0].message}", file=sys.stderr)
+            raise SystemExit(2)
+    try:
+        added = asyncio.run(_with_database(settings, lambda database: do_load_documents(database, loaded)))
+    except Conflict as error:
+        print(f"chatgql: {error.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"{added} documents added, {len(loaded) - added} already loaded")
+
+
 def token(args: argparse.Namespace) -> None:
     from ..edge.auth import issue_token
     from ..errors import BadUserInput
@@ -341,6 +377,11 @@ def main(argv: list[str] | None = None) -> None:
     again.add_argument("ids", nargs="*", type=int, metavar="ID")
     again.add_argument("--all", action="store_true", help="every dead letter")
     p.set_defaults(func=webhooks)
+
+    p = commands.add_parser("documents", help="persisted documents: `load MANIFEST` (the allowlist)")
+    p.add_argument("action", choices=["load"], help="load: add a manifest's documents (Apollo's, or {id: text})")
+    p.add_argument("manifest", metavar="MANIFEST")
+    p.set_defaults(func=documents)
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")
