@@ -221,11 +221,11 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
                 if self.prepared:
                     scope = _json_body_scope(scope)
                 body = await _read_body(receive)
-                body, data, response = await self._resolve_body(scope, body)
+                data, response = await self._resolve_body(scope, body)
                 if response is None and self.prepared:
                     response = await self._run_accepted(scope, body, data)
                 if response is None:
-                    receive = _replay(body)
+                    receive = _replay(body if data is None else orjson.dumps(data))
             elif scope["method"] == "GET":
                 scope, response = await self._resolve_query_string(scope)
             if response is None:
@@ -243,26 +243,24 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             )
         await response(scope, receive, send)
 
-    async def _resolve_body(self, scope: Scope, body: bytes) -> tuple[bytes, Any, Response | None]:
-        """A POST body whose requests name persisted documents (engine/persisted.py), with their
-        texts in; its parsed JSON when it was read (else None); the refusal when one may not run."""
+    async def _resolve_body(self, scope: Scope, body: bytes) -> tuple[Any, Response | None]:
+        """The JSON of a POST body whose requests name persisted documents (engine/persisted.py),
+        with their texts in (None: the body stands as it is); the refusal when one may not run."""
         if not self.documents.applies(body):
-            return body, None, None
+            return None, None
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
             if self.documents.allowlist:  # not read here, so not let through
-                return body, None, self._refusal(scope, Refused("not JSON this server reads", "BAD_USER_INPUT"))
-            return body, None, None  # refused by the ordinary path as it is
+                return None, self._refusal(scope, Refused("not JSON this server reads", "BAD_USER_INPUT"))
+            return None, None  # refused by the ordinary path as it is
         try:
             for request in data if isinstance(data, list) else [data]:
                 if isinstance(request, dict):
                     await self.documents.resolve(request)
         except Refused as refused:
-            return body, None, self._refusal(scope, refused)
-        body = orjson.dumps(data)
-        # deep JSON: not for the direct path (_run_accepted)
-        return body, (data if body.count(b"{") + body.count(b"[") <= _MAX_BRACKETS else None), None
+            return None, self._refusal(scope, refused)
+        return data, None
 
     async def _resolve_query_string(self, scope: Scope) -> tuple[Scope, Response | None]:
         """A GET's parameters, as _resolve_body does a POST's body."""
@@ -297,9 +295,9 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         accept = _header(scope, b"accept")
         if accept is not None and ("multipart/mixed" in accept or "text/event-stream" in accept):
             return None
+        if body.count(b"{") + body.count(b"[") > _MAX_BRACKETS:
+            return None  # possibly nested deep: how deep JSON may go is the ordinary path's to say
         if data is None:
-            if body.count(b"{") + body.count(b"[") > _MAX_BRACKETS:
-                return None  # possibly nested deep: how deep JSON may go is the ordinary path's to say
             try:
                 data = orjson.loads(body)
             except orjson.JSONDecodeError:
