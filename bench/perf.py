@@ -1,6 +1,6 @@
 """Server CPU per request, this tree against a baseline commit, interleaved in one run.
 
-`python -m bench.perf [--baseline REV] [--only inbox,send_spread,read] [--rounds N] [--seconds S]`
+`python -m bench.perf [--baseline REV] [--only inbox,send_spread,read] [--rounds N] [--seconds S] [--persisted]`
 
 The machine this runs on is shared and its load changes by the minute; the
 CPU a request costs changes with it (a process that sleeps between requests
@@ -18,6 +18,10 @@ from /proc) is divided by the requests it answered in its own segments.
   with `git archive` into a scratch directory and run with it on PYTHONPATH;
 - this tree: src/ of this checkout.
 
+--persisted: this tree's requests name their documents by id (`documentId`, the sha256 of the
+text, loaded into its database) where the baseline's send the text; with `--baseline HEAD`
+(the same code on both sides) it says what a persisted document saves per request.
+
 Writes bench/results/perf.md (or --report) and prints the table.
 """
 
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import statistics
@@ -41,6 +46,7 @@ import asyncpg
 import psutil
 
 from . import httpload, layout, profiles
+from .httpload import QUERIES
 from .infra import REPO, Kafka, Postgres, Server, log, raise_fd_limit
 from .queries import Scenario
 
@@ -152,6 +158,21 @@ async def _seed(url: str) -> None:
         await conn.close()
 
 
+async def _load_documents(url: str) -> None:
+    """The scenarios' documents, as `chatgql documents load` stores them (id: the text's sha256)."""
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        for text in set(QUERIES.values()):
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            await conn.execute(
+                "INSERT INTO persisted_document (id, body, body_sha256) VALUES ($1, $2, $1) ON CONFLICT DO NOTHING",
+                digest,
+                text,
+            )
+    finally:
+        await conn.close()
+
+
 def run(
     baseline: str,
     figures: tuple[str, ...],
@@ -162,6 +183,7 @@ def run(
     workers: int = 1,
     workers_ab: tuple[int, int] | None = None,
     kafka: bool = False,
+    persisted: bool = False,
 ) -> dict:
     """workers_ab (A, B): both sides run this tree, the first as A workers, the second as B (instead of
     a baseline commit against this tree). kafka: a broker for both, a topic and consumer group each."""
@@ -205,18 +227,25 @@ def run(
         for name, server in servers.items():
             server.wait_ready()
             asyncio.run(_seed(_database_url(pg, databases[name])))
+        if persisted:
+            asyncio.run(_load_documents(_database_url(pg, databases["this tree"])))
         read_base = 1
         for figure in figures:
             scenario = Scenario(figure, SIZES)
+            by_id = Scenario(figure, SIZES)
+            by_id.persisted = persisted
+            scenarios = {"baseline": scenario, "this tree": by_id}
             segments: dict[str, list[dict]] = {name: [] for name in servers}
-            for server in servers.values():  # warm-up: plans, statement caches, connections
-                _segment(server, scenario, workdir, 2, read_base)
+            for name, server in servers.items():  # warm-up: plans, statement caches, connections
+                _segment(server, scenarios[name], workdir, 2, read_base)
                 read_base += 10_000_000
             order = list(servers)
             for round_ in range(rounds):
                 for name in order if round_ % 2 == 0 else reversed(order):
                     stacks = None if profile is None else profile / f"{figure}-{name.replace(' ', '-')}.txt"
-                    segments[name].append(_segment(servers[name], scenario, workdir, seconds, read_base, stacks, pg))
+                    segments[name].append(
+                        _segment(servers[name], scenarios[name], workdir, seconds, read_base, stacks, pg)
+                    )
                     read_base += 10_000_000
             results[figure] = {name: _per_request(s) for name, s in segments.items()}
             line = ", ".join(f"{name} {r['ms']:.3f} ms" for name, r in results[figure].items())
@@ -233,6 +262,8 @@ def run(
         text = _report_workers(results, workers_ab, rounds, seconds, kafka)
     else:
         text = _report(results, base_rev, rounds, seconds, workers)
+    if persisted:
+        text += "\nThis tree's requests named their documents by id (`documentId`); the baseline's sent the text.\n"
     report.write_text(text)
     print(text)
     return results
@@ -331,6 +362,9 @@ def main() -> None:
         help="A,B: this tree on both sides, as A workers against B workers (instead of a baseline commit)",
     )
     parser.add_argument("--kafka", action="store_true", help="a Kafka broker for both servers (relay and consumer on)")
+    parser.add_argument(
+        "--persisted", action="store_true", help="this tree sends documentId (the sha256) instead of the text"
+    )
     args = parser.parse_args()
     workers_ab = tuple(int(n) for n in args.workers_ab.split(",")) if args.workers_ab else None
     if workers_ab is not None and len(workers_ab) != 2:
@@ -351,6 +385,7 @@ def main() -> None:
         args.workers,
         workers_ab,
         args.kafka,
+        args.persisted,
     )
 
 

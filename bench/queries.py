@@ -76,6 +76,7 @@ class Scenario:
     def __init__(self, name: str, sizes: layout.Sizes) -> None:
         self.name = name
         self.sizes = sizes
+        self.persisted = False  # True: wrk names the document by its sha256 (documentId), not its text
         if name == "send_spread":
             self.users = [layout.SPREAD_SENDER + i for i in range(1, sizes.spread + 1)]
         elif name == "send_pair":  # either member of a spread conversation: users c and spread + c

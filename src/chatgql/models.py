@@ -435,6 +435,19 @@ moderation_action = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# the documents clients may send by id (0023_persisted_documents): `chatgql documents load`
+persisted_document = Table(
+    "persisted_document",
+    metadata,
+    Column("id", Text(collation="C"), primary_key=True),
+    Column("body", Text, nullable=False),
+    Column("name", Text),
+    Column("body_sha256", Text(collation="C"), nullable=False),  # the sha256 of body's UTF-8, in hex
+    Column("loaded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("length(id) >= 1 AND length(id) <= 200", name="persisted_document_id_check"),
+    Index("persisted_document_body_sha256_idx", "body_sha256"),
+)
+
 outbox = Table(
     "outbox",
     metadata,

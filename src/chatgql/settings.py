@@ -334,6 +334,10 @@ class Settings(BaseSettings):
     # cost is bounded by it); bigger groups are built with several addMembers calls.
     max_members_per_call: int = Field(default=1000, ge=1)
 
+    # Persisted documents (engine/persisted.py): on, a request must name a document loaded by
+    # `chatgql documents load` (its text alone, or an unknown id, is refused); off, texts run as
+    # ever and documents may also be sent by id.
+    documents_allowlist: bool = False
     # Plan-once execution of accepted documents (engine/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True

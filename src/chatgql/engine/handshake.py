@@ -68,6 +68,7 @@ from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, for
 from ..edge.ratelimit import Bucket, RateLimiter
 from ..errors import ChatError, Unauthenticated
 from .parked import IDLE, Parked, after, deliver, parkable
+from .persisted import Refused
 from .registry import PARKING
 
 log = logging.getLogger(__name__)
@@ -334,6 +335,26 @@ class _Parking:
         return parked is not None and parked.parked and not parked.stopped
 
 
+class _Documents:
+    """A subscribe (start) payload that names a persisted document gets its text (persisted.py),
+    as an HTTP request does; a refusal is the operation's error message."""
+
+    async def _resolved(self, message: Any, start_type: str) -> bool:
+        """False: the operation was refused (and told so)."""
+        if not isinstance(message, dict) or message.get("type") != start_type or "id" not in message:
+            return True
+        payload = message.get("payload")
+        documents = self.view.documents  # type: ignore[attr-defined]
+        if not isinstance(payload, dict) or documents is None or not self.connection_acknowledged:  # type: ignore[attr-defined]
+            return True  # the protocol's own answer
+        try:
+            await documents.resolve(payload)
+        except Refused as refused:
+            await self._refuse_document(message.get("id"), refused)  # type: ignore[attr-defined]
+            return False
+        return True
+
+
 class _Gone:
     """send_message that says "the socket is gone" one way: Strawberry's WebSocketDisconnected."""
 
@@ -346,7 +367,7 @@ class _Gone:
             raise WebSocketDisconnected from error
 
 
-class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[C, None]):
+class TransportWSHandler(_Documents, _Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[C, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -360,10 +381,13 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
 
     async def handle_message(self, message: Any) -> None:
         try:
-            if await self._within_budget():
+            if await self._within_budget() and await self._resolved(message, "subscribe"):
                 await super().handle_message(message)
         finally:
             _forget(message)
+
+    async def _refuse_document(self, operation_id: Any, refused: Refused) -> None:
+        await self.send_message({"id": operation_id, "type": "error", "payload": [refused.formatted]})
 
     async def handle_connection_init(self, message: Any) -> None:
         try:
@@ -485,7 +509,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         await super().handle_task_exception(error)
 
 
-class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C, None]):
+class LegacyWSHandler(_Documents, _Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None
@@ -505,10 +529,13 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
 
     async def handle_message(self, message: Any) -> None:
         try:
-            if await self._within_budget():
+            if await self._within_budget() and await self._resolved(message, "start"):
                 await super().handle_message(message)
         finally:
             _forget(message)
+
+    async def _refuse_document(self, operation_id: Any, refused: Refused) -> None:
+        await self.send_message({"type": "error", "id": operation_id, "payload": refused.formatted})
 
     async def handle_connection_init(self, message: Any) -> None:
         self._cancel_deadline()

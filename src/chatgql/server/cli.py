@@ -1,4 +1,5 @@
-"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | reports | ban | unban | token |
+"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | reports | ban | unban |
+documents load | token |
 export-schema`."""
 
 from __future__ import annotations
@@ -350,6 +351,41 @@ def unban(args: argparse.Namespace) -> None:
     print(f"unbanned {args.user_id}" if lifted else f"{args.user_id} was not banned")
 
 
+def documents(args: argparse.Namespace) -> None:
+    """`chatgql documents load MANIFEST`: the documents of a client's manifest, each checked against
+    the schema, into the persisted_document table (again: nothing changes)."""
+    import json
+
+    from graphql import GraphQLError, parse, validate
+
+    from ..compat import strawberry as strawberry_compat
+    from ..errors import Conflict
+    from ..graphql.schema import schema
+    from ..services.documents import do_load_documents, read_manifest
+
+    settings = _settings()
+    try:
+        loaded = read_manifest(json.loads(Path(args.manifest).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        print(f"chatgql: {args.manifest}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    core_schema = strawberry_compat.core_schema(schema)
+    for document_id, body, _ in loaded:
+        try:
+            problems = validate(core_schema, parse(body, max_tokens=settings.max_tokens))
+        except GraphQLError as error:
+            problems = [error]
+        if problems:
+            print(f"chatgql: document {document_id}: {problems[0].message}", file=sys.stderr)
+            raise SystemExit(2)
+    try:
+        added = asyncio.run(_with_database(settings, lambda database: do_load_documents(database, loaded)))
+    except Conflict as error:
+        print(f"chatgql: {error.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"{added} documents added, {len(loaded) - added} already loaded")
+
+
 def token(args: argparse.Namespace) -> None:
     from ..edge.auth import issue_token
     from ..errors import BadUserInput
@@ -465,6 +501,10 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--until", help="when the ban ends, ISO-8601 with offset (default: until lifted)")
             p.add_argument("--conversation", type=positive, help="ban from this group only")
         p.set_defaults(func=func)
+    p = commands.add_parser("documents", help="persisted documents: `load MANIFEST` (the allowlist)")
+    p.add_argument("action", choices=["load"], help="load: add a manifest's documents (Apollo's, or {id: text})")
+    p.add_argument("manifest", metavar="MANIFEST")
+    p.set_defaults(func=documents)
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")
