@@ -42,24 +42,20 @@ from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..errors import Forbidden, Unauthenticated
 from ..services.documents import find_document, is_listed
-from . import (
-    moderation,
-    pins,
-    pricing,  # noqa: F401 (declares the API's fields' prices in the registry)
-    reporting,
-)
+from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
+from .features import feature_modules
 from .graphiql import GraphiQLFiles
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
 from .subscriptions import Subscription
 
-# The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
-# Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
-# feature's API is one module; the roots below take their fields after the house's own.
-FEATURES: tuple[object, ...] = (pins, moderation, reporting)
+# The feature modules (graphql/features/): each holds a feature's GraphQL fields (classes named Query,
+# Mutation and Subscription, those it has), its types, and what it declares of them (rate limits,
+# prices), so a feature's API is one module; the roots below take their fields after the house's own.
+FEATURES = feature_modules()
 
 
 def root(name: str, base: type) -> type:

@@ -68,10 +68,10 @@ from ..events.types import (
 from ..services.changes import read_change_replay
 from ..services.checks import check_id
 from ..services.history import read_replay
+from .features.reporting import BlockChangedEvent
 from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
-from .reporting import BlockChangedEvent
 from .scalars import Long
 from .types import (
     ChangeCursor,

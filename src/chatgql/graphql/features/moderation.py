@@ -12,11 +12,11 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..services import bans, moderation
-from ..services.checks import check_id, check_user_id
-from .queries import load_conversation
-from .types import Conversation, RemoveMemberPayload
-from .types.ban import ConversationBan
+from ...services import bans, moderation
+from ...services.checks import check_id, check_user_id
+from ..queries import load_conversation
+from ..types import Conversation, RemoveMemberPayload
+from ..types.ban import ConversationBan
 
 
 @strawberry.type

@@ -13,10 +13,10 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..models import REPORT_REASONS
-from ..services import blocks, reports
-from ..services.checks import check_id, check_seq, check_user_id
-from .scalars import Long
+from ...models import REPORT_REASONS
+from ...services import blocks, reports
+from ...services.checks import check_id, check_seq, check_user_id
+from ..scalars import Long
 
 
 @strawberry.enum(
