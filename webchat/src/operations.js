@@ -30,7 +30,7 @@ const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt dele
 export const HISTORY = gql`
   query History($c: ID!, $last: Int!) {
     conversation(id: $c) {
-      id type title lastSeq lastChangeSeq lastReadSeq
+      id type title lastSeq lastChangeSeq lastReadSeq slowModeSeconds
       members { userId lastReadSeq }
       messages(last: $last) {
         nodes { ${MESSAGE_FIELDS} }
