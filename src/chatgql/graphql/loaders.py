@@ -305,7 +305,7 @@ class _Reads:
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         async with self._database.connection() as conn:
-            rows = await messages.by_keys(conn, keys)
+            rows = await messages.by_keys(conn, keys, self._viewer_id)
         by_key = {(row["conversation_id"], row["seq"]): row for row in rows}
         return [by_key.get(key) for key in keys]
 
@@ -315,6 +315,7 @@ class _Reads:
             found = await messages.pages(
                 conn,
                 [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys],
+                self._viewer_id,
             )
         return found
 
@@ -347,7 +348,7 @@ class _Reads:
     async def _load_replies(self, keys: Sequence[tuple[int, int, int, int]]) -> list[list[Row]]:
         """(conversation_id, reply_to_seq, after_seq, limit) -> the replies, ascending."""
         async with self._database.connection() as conn:
-            rows = await messages.reply_pages(conn, keys)
+            rows = await messages.reply_pages(conn, keys, self._viewer_id)
         found: list[list[Row]] = [[] for _ in keys]
         for row in rows:
             found[row["i"] - 1].append(row)

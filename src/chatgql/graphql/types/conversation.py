@@ -86,6 +86,11 @@ class Conversation(Node):
         description="A MEMBER may send one message every this many seconds (0: no slow mode); the OWNER and "
         "ADMINs are exempt (setSlowMode).",
     )
+    hide_history: bool = strawberry.field(
+        default=False,
+        description="Members added from now on read only the messages sent after they joined, not the earlier "
+        "history (setHistoryVisibility); those already in keep what they read.",
+    )
     # Set by an inbox page that read every node's last message with the page (see Query.inbox).
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
 
@@ -128,6 +133,7 @@ class Conversation(Node):
             conversation.kept_archived = archived and row["keep_archived"]
             conversation.private_receipts = row["receipts_private"]
             conversation.slow_mode_seconds = row["slow_mode_seconds"]
+            conversation.hide_history = row["hide_history"]
         return conversation
 
     @strawberry.field(description="The viewer pinned it (pinnedAt is not null).")
