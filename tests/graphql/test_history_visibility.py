@@ -7,11 +7,15 @@ chatgql and its PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass
 
 import pytest
+
+from chatgql.events.dispatch import Dispatcher, MembershipCache, Subscription
+from chatgql.store import conversations
 
 from ..conftest import GraphQLClient, RunningServer, error_code, make_settings
 from ..support.live import ChatApi, wait_active_subscriptions, ws_connect
@@ -363,3 +367,44 @@ async def test_resume_cursors_and_live_changes_leave_out_hidden_messages(server,
         assert (live["seq"], live["kind"], live["message"]["body"]) == (4, "EDITED", "visible edit")
         assert (await anywhere.next())["messageChanged"]["seq"] == 4
         assert [(await everything.next())["messageChanged"]["seq"] for _ in range(3)] == [1, 3, 4]
+
+
+async def test_the_dispatcher_holds_back_a_message_from_before_a_late_join_read_with_the_members_after_it(server, api):
+    """The members are read when an event needs them, so a message sent just before the join may be dispatched
+    with a membership that already holds the late joiner: their cutoff (from store.conversations.live_members,
+    as the server reads it) keeps that message and any change of an older one from them, not from the others."""
+    owner, _, member, late, _ = users()
+    cid = await api.create_group(owner, [member])
+    await api.send(member, cid, "before")
+    await api.data(SET, {"c": cid, "h": True}, user=owner)
+    await api.add_members(owner, cid, [late])
+    database = server.runtime.deps.database
+
+    async def load(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str], dict[str, int]] | None:
+        async with database.connection() as conn:
+            row = await conversations.live_members(conn, conversation_id, 200, subscribed)
+        assert row is not None
+        return row["member_count"], row["user_ids"], dict(zip(row["late_ids"], row["late_from"], strict=True))
+
+    dispatcher = Dispatcher(MembershipCache(load), buffer=10)
+
+    def new(seq: int) -> dict:
+        return {"type": "message.new", "conversationId": int(cid), "seq": seq, "senderId": str(member), "body": "x"}
+
+    def edited(seq: int) -> dict:
+        return {"type": "message.edited", "conversationId": int(cid), "seq": seq, "changeSeq": seq, "body": "y"}
+
+    async def next_seq(sub: Subscription) -> int:
+        return (await asyncio.wait_for(sub.__anext__(), 5))["seq"]
+
+    async with (
+        dispatcher.subscribe(str(late), int(cid), "message.new") as late_new,
+        dispatcher.subscribe(str(late), None, "message.changed") as late_changed,
+        dispatcher.subscribe(str(member), int(cid), "message.new") as member_new,
+        dispatcher.subscribe(str(member), None, "message.changed") as member_changed,
+    ):
+        for event in (new(1), edited(1), new(2), edited(2)):
+            await dispatcher.dispatch(event)
+        assert [await next_seq(late_new), await next_seq(late_changed)] == [2, 2]
+        assert [await next_seq(member_new), await next_seq(member_new)] == [1, 2]
+        assert [await next_seq(member_changed), await next_seq(member_changed)] == [1, 2]

@@ -93,6 +93,9 @@ Stamped = tuple[dict, float | None]
 _RAISED = Exception("the subscription ended")
 
 
+_OF_A_MESSAGE = (events.MESSAGE_NEW, events.MESSAGE_CHANGED)  # the channels whose events carry a message's seq
+
+
 class _Ended:
     """What Subscription.take() gives once the subscription's failure was raised."""
 
@@ -531,8 +534,9 @@ class Dispatcher:
         if left is not None:  # the one who left (or was banned) is told too, on every device
             self._offer_user(cid, left, kind, stamped)
             skip = left
-        if kind == events.MESSAGE_CHANGED and members.late:
-            # a change to a message from before a member's join, in a group that hid it: not theirs to see
+        if members.late and kind in _OF_A_MESSAGE:
+            # a message from before a member's join to a group that hid it (a change of it, or the message itself
+            # when the members were read after the join committed): not theirs to see
             seq = event["seq"]
             hidden = {uid for uid, first in members.late.items() if seq < first}
             if hidden:
