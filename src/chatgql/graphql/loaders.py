@@ -315,7 +315,6 @@ class _Reads:
             found = await messages.pages(
                 conn,
                 [(k.conversation_id, k.page.after, k.page.before, k.page.limit + 1, k.page.from_end) for k in keys],
-                self._viewer_id,
             )
         return found
 

@@ -90,32 +90,28 @@ def _send_sql(function: str, message_keys: tuple[str, ...], read_keys: tuple[str
     return f"SELECT * FROM {function}($1, $2, $3, $4, $5, $6, {keys_literal(message_keys)}, {keys_literal(read_keys)})"
 
 
-async def pages(
-    conn: Connection, requests: Sequence[tuple[int, int, int | None, int, bool]], viewer_id: str | None = None
-) -> list[list[Row]]:
+async def pages(conn: Connection, requests: Sequence[tuple[int, int, int | None, int, bool]]) -> list[list[Row]]:
     """Several history pages at once. Each request is (conversation_id, after,
     before, limit, from_end): messages with after < seq < before (before None:
     no bound), at most limit, taken from the newest end when from_end.
     Each page comes back in the order taken (newest first when from_end).
-    One statement per direction, whatever the number of pages. viewer_id: only
-    the messages that member may read (visible_to)."""
+    One statement per direction, whatever the number of pages."""
     found: list[list[Row]] = [[] for _ in requests]
     if len(requests) == 1:
-        found[0] = await _page(conn, *requests[0], viewer_id=viewer_id)
+        found[0] = await _page(conn, *requests[0])
         return found
     for from_end in (False, True):
         wanted = [(i, r) for i, r in enumerate(requests) if r[4] is from_end]
         if not wanted:
             continue
         order = "DESC" if from_end else "ASC"
-        visible = "" if viewer_id is None else f" AND {visible_to('$6')}"
         rows = await conn.fetch(
             f"""
             SELECT k.i, m.* FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::bigint[], $5::int[])
                                  AS k(i, cid, after_seq, before_seq, lim)
             CROSS JOIN LATERAL (
                 SELECT {MESSAGE_COLUMNS} FROM message
-                 WHERE conversation_id = k.cid AND seq > k.after_seq AND seq < k.before_seq{visible}
+                 WHERE conversation_id = k.cid AND seq > k.after_seq AND seq < k.before_seq
                  ORDER BY seq {order}
                  LIMIT k.lim
             ) m
@@ -126,7 +122,6 @@ async def pages(
             [r[1] for _, r in wanted],
             [_NO_BOUND if r[2] is None else r[2] for _, r in wanted],
             [r[3] for _, r in wanted],
-            *(() if viewer_id is None else (viewer_id,)),
         )
         for row in rows:
             found[row.i].append(row)
@@ -134,24 +129,16 @@ async def pages(
 
 
 async def _page(
-    conn: Connection,
-    conversation_id: int,
-    after: int,
-    before: int | None,
-    limit: int,
-    from_end: bool,
-    *,
-    viewer_id: str | None = None,
+    conn: Connection, conversation_id: int, after: int, before: int | None, limit: int, from_end: bool
 ) -> list[Row]:
     """One page (what most requests ask for): the conversation id as a plain parameter, so
     a partitioned table is pruned to one partition before execution (plan time, or the
     executor's initial pruning with a generic plan), not once per LATERAL probe."""
     order = "DESC" if from_end else "ASC"
-    visible = "" if viewer_id is None else f" AND {visible_to('$5', '$1')}"
     return await conn.fetch(
         f"""
         SELECT {MESSAGE_COLUMNS} FROM message
-         WHERE conversation_id = $1 AND seq > $2 AND seq < $3{visible}
+         WHERE conversation_id = $1 AND seq > $2 AND seq < $3
          ORDER BY seq {order}
          LIMIT $4
         """,
@@ -159,7 +146,6 @@ async def _page(
         after,
         _NO_BOUND if before is None else before,
         limit,
-        *(() if viewer_id is None else (viewer_id,)),
     )
 
 
