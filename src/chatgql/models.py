@@ -58,6 +58,8 @@ conversation = Table(
     Column("retained_seq", BigInteger, nullable=False, server_default="0"),
     # a MEMBER sends at most once per this many seconds; 0: off (0019_slow_mode)
     Column("slow_mode_seconds", Integer, nullable=False, server_default="0"),
+    # members added from now on read only the messages sent after they joined (0024_history_visibility)
+    Column("hide_history", Boolean, nullable=False, server_default="false"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
@@ -93,10 +95,13 @@ conversation_member = Table(
     Column("receipts_private", Boolean, nullable=False, server_default="false"),
     # the member's last send while slow mode was on (0019_slow_mode)
     Column("last_sent_at", DateTime(timezone=True)),
+    # the first seq the member may read: 1, or lastSeq + 1 when added to a group hiding its history (0021)
+    Column("visible_from_seq", BigInteger, nullable=False, server_default="1"),
     PrimaryKeyConstraint("conversation_id", "user_id"),
     CheckConstraint("role IN ('OWNER', 'ADMIN', 'MEMBER')", name="conversation_member_role_check"),
     CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
     CheckConstraint("unread_deleted >= 0", name="conversation_member_unread_deleted_check"),
+    CheckConstraint("visible_from_seq >= 1", name="conversation_member_visible_from_seq_check"),
     Index("conversation_member_user_id_idx", "user_id"),
     # seenByCount and seen as index-only scans (0007)
     Index("conversation_member_read_idx", "conversation_id", "last_read_seq", postgresql_include=["user_id"]),

@@ -180,6 +180,11 @@ OPS: dict[str, Op] = {
         lambda c, u: {"c": c},
         control_caller=OWNER,
     ),
+    "setHistoryVisibility": Op(
+        "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { id hideHistory } }",
+        lambda c, u: {"c": c},
+        control_caller=OWNER,
+    ),
     "Conversation.bans": Op(
         "query($c: ID!) { conversation(id: $c) { bans { userId reason } } }",
         lambda c, u: {"c": c},
@@ -272,9 +277,9 @@ async def authz(authz_server: Authz, http: httpx.AsyncClient) -> Authz:
 
 
 SNAPSHOT = {
-    "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at, slow_mode_seconds"
+    "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at, slow_mode_seconds, hide_history"
     " FROM conversation ORDER BY id",
-    "conversation_member": "SELECT conversation_id, user_id, role, last_read_seq, joined_at "
+    "conversation_member": "SELECT conversation_id, user_id, role, last_read_seq, joined_at, visible_from_seq "
     "FROM conversation_member ORDER BY conversation_id, user_id",
     "message": "SELECT conversation_id, seq, sender_id, client_msg_id, body, created_at "
     "FROM message ORDER BY conversation_id, seq",

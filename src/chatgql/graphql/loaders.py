@@ -312,7 +312,7 @@ class _Reads:
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         async with self._database.connection() as conn:
-            rows = await messages.by_keys(conn, keys)
+            rows = await messages.by_keys(conn, keys, self._viewer_id)
         by_key = {(row["conversation_id"], row["seq"]): row for row in rows}
         return [by_key.get(key) for key in keys]
 
@@ -354,7 +354,7 @@ class _Reads:
     async def _load_replies(self, keys: Sequence[tuple[int, int, int, int]]) -> list[list[Row]]:
         """(conversation_id, reply_to_seq, after_seq, limit) -> the replies, ascending."""
         async with self._database.connection() as conn:
-            rows = await messages.reply_pages(conn, keys)
+            rows = await messages.reply_pages(conn, keys, self._viewer_id)
         found: list[list[Row]] = [[] for _ in keys]
         for row in rows:
             found[row["i"] - 1].append(row)

@@ -235,10 +235,14 @@ async def running(
         if api:
             big = settings.big_group_threshold
 
-            async def load_members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]] | None:
+            async def load_members(
+                conversation_id: int, subscribed: list[str]
+            ) -> tuple[int, list[str], dict[str, int]] | None:
                 async with database.connection() as conn:
                     row = await conversations.live_members(conn, conversation_id, big, subscribed)
-                return None if row is None else (row["member_count"], row["user_ids"])
+                if row is None:
+                    return None
+                return row["member_count"], row["user_ids"], dict(zip(row["late_ids"], row["late_from"], strict=True))
 
             dispatcher = Dispatcher(
                 MembershipCache(load_members, whole_up_to=big),

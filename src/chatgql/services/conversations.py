@@ -148,7 +148,8 @@ async def do_add_members(
 ) -> None:
     """Any member may add people to a group (if the policy allows); ids already present are ignored.
 
-    New members start with nothing unread: their watermark is the current lastSeq. Someone a ban
+    New members start with nothing unread: their watermark is the current lastSeq. In a group that hides
+    its history (services/moderation.py) they read only what is sent from then on. Someone a ban
     keeps out (services/bans.py) is refused: FORBIDDEN, reason USER_BANNED, nobody added.
     Costs O(len(user_ids)), whatever the group's size (bigger groups are built batch by batch).
     """
@@ -166,7 +167,12 @@ async def do_add_members(
         if conv.member_count + len(new) > max_members:
             raise LimitExceeded(f"a group has at most {max_members} members")
         added = await conversations.insert_members(
-            conn, conversation_id, [(uid, MEMBER) for uid in new], last_read_seq=conv.last_seq
+            conn,
+            conversation_id,
+            [(uid, MEMBER) for uid in new],
+            last_read_seq=conv.last_seq,
+            # a group hiding its history: they read from their join on
+            visible_from_seq=conv.last_seq + 1 if conv.hide_history else 1,
         )
         await _emit_txn(database, conn, MembersAdded(conversation_id=conversation_id, user_ids=added))
 

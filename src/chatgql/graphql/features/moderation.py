@@ -1,4 +1,5 @@
-"""A group's moderation in the API: banMember, unbanMember (Conversation.bans lists them), setSlowMode.
+"""A group's moderation in the API: banMember, unbanMember (Conversation.bans lists them), setSlowMode,
+setHistoryVisibility.
 
 schema.py lists this module among its FEATURES (the roots take its Mutation fields); the live
 event is conversationUpdated (MEMBER_BANNED, MEMBER_UNBANNED, SETTINGS_CHANGED). Who may do what:
@@ -63,5 +64,18 @@ class Mutation:
         ctx = info.context
         cid = check_id(conversation_id, "conversationId")
         await moderation.do_set_slow_mode(ctx.database, ctx.viewer_id, cid, moderation.check_slow_mode(seconds))
+        ctx.forget_conversation(cid)
+        return await load_conversation(info, cid)
+
+    @strawberry.mutation(
+        description="The OWNER or an ADMIN sets whether members added from now on read the group's earlier "
+        "history: hideHistory true, they read only the messages sent after they joined (history, search, sync, "
+        "replies, pins, node ids and live changes alike; their unread starts at their join). Members keep what "
+        "they were given when it changes later. The members are told (conversationUpdated, SETTINGS_CHANGED)."
+    )
+    async def set_history_visibility(self, info: Info, conversation_id: ID, hide_history: bool) -> Conversation:
+        ctx = info.context
+        cid = check_id(conversation_id, "conversationId")
+        await moderation.do_set_history_visibility(ctx.database, ctx.viewer_id, cid, hide_history)
         ctx.forget_conversation(cid)
         return await load_conversation(info, cid)
