@@ -19,7 +19,8 @@ The rules, as the docs state them (docs/guide/read-state.md):
   lastReadSeq and unreadCount say); markRead raises both (only the own one with private
   receipts), never lowers either; markUnread(fromSeq) lowers the own one to fromSeq - 1 at most;
   a send raises the sender's watermark and own position to their message;
-- unreadCount: the messages above the own read position that are not deleted; unreadMentions: of
+- unreadCount: the messages above the own read position that are not deleted (firstUnreadSeq: the
+  first of them, null when none); unreadMentions: of
   those, the ones that mention the viewer as the message mentions now (an edit replaces them);
 - delivered: the higher of the delivered mark and the watermark; private receipts freeze both;
 - leaving drops the membership; being added again starts with nothing unread, the user's default.
@@ -54,7 +55,7 @@ CONV = st.sampled_from([0, 0, 1])  # the first group more often: longer historie
 MENTIONED = st.frozensets(WHO, max_size=2)
 
 CONVERSATION = (
-    "id lastSeq lastReadSeq unreadCount unreadMentions muted privateReceipts"
+    "id lastSeq lastReadSeq unreadCount firstUnreadSeq unreadMentions muted privateReceipts"
     " lastMessage { seq seenByCount deliveredCount }"
 )
 SEND = """
@@ -80,7 +81,7 @@ mutation($c: ID!, $s: Long!, $b: String!, $mentions: [ID!]) {
 LEAVE = "mutation($c: ID!) { leaveGroup(conversationId: $c) { userId } }"
 ADD = "mutation($c: ID!, $u: [ID!]!) { addMembers(conversationId: $c, userIds: $u) { id } }"
 VIEWER = "viewer { totalUnread unreadConversations totalUnreadMentions privateReceipts }"
-INBOX = "inbox(first: 20) { nodes { id lastReadSeq unreadCount } }"
+INBOX = "inbox(first: 20) { nodes { id lastReadSeq unreadCount firstUnreadSeq } }"
 
 _example_users = itertools.count(7_000_000, USERS)  # fresh users per example: their totals start at 0
 
@@ -118,6 +119,10 @@ class Conv:
         start = self.members[who].own if above is None else above
         return sum(1 for seq, msg in self.messages.items() if seq > start and not msg.deleted)
 
+    def first_unread(self, who: int) -> int | None:
+        own = self.members[who].own
+        return min((seq for seq, msg in self.messages.items() if seq > own and not msg.deleted), default=None)
+
     def unread_mentions(self, who: int) -> int:
         own = self.members[who].own
         return sum(1 for seq, msg in self.messages.items() if seq > own and not msg.deleted and who in msg.mentions)
@@ -148,6 +153,7 @@ class ReadStateModel:
             "lastSeq": last,
             "lastReadSeq": member.own,
             "unreadCount": conv.unread(who),
+            "firstUnreadSeq": conv.first_unread(who),
             "unreadMentions": conv.unread_mentions(who),
             "muted": member.muted,
             "privateReceipts": self.private(conv, who),
@@ -461,7 +467,11 @@ class ReadStateMachine(RuleBasedStateMachine):
             assert viewer["totalUnread"] == sum(c["unreadCount"] for c in got if not c["muted"]), (who, data)
             rows = {n["id"]: n for n in data["inbox"]["nodes"]}
             for c in got:
-                assert rows[c["id"]] == {k: c[k] for k in ("id", "lastReadSeq", "unreadCount")}, (who, rows, c)
+                assert rows[c["id"]] == {k: c[k] for k in ("id", "lastReadSeq", "unreadCount", "firstUnreadSeq")}, (
+                    who,
+                    rows,
+                    c,
+                )
             assert got == [self.model.conversation(c, who) for c in mine], (who, self.users[who])
             assert viewer == self.model.viewer(who), (who, self.users[who])
             assert sorted(rows) == sorted(c.id for c in mine), (who, rows)

@@ -19,6 +19,7 @@ from strawberry.dataloader import DataLoader
 from ..db import Database, Row
 from ..services.checks import PageRequest
 from ..store import blocks, changes, conversations, delivery, mentions, messages, reactions
+from ..store.reads import first_unread
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,7 @@ class Loaders:
         self.mentions = shared.mentions
         self.unread_mentions = _Loader(reads.load_unread_mentions)
         self.total_unread_mentions = _Loader(reads.load_total_unread_mentions)
+        self.first_unread = _Loader(reads.load_first_unread)
         self.message = _Loader(reads._load_messages)
         self.message_page = _Loader(reads._load_message_pages)
         self.viewer_totals = _Loader(reads._load_viewer_totals)
@@ -155,7 +157,7 @@ class Loaders:
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
-        for loader in (self.conversation, self.member_count, self.unread_mentions):
+        for loader in (self.conversation, self.member_count, self.unread_mentions, self.first_unread):
             with suppress(KeyError):
                 loader.clear(conversation_id)
         # keyed by more than the conversation: what a request cached about it goes as a whole
@@ -376,6 +378,13 @@ class _Reads:
             rows = await mentions.unread_counts(conn, self._viewer_id, ids)
         counts = {row["conversation_id"]: row["unread_mentions"] for row in rows}
         return [counts.get(cid, 0) for cid in ids]
+
+    async def load_first_unread(self, ids: Sequence[int]) -> list[int | None]:
+        """The viewer's first unread message per conversation (None where none, or not a member)."""
+        async with self._database.connection() as conn:
+            rows = await first_unread(conn, self._viewer_id, ids)
+        found = {row["conversation_id"]: row["first_unread_seq"] for row in rows}
+        return [found.get(cid) for cid in ids]
 
     async def load_total_unread_mentions(self, keys: Sequence[tuple[str, bool]]) -> list[int]:
         """(user_id, count_muted) -> unread mentions over all of the user's conversations."""

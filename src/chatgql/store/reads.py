@@ -76,6 +76,24 @@ async def watermark(conn: Connection, conversation_id: int, user_id: str) -> Row
     )
 
 
+async def first_unread(conn: Connection, user_id: str, conversation_ids: Sequence[int]) -> list[Row]:
+    """(conversation_id, first_unread_seq) of user_id in the conversations among ids they are in: the
+    first message after their own read position that is not deleted (null when there is none), one index
+    range per conversation that stops at its first live message."""
+    return await conn.fetch(
+        f"""
+        SELECT m.conversation_id,
+               (SELECT x.seq FROM message x
+                 WHERE x.conversation_id = m.conversation_id AND x.seq > {OWN_READ} AND x.deleted_at IS NULL
+                 ORDER BY x.seq LIMIT 1) AS first_unread_seq
+          FROM conversation_member m
+         WHERE m.user_id = $1 AND m.conversation_id = ANY($2::bigint[])
+        """,
+        user_id,
+        list(conversation_ids),
+    )
+
+
 async def advance_watermarks(
     conn: Connection,
     conversation_ids: list[int],

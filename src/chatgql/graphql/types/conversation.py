@@ -102,7 +102,7 @@ class Conversation(Node):
     # resolvers that read none of them.
     PLAIN_FIELDS: ClassVar[frozenset[str]] = frozenset(
         ("__typename", *map(to_camel_case, INBOX_PLAIN_JSON_VALUES))
-        + ("lastMessage", "unreadMentions", "memberCount", "members", "messages")
+        + ("lastMessage", "unreadMentions", "firstUnreadSeq", "memberCount", "members", "messages")
     )
 
     @classmethod
@@ -142,6 +142,20 @@ class Conversation(Node):
     @strawberry.field(description="The viewer pinned it (pinnedAt is not null).")
     def pinned(self) -> bool:
         return self.pinned_at is not None
+
+    @strawberry.field(
+        description="The seq of the first message the viewer has not read: the first after lastReadSeq that is not "
+        "deleted (where a client draws its 'new messages' line); null when unreadCount is 0. It follows markUnread, "
+        "deletes and private receipts as unreadCount does."
+    )
+    def first_unread_seq(self, info: Info) -> Long | None:
+        # Not `async`: without a deleted message above lastReadSeq (unreadCount is then all of them) it is the
+        # next seq, and nothing is read.
+        if self.unread_count <= 0:
+            return None
+        if self.unread_count == self.last_seq - self.last_read_seq:
+            return Long(self.last_read_seq + 1)
+        return info.context.loaders.first_unread.load(int(self.id))
 
     @strawberry.field(description="Messages after the viewer's lastReadSeq that mention the viewer (muted or not).")
     async def unread_mentions(self, info: Info) -> int:
