@@ -270,6 +270,8 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "rate_direct_per_second": 0,
         "rate_add_members_per_second": 0,
         "rate_search_per_second": 0,
+        "rate_block_per_second": 0,
+        "rate_report_per_second": 0,
         "max_groups_per_day": 0,
         # ...and open hundreds of websockets at once, all from 127.0.0.1 (tests/adversarial tests the limit).
         "max_unauthenticated_ws_per_address": 0,

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from chatgql.services.erase import erase_user
 
-from ..conftest import error_code
+from ..conftest import RunningServer, error_code, make_settings
 from ..support.live import ChatApi
 
 REPORT_MESSAGE = """mutation($c: ID!, $s: Long!, $r: ReportReason!, $d: String!) {
@@ -119,7 +119,15 @@ async def test_the_reported_user_sees_nothing_of_the_report(api):
     assert await api.data(query, {"c": cid}, user=sender) == before
 
 
-async def test_reports_and_blocks_are_rate_limited_per_user_and_a_refusal_writes_nothing(api, engine, server):
+async def test_reports_and_blocks_are_rate_limited_per_user_and_a_refusal_writes_nothing(migrated_url, http, engine):
+    """With the default limits (0.5 blocks and 0.2 reports a second; the other tests' servers turn them off)."""
+    defaults = make_settings(migrated_url, rate_block_per_second=0.5, rate_report_per_second=0.2)
+    async with RunningServer(defaults) as server:
+        api = ChatApi.of(server, http)
+        await _rate_limited_reports_and_blocks(api, engine, server)
+
+
+async def _rate_limited_reports_and_blocks(api, engine, server) -> None:
     reporter, *others = users(1 + 2 * server.settings.rate_report_burst)
     answers = [await api.execute(REPORT_USER, {"u": other, "r": "SPAM"}, user=reporter) for other in others]
     limited = [a["errors"][0]["extensions"] for a in answers if "errors" in a]
