@@ -263,6 +263,9 @@ class Settings(BaseSettings):
     # /metrics: when set, it answers only `Authorization: Bearer <this>` (404 otherwise);
     # unset: open in development, 404 in production.
     metrics_token: SecretStr | None = None
+    # The operator's moderation API, POST /operator/graphql: when set (a long random secret), it
+    # answers only `Authorization: Bearer <this>`; unset, the path is 404.
+    operator_token: SecretStr | None = None
 
     # Slow and idle clients: what a client may hold without doing anything.
     # Seconds a websocket may stay open without connection_init (both protocols; closed with 4408).
