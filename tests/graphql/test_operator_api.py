@@ -11,7 +11,11 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import websockets
+from pydantic import ValidationError
 from sqlalchemy import text
+
+from chatgql.settings import load_settings
 
 from ..conftest import RunningServer, error_code, make_settings
 from ..support.live import ChatApi, wait_until
@@ -243,9 +247,22 @@ async def test_an_end_user_token_is_refused(api, operated, http):
     assert [error_code(e) for e in response.json()["errors"]] == ["UNAUTHENTICATED"]
 
 
-async def test_no_graphiql_page(operated, http):
+async def test_no_graphiql_page_and_no_websocket(operated, http):
     page = await http.get(operator_url(operated), headers={"accept": "text/html", "authorization": f"Bearer {TOKEN}"})
     assert page.status_code in (404, 405) and "graphiql" not in page.text.lower()
+    with pytest.raises(websockets.InvalidStatus):
+        async with websockets.connect(
+            operator_url(operated).replace("http://", "ws://"),
+            subprotocols=["graphql-transport-ws"],
+            additional_headers={"authorization": f"Bearer {TOKEN}"},
+        ):
+            pass
+
+
+def test_a_short_operator_token_is_refused_at_start():
+    with pytest.raises(ValidationError, match="CHATGQL_OPERATOR_TOKEN must be a long random secret"):
+        load_settings(operator_token="short-secret")
+    assert load_settings(operator_token=TOKEN).operator_token.get_secret_value() == TOKEN
 
 
 async def test_without_the_setting_the_path_is_not_found(server, http):
