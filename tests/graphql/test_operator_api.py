@@ -14,10 +14,11 @@ import pytest
 import websockets
 from pydantic import ValidationError
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatgql.settings import load_settings
 
-from ..conftest import RunningServer, error_code, make_settings
+from ..conftest import RunningServer, create_engine, drop_database, error_code, make_settings, scratch_database
 from ..support.live import ChatApi, wait_until
 
 TOKEN = secrets.token_urlsafe(32)
@@ -44,9 +45,23 @@ UNBAN = 'mutation($u: ID!) { unbanUser(userId: $u, reason: "appeal", by: "%s") }
 
 
 @pytest.fixture(scope="module")
-async def operated(suite_url: str) -> AsyncIterator[RunningServer]:
-    async with RunningServer(make_settings(suite_url, operator_token=TOKEN)) as running:
+async def operated_url(migrated_url: str) -> AsyncIterator[str]:
+    """A database of the module's own: its server's relay is the only one, so the bans' events reach it."""
+    yield await scratch_database(migrated_url, "operator_api")
+    await drop_database(migrated_url, "operator_api")
+
+
+@pytest.fixture(scope="module")
+async def operated(operated_url: str) -> AsyncIterator[RunningServer]:
+    async with RunningServer(make_settings(operated_url, operator_token=TOKEN)) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+async def own_engine(operated, operated_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(operated_url, pool_size=1, max_overflow=0)
+    yield engine
+    await engine.dispose()
 
 
 @pytest.fixture
@@ -128,7 +143,7 @@ async def test_reports_are_listed_and_filtered(api, operated, http):
     assert first in [r["id"] for r in resolved] and second not in [r["id"] for r in resolved]
 
 
-async def test_each_action_resolves_the_report_and_is_audited(api, operated, http, engine):
+async def test_each_action_resolves_the_report_and_is_audited(api, operated, http, own_engine):
     reporter, sender, owner = users(3)
     cid = await api.create_group(owner, [reporter, sender])
     for body in ("a", "b", "c", "d"):
@@ -147,7 +162,7 @@ async def test_each_action_resolves_the_report_and_is_audited(api, operated, htt
         assert (entry["operator"], entry["action"], entry["reason"], entry["userId"]) == (BY, action, "because", sender)
         assert entry["conversationId"] == cid and entry["seq"] == list(ids).index(action) + 1
         assert entry["until"] == (until.isoformat() if action.startswith("BAN") else None)
-    async with engine.connect() as conn:
+    async with own_engine.connect() as conn:
         deleted = await conn.scalar(
             text("SELECT deleted_at IS NOT NULL FROM message WHERE conversation_id = :c AND seq = 2"), {"c": int(cid)}
         )
@@ -225,8 +240,8 @@ async def test_bad_input_is_a_coded_error(operated, http):
     ["", f"Bearer {TOKEN}x", f"Basic {TOKEN}", TOKEN, "Bearer"],
     ids=["no header", "wrong secret", "wrong scheme", "no scheme", "no secret"],
 )
-async def test_anything_but_the_operator_token_is_refused(operated, http, engine, authorization):
-    async with engine.connect() as conn:
+async def test_anything_but_the_operator_token_is_refused(operated, http, own_engine, authorization):
+    async with own_engine.connect() as conn:
         before = await conn.scalar(text("SELECT count(*) FROM moderation_action"))
     if authorization:
         response = await call(http, operated, UNBAN, {"u": "someone"}, authorization=authorization)
@@ -235,7 +250,7 @@ async def test_anything_but_the_operator_token_is_refused(operated, http, engine
     assert response.status_code == 401
     body = response.json()
     assert body["data"] is None and [error_code(e) for e in body["errors"]] == ["UNAUTHENTICATED"]
-    async with engine.connect() as conn:
+    async with own_engine.connect() as conn:
         assert await conn.scalar(text("SELECT count(*) FROM moderation_action")) == before
 
 
