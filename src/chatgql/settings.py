@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_JWT_SECRET = "chatgql-dev-secret-change-me-0000000000"
+MIN_OPERATOR_TOKEN_CHARS = 32  # CHATGQL_OPERATOR_TOKEN: a secret nobody can guess
 
 
 def available_cores() -> int:
@@ -263,6 +264,19 @@ class Settings(BaseSettings):
     # /metrics: when set, it answers only `Authorization: Bearer <this>` (404 otherwise);
     # unset: open in development, 404 in production.
     metrics_token: SecretStr | None = None
+    # The operator's moderation API, POST /operator/graphql: when set (a long random secret), it
+    # answers only `Authorization: Bearer <this>`; unset, the path is 404.
+    operator_token: SecretStr | None = None
+
+    @field_validator("operator_token")
+    @classmethod
+    def _operator_token_is_long(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value().strip()) < MIN_OPERATOR_TOKEN_CHARS:
+            raise ValueError(
+                f"CHATGQL_OPERATOR_TOKEN must be a long random secret (at least {MIN_OPERATOR_TOKEN_CHARS} "
+                "characters, e.g. `openssl rand -base64 32`)"
+            )
+        return token
 
     # Slow and idle clients: what a client may hold without doing anything.
     # Seconds a websocket may stay open without connection_init (both protocols; closed with 4408).

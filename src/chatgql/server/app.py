@@ -45,6 +45,8 @@ from ..events.wakeup import RelayWakeup
 from ..events.webhooks import Deliverer, check_resolved, parse_kinds, parse_secret
 from ..graphql.context import Deps
 from ..graphql.graphiql import ASSETS_PATH
+from ..graphql.operator import PATH as OPERATOR_PATH
+from ..graphql.operator import OperatorGraphQL
 from ..graphql.schema import ChatGraphQL
 from ..runtime import collector
 from ..services.beforesend import BeforeSendHook
@@ -516,11 +518,16 @@ def create_app(settings: Settings) -> Starlette:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     graphiql = [Route(f"{ASSETS_PATH}/{{name}}", graphql.graphiql.asset)] if graphql.graphiql else []
+    operator = []
+    if settings.operator_token is not None:
+        view = OperatorGraphQL(settings.operator_token.get_secret_value(), lambda: deps.database)
+        operator = [Route(OPERATOR_PATH, view, methods=["POST"])]
     return ChatApp(
         graphql,
         routes=[
             *graphiql,
             *demo_routes(settings),
+            *operator,
             Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),

@@ -2,7 +2,8 @@
 app-wide and from one conversation, each action audited (who, when, why) in its own transaction.
 
 Reached from the command line (`chatgql reports`, `chatgql ban`: server/cli.py) with the database's
-credentials, never through the API: no end-user token can act as the operator."""
+credentials, and from the operator's API (graphql/operator.py) with the operator's token, never through
+the public API: no end-user token can act as the operator."""
 
 from __future__ import annotations
 
