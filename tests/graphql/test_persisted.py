@@ -277,6 +277,7 @@ async def test_documents_load_is_idempotent_and_refuses_conflicts_and_invalid_do
         assert (await post(server, http, created)).json()["data"]["createGroup"]["id"]
 
 
+@pytest.mark.node  # the manifest is written by scripts/webchat-manifest.mjs
 async def test_the_web_chat_documents_run_on_an_allowlist_server(migrated_url) -> None:
     """scripts/webchat-manifest.mjs lists the texts the web chat sends (urql's printing of
     webchat/src/operations.js); loaded, each of them runs on an allowlist server as the web chat
