@@ -13,7 +13,7 @@ from datetime import datetime
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Conflict, NotFound
 from ..events.types import MemberRemoved, UserBanned, UserUnbanned
-from ..store import app_bans, changes, conversations, messages, outbox, reports
+from ..store import app_bans, bans, changes, conversations, messages, outbox, reports
 from .changes import tombstone_txn
 
 DISMISS, DELETE_MESSAGE, BAN_FROM_CONVERSATION, BAN_APP = (
@@ -176,7 +176,7 @@ async def _ban_from_conversation_txn(
         raise NotFound(f"conversation {conversation_id} not found", conversationId=str(conversation_id))
     if conv.type != "GROUP":
         raise BadUserInput("a direct conversation has no bans: the users block each other, or ban the user app-wide")
-    await app_bans.upsert_conversation_ban(conn, conversation_id, user_id, until, operator, reason)
+    await bans.ban_txn(conn, conversation_id, user_id, until, operator, reason)
     if conv.role is None:
         return
     removed = await conversations.delete_member(conn, conversation_id, user_id)

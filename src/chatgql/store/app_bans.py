@@ -1,4 +1,4 @@
-"""Bans: app-wide (user_ban) and from one conversation (conversation_ban)."""
+"""App-wide bans (user_ban): the operator's, refused everywhere while they hold; a ban from one group is store/bans.py's."""
 
 from __future__ import annotations
 
@@ -38,22 +38,4 @@ async def active_user_bans(conn: Connection) -> list[Row]:
     """(user_id, until) of every app-wide ban that has not ended."""
     return await conn.fetch(
         "SELECT user_id, until FROM user_ban WHERE until IS NULL OR until > clock_timestamp() ORDER BY user_id"
-    )
-
-
-async def upsert_conversation_ban(
-    conn: Connection, conversation_id: int, user_id: str, until: datetime | None, by: str, reason: str
-) -> None:
-    await conn.execute(
-        """
-        INSERT INTO conversation_ban (conversation_id, user_id, until, banned_by, reason) VALUES ($1, $2, $3, $4, $5)
-        ON CONFLICT (conversation_id, user_id) DO UPDATE
-           SET until = excluded.until, banned_by = excluded.banned_by, reason = excluded.reason,
-               created_at = now()
-        """,
-        conversation_id,
-        user_id,
-        until,
-        by,
-        reason,
     )
