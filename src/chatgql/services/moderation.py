@@ -16,12 +16,13 @@ joined while it was hidden (they may be added again after leaving, to read every
 from __future__ import annotations
 
 from ..db import Connection, Database, Row
-from ..errors import BadUserInput, Forbidden
+from ..errors import BadUserInput
 from ..events.types import SETTINGS_CHANGED, ConversationUpdated
 from ..store import groups, outbox
-from .groups import MANAGERS, lock_group_txn
+from .groups import lock_group_as_manager_txn
 
 MAX_SLOW_MODE_SECONDS = 3600
+SETTINGS = "change a group's settings"  # what only the OWNER or an ADMIN may do
 
 
 def check_slow_mode(seconds: int) -> int:
@@ -35,9 +36,7 @@ async def do_set_slow_mode(database: Database, viewer_id: str, conversation_id: 
     SETTINGS_CHANGED) when it changed."""
     check_slow_mode(seconds)
     async with database.transaction() as conn:
-        conv = await lock_group_txn(conn, conversation_id, viewer_id, "have slow mode")
-        if conv.role not in MANAGERS:
-            raise Forbidden("only the OWNER or an ADMIN may change a group's settings", reason="NOT_GROUP_ADMIN")
+        conv = await lock_group_as_manager_txn(conn, conversation_id, viewer_id, "have slow mode", SETTINGS)
         if not await groups.set_slow_mode_txn(conn, conversation_id, seconds):
             return
         await _settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
@@ -47,9 +46,7 @@ async def do_set_history_visibility(database: Database, viewer_id: str, conversa
     """The OWNER or an ADMIN sets whether members added from now on read the group's earlier history
     (hide: they do not); the members are told (conversationUpdated, SETTINGS_CHANGED) when it changed."""
     async with database.transaction() as conn:
-        conv = await lock_group_txn(conn, conversation_id, viewer_id, "hide its history")
-        if conv.role not in MANAGERS:
-            raise Forbidden("only the OWNER or an ADMIN may change a group's settings", reason="NOT_GROUP_ADMIN")
+        conv = await lock_group_as_manager_txn(conn, conversation_id, viewer_id, "hide its history", SETTINGS)
         if not await groups.set_hide_history_txn(conn, conversation_id, hide):
             return
         await _settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
