@@ -29,6 +29,7 @@ from strawberry.types.graphql import OperationType
 
 from ..compat import graphql_core as graphql_compat
 from ..compat import strawberry as strawberry_compat
+from ..edge.demo import webchat_document_texts
 from ..engine import meter
 from ..engine.cost import CostCache, CostLimits, over_cost
 from ..engine.gather import gather_with_cancel
@@ -198,6 +199,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             lambda document_id: find_document(deps.database, document_id),
             lambda text: is_listed(deps.database, text),
             allowlist=settings.documents_allowlist,
+            served=webchat_document_texts() if settings.demo_enabled else None,
         )
         self.budgets = MessageBudgets(settings)
 
