@@ -283,6 +283,32 @@ message_reaction_count = Table(
     CheckConstraint("count > 0", name="message_reaction_count_count_check"),
 )
 
+# Messages scheduled to be sent later (0025_scheduled_messages): PENDING until the scheduler sends them
+# (SENT, with the seq taken) or refuses them (FAILED, with the reason), or their sender cancels them.
+scheduled_message = Table(
+    "scheduled_message",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=True), nullable=False),
+    Column("sender_id", USER_ID_TYPE, nullable=False),
+    Column("client_msg_id", UUID(as_uuid=True), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("send_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'PENDING'::text")),
+    Column("seq", BigInteger),
+    Column("failure", Text),
+    Column("done_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("conversation_id", "id"),
+    UniqueConstraint("conversation_id", "client_msg_id", name="scheduled_message_client_msg_id_key"),
+    CheckConstraint(
+        "state IN ('PENDING', 'SENT', 'CANCELED', 'FAILED')",
+        name="scheduled_message_state_check",
+    ),
+    Index("scheduled_message_due_idx", "send_at", postgresql_where=text("state = 'PENDING'")),
+    Index("scheduled_message_sender_idx", "sender_id", "send_at"),
+)
+
 # A conversation's pinned messages (0017_pins): who pinned each, when, until when (NULL: until unpinned).
 pinned_message = Table(
     "pinned_message",
