@@ -58,10 +58,13 @@ conversation = Table(
     Column("retained_seq", BigInteger, nullable=False, server_default="0"),
     # a MEMBER sends at most once per this many seconds; 0: off (0019_slow_mode)
     Column("slow_mode_seconds", Integer, nullable=False, server_default="0"),
+    # disappearing messages: each message sent while > 0 is erased this many seconds after it (0026)
+    Column("message_ttl_seconds", Integer, nullable=False, server_default="0"),
     # members added from now on read only the messages sent after they joined (0024_history_visibility)
     Column("hide_history", Boolean, nullable=False, server_default="false"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
+    CheckConstraint("message_ttl_seconds >= 0", name="conversation_message_ttl_seconds_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
     Index(
         "conversation_created_by_idx",
@@ -307,6 +310,18 @@ scheduled_message = Table(
     ),
     Index("scheduled_message_due_idx", "send_at", postgresql_where=text("state = 'PENDING'")),
     Index("scheduled_message_sender_idx", "sender_id", "send_at"),
+)
+
+# When each message sent while its conversation had a time to live is erased (0026_disappearing_messages):
+# the scheduler deletes the row as it makes the message a tombstone.
+message_expiry = Table(
+    "message_expiry",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+    Index("message_expiry_due_idx", "expires_at"),
 )
 
 # A conversation's pinned messages (0017_pins): who pinned each, when, until when (NULL: until unpinned).

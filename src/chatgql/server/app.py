@@ -51,10 +51,11 @@ from ..graphql.schema import ChatGraphQL
 from ..runtime import collector
 from ..services.beforesend import BeforeSendHook
 from ..services.delivery_coalescing import DeliveryCoalescer
+from ..services.disappearing import SOURCE as _MESSAGE_EXPIRY  # noqa: F401 (each source registers at import)
 from ..services.erase import retention_loop
 from ..services.groupcommit import SendBatcher
 from ..services.read_coalescing import ReadCoalescer
-from ..services.scheduled import SOURCE as _SCHEDULED_MESSAGES  # noqa: F401 (each source registers at import)
+from ..services.scheduled import SOURCE as _SCHEDULED_MESSAGES  # noqa: F401
 from ..services.scheduler import Scheduler, registered
 from ..settings import Settings
 from ..store import conversations, health, outbox, webhooks

@@ -101,14 +101,13 @@ class Scheduler:
                 fired += 1
         return fired
 
-    async def next_delay(self) -> float:
+    async def next_delay(self, conn: Connection) -> float:
         """Seconds until the earliest due row (by the clock), at most poll_seconds."""
         delay = self._poll_seconds
-        async with self._database.connection() as conn:
-            for source in self.sources:
-                due = await source.next_due(conn)
-                if due is not None:
-                    delay = min(delay, max(0.0, (due - self._clock()).total_seconds()))
+        for source in self.sources:
+            due = await source.next_due(conn)
+            if due is not None:
+                delay = min(delay, max(0.0, (due - self._clock()).total_seconds()))
         return delay
 
     async def run(self) -> None:
@@ -130,7 +129,7 @@ class Scheduler:
                 self._wakeup.clear()  # before the pass: a wake-up during it brings another
                 fired = await self.run_due()
                 # A row due but not claimed is another scheduler's, being fired: look again a little later.
-                delay = max(await self.next_delay(), 0 if fired else MIN_DELAY_SECONDS)
+                delay = max(await self.next_delay(conn), 0 if fired else MIN_DELAY_SECONDS)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await self._wakeup.wait()
