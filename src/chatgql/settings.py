@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     relay_standby_seconds: float = Field(default=0.5, gt=0)
     # Each led shard also polls this often (a NOTIFY can be missed while reconnecting).
     relay_poll_seconds: float = Field(default=1.0, gt=0)
+    # The scheduler (services/scheduler.py, run where the relay runs) looks for due work at least this
+    # often; it wakes sooner for a row due sooner, and on a NOTIFY from a write that scheduled one.
+    scheduler_poll_seconds: float = Field(default=1.0, gt=0)
 
     @field_validator("relay_shards")
     @classmethod
