@@ -67,7 +67,7 @@ from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
 from ..edge.auth import token_expiry
-from ..errors import BadUserInput, ChatError, Conflict, LimitExceeded, Unauthenticated, banned
+from ..errors import BadUserInput, ChatError, Conflict, LimitExceeded, NotFound, Unauthenticated, banned
 from .handshake import subscription_limit_error, ws_operation
 from .http import JSON, response_body
 
@@ -78,6 +78,9 @@ MULTIPART = "multipart"
 TOKEN_HEADER = b"x-graphql-event-stream-token"
 SSE_HEARTBEAT_SECONDS = 15.0
 MULTIPART_HEARTBEAT_SECONDS = 5.0
+
+_UNKNOWN = NotFound("no such event stream (a stream token is good for one stream, opened in time, by its user)")
+_TAKEN = Conflict("this event stream is open already: one stream per reservation")
 
 _sse = SSETransport()
 _multipart = MultipartSubscriptionTransport()
@@ -212,7 +215,7 @@ class HttpStreams:
     async def _open(self, scope: Scope, receive: Receive, send: Send, token: str) -> None:
         reservation = self.reservations.get(token)
         if reservation is None or reservation.write is not None:  # one stream per reservation
-            await _plain(send, 404 if reservation is None else 409, "Stream not found")
+            await _refuse(send, 404 if reservation is None else 409, _UNKNOWN if reservation is None else _TAKEN)
             return
         if not self.view.budgets.take(_address(scope), reservation.viewer):
             await _refuse_flood(send)
@@ -249,7 +252,7 @@ class HttpStreams:
         viewer = _viewer_or_none(context)
         if reservation is None or reservation.write is None or viewer != reservation.viewer:
             # Someone else's token is as unknown as a wrong one.
-            await _plain(send, 404, "Stream not found")
+            await _refuse(send, 404, _UNKNOWN)
             return
         if not self.view.budgets.take(_address(scope), viewer):
             await _refuse_flood(send)
@@ -259,7 +262,7 @@ class HttpStreams:
             await _refuse(send, 400, BadUserInput("the operation needs extensions.operationId (a string)"))
             return
         if operation_id in reservation.operations:
-            await _refuse(send, 409, Conflict(f"operation {operation_id!r} is already running on this stream"))
+            await _refuse(send, 409, Conflict("an operation with this operationId is running on this stream"))
             return
         await _plain(send, 202, "")
         write = reservation.write
@@ -297,7 +300,7 @@ class HttpStreams:
     async def _stop(self, scope: Scope, receive: Receive, send: Send, token: str | None) -> None:
         reservation = self.reservations.get(token) if token is not None else None
         if reservation is None:
-            await _plain(send, 404, "Stream not found")
+            await _refuse(send, 404, _UNKNOWN)
             return
         if not self.view.budgets.take(_address(scope), reservation.viewer):
             await _refuse_flood(send)

@@ -39,12 +39,12 @@ costliest thing a request does (a profile of markRead put 28% of the server's
 CPU on the headers' write alone); see _OneWrite.
 
 What it uses of HttpToolsProtocol beyond the asyncio.Protocol interface:
-data_received, the parser callbacks (on_message_begin,
+data_received, pause_writing, resume_writing, the parser callbacks (on_message_begin,
 on_headers_complete, on_message_complete), handle_websocket_upgrade, and the attributes
 transport, parser, cycle (response_started), connections, tasks,
 limit_concurrency, loop, logger; the private pokes are compat/uvicorn.py's
 (upgrading_to_websocket, abandon_request_cycle, release_http_parser,
-send_response_through). uvicorn is
+send_response_through, request_headers). uvicorn is
 pinned in pyproject.toml, tests/test_compat.py checks the surface and
 tests/test_slow_client_protocol.py pins the behaviour.
 """
