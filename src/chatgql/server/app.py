@@ -539,7 +539,8 @@ def create_app(settings: Settings) -> Starlette:
             *graphiql,
             *demo_routes(settings),
             *operator,
-            Route("/graphql", graphql, methods=["GET", "POST"]),
+            # PUT and DELETE: graphql-sse's single connection mode (engine/streams.py)
+            Route("/graphql", graphql, methods=["GET", "POST", "PUT", "DELETE"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
