@@ -20,7 +20,7 @@ import pytest
 
 from chatgql.edge.auth import issue_token
 
-from ..conftest import RunningServer, make_settings
+from ..conftest import RunningServer, make_settings, scratch_database
 from ..support.live import ChatApi, random_body, wait_active_subscriptions, wait_until
 
 SUBSCRIBER_BUFFER = 8
@@ -37,8 +37,11 @@ TRANSPORTS = ("sse", "single", "multipart")
 
 @pytest.fixture(scope="module")
 async def streams_server(migrated_url: str) -> AsyncIterator[RunningServer]:
+    # a database of its own: the session's server, on the suite's database, would relay this
+    # module's live events to its own subscribers
+    url = await scratch_database(migrated_url, "http_subscriptions")
     settings = make_settings(
-        migrated_url,
+        url,
         subscriber_buffer=SUBSCRIBER_BUFFER,
         ws_write_timeout_seconds=WRITE_TIMEOUT,
         ws_send_buffer_bytes=4096,
