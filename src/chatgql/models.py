@@ -122,6 +122,9 @@ message = Table(
     Column("reply_to_seq", BigInteger),  # the message it quotes, in the same conversation (0010c)
     Column("reply_count", Integer, nullable=False, server_default="0"),
     Column("last_reply_at", DateTime(timezone=True)),
+    Column("quote_conversation_id", BigInteger),  # the message it quotes, in any conversation (0025)
+    Column("quote_seq", BigInteger),
+    Column("forwarded", Boolean, nullable=False, server_default="false"),
     PrimaryKeyConstraint("conversation_id", "seq"),
     UniqueConstraint("conversation_id", "client_msg_id", name="message_client_msg_id_key"),
     CheckConstraint("seq > 0", name="message_seq_check"),
@@ -153,6 +156,9 @@ class SentMessage:
     client_msg_id: uuid.UUID
     body: str
     reply_to_seq: int | None = _lifecycle(None)  # type: ignore[assignment]  # the seq of the message it quotes
+    quote_conversation_id: int | None = _lifecycle(None)  # type: ignore[assignment]  # sendMessage(quote:)
+    quote_seq: int | None = _lifecycle(None)  # type: ignore[assignment]
+    forwarded: bool = _lifecycle(False)  # type: ignore[assignment]  # forwardMessage: no key of the original
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
