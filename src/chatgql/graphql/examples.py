@@ -102,6 +102,17 @@ query Quotes($c: ID!) {
         {"c": "1"},
     ),
     Example(
+        """# Saved messages: saveMessage(conversationId:, seq:, remindAt:) saves; your list, newest save first.
+query Saved($after: String) {
+  savedMessages(first: 20, after: $after) {
+    nodes { conversationId seq savedAt remindAt remindedAt message { senderId body } }
+    hasNextPage endCursor version
+  }
+}
+""",
+        {"after": None},
+    ),
+    Example(
         """# Moderation: who you blocked; blockUser(userId:) and reportMessage(conversationId:, seq:, reason:) act.
 query Blocked {
   viewer { blockedUsers(first: 20) { userId blockedAt } }

@@ -93,7 +93,7 @@ async def do_send_message(
         reply_to_seq=reply_to,
         quote_conversation_id=quote_cid,
         quote_seq=quote_seq,
-        forwarded=forwarded_from is not None,
+        forwarded=True if forwarded_from is not None else None,
     ).payload()
     read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
@@ -139,7 +139,7 @@ async def do_send_message(
         reply_to_seq=reply_to,
         quote_conversation_id=quote_cid,
         quote_seq=quote_seq,
-        forwarded=forwarded_from is not None,
+        forwarded=True if forwarded_from is not None else None,
     )
     return SendResult(stored, duplicate=False)
 

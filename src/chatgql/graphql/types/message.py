@@ -119,11 +119,7 @@ class Message(Node):
     reply_to_seq: strawberry.Private[int | None] = None
     quote_conversation_id: strawberry.Private[int | None] = None
     quote_seq: strawberry.Private[int | None] = None
-    forwarded: bool = strawberry.field(
-        default=False,
-        description="True when it was forwarded here (forwardMessage): a copy of another message's body and "
-        "attachments, which names nothing of where it came from.",
-    )
+    forwarded: strawberry.Private[bool | None] = None  # None: a message.new event of a send that is no forward
     # Set on subscription events: makes that event's own loaders, on first use (see subscriptions.py).
     new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
     loaders: strawberry.Private[Loaders | None] = None
@@ -234,6 +230,15 @@ class Message(Node):
             return None
         row = await self._loaders(info).message.load((int(self.conversation_id), self.reply_to_seq))
         return Message.from_row(row) if row is not None else None
+
+    @strawberry.field(
+        name="forwarded",
+        metadata=PER_EVENT,
+        description="True when it was forwarded here (forwardMessage): a copy of another message's body and "
+        "attachments, which names nothing of where it came from.",
+    )
+    def is_forwarded(self) -> bool:
+        return bool(self.forwarded)
 
     @strawberry.field(
         description="The message this one quotes (sendMessage(quote:)), as the viewer may read it now; null "
