@@ -48,6 +48,7 @@ subscription($c: ID) {
   messageNew(conversationId: $c) { seq message { seq body forwarded quote { state message { seq body } } } }
 }
 """
+MARK_READ_STATEMENTS = 1
 FILE = {"url": "https://files.example/a.png", "mimeType": "image/png", "name": "a.png", "sizeBytes": 10}
 
 
@@ -227,10 +228,16 @@ async def test_quotes_and_forwards_reach_live_subscribers_and_sync_as_each_viewe
     assert synced[3][0]["quote"] == {"state": "UNAVAILABLE", "message": None}
 
 
-async def test_the_plain_send_runs_one_statement_as_before(server, api):
-    """A send with neither quote nor forward takes the path it took before them: the one chat_send statement
-    (a quote or a forward takes the send's transaction with its extras, never this path)."""
+async def test_the_plain_send_and_mark_read_run_the_statements_they_ran_before(server, api):
+    """A send with neither quote nor forward takes the path it took before them: the one chat_send statement (a
+    quote or a forward takes the send's transaction with its extras, never this path); markRead its one
+    statement. Counted on the server's pool (the same counts on the code before quotes, forwards and saves)."""
     cid = await api.create_group(1, [2])
+    await api.send(2, cid, "to read")
     with counting_statements(server) as plain:
         await api.send(1, cid, "plain")
+    with counting_statements(server) as read:
+        await api.mark_read(2, cid, 2)
     assert len(plain) == 1 and "chat_send" in plain[0], plain
+    assert len(read) == MARK_READ_STATEMENTS, read
+    assert not [s for s in plain + read if "saved" in s or "quote" in s or "forwarded" in s]
