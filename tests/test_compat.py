@@ -802,6 +802,8 @@ def _overrides() -> list[tuple[type, type, tuple[str, ...]]]:
                 "on_headers_complete",
                 "on_message_complete",
                 "handle_websocket_upgrade",
+                "pause_writing",
+                "resume_writing",
             ),
         ),  # fmt: skip
         (

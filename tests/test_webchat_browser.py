@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
 import shutil
 from pathlib import Path
@@ -39,7 +40,9 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from playwright.async_api import BrowserContext, Page, Route, WebSocketRoute, async_playwright, expect
 
-from .conftest import REPO, GraphQLClient, RunningServer
+from chatgql.edge.demo import webchat_documents
+
+from .conftest import REPO, GraphQLClient, RunningServer, make_settings, scratch_database
 from .support.recipes import run_node_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -236,7 +239,7 @@ async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_ne
             stored, release = asyncio.Event(), asyncio.Event()
 
             async def lose_the_answer(route: Route) -> None:
-                if "sendMessage" not in (route.request.post_data or ""):
+                if '"operationName":"Send"' not in (route.request.post_data or ""):
                     await route.fallback()
                     return
                 await route.fetch()  # the server stores the message and answers...
@@ -255,7 +258,7 @@ async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_ne
             release.set()
             await expect(one.get_by_test_id("pending")).to_contain_text("not sent")
             await one.unroute("**/graphql", lose_the_answer)
-            async with one.expect_response(lambda r: "sendMessage" in (r.request.post_data or "")) as answer:
+            async with one.expect_response(lambda r: '"operationName":"Send"' in (r.request.post_data or "")) as answer:
                 await one.get_by_test_id("pending").get_by_role("button", name="retry").click()
             sent = (await (await answer.value).json())["data"]["sendMessage"]
             assert sent["duplicate"] is True and sent["message"]["seq"] == 7, sent
@@ -427,3 +430,69 @@ async def test_the_chat_on_a_phone_and_with_real_text(server: RunningServer, bro
         'a new message while reading older ones: "1 new message ↓", the view stays',
         "a reload keeps the open conversation",
     ], report
+
+
+@pytest.mark.timeout(180)
+async def test_the_web_chat_on_an_allowlist_server_sends_its_documents_by_id_only(migrated_url: str):
+    """The web chat on a server that runs only listed documents (CHATGQL_DOCUMENTS_ALLOWLIST=true),
+    which knows the web chat's own because it serves it (nothing loaded): two people start a
+    conversation, send, see it live and read it, and every document the pages send, over HTTP and
+    the websocket, goes by its sha256 with no text (urql's persistedExchange), each one of the web
+    chat's manifest. (Loading the manifest, for a server that does not serve the chat, is
+    tests/graphql/test_persisted.py's.)"""
+    assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
+    expect.set_options(timeout=WAIT_MS)
+    manifest = json.loads(webchat_documents().read_text(encoding="utf-8"))
+    listed = {operation["id"] for operation in manifest["operations"]}
+    # a database of its own, with no document loaded (the session's server would relay this test's
+    # live events to itself)
+    url = await scratch_database(migrated_url, "webchat_allowlist")
+    sent: list[dict] = []  # each GraphQL request the pages made: an HTTP body or a websocket subscribe payload
+
+    def http_request(request) -> None:
+        if request.method == "POST" and urlsplit(request.url).path == "/graphql":
+            sent.append(json.loads(request.post_data or "null"))
+
+    def websocket(socket) -> None:
+        def frame(payload) -> None:
+            message = json.loads(payload)
+            if message.get("type") == "subscribe":
+                sent.append(message["payload"])
+
+        socket.on("framesent", frame)
+
+    async with RunningServer(make_settings(url, documents_allowlist=True)) as server:
+        demo = urljoin(server.url, "/demo")
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                one, two = [
+                    await (await browser.new_context(viewport={"width": 960, "height": 600})).new_page() for _ in "12"
+                ]
+                for page in (one, two):
+                    page.on("request", http_request)
+                    page.on("websocket", websocket)
+                await _sign_in(one, demo, "701")
+                await _sign_in(two, demo, "702")
+                await one.fill("input[name=members]", "702")
+                await one.click(".new button[type=submit]")
+                await expect(one.get_by_test_id("conversation")).to_be_visible()
+                await _send(one, "sent by id")
+                await expect(one.get_by_test_id("tick")).to_contain_text("sent")
+                item = two.get_by_test_id("inbox-item")
+                await expect(item.get_by_test_id("badge")).to_have_text("1")
+                await item.click()
+                await expect(two.get_by_test_id("message")).to_have_text(re.compile("sent by id"))
+                await expect(one.get_by_test_id("tick")).to_contain_text("seen")
+                await _send(two, "and back")
+                await expect(one.get_by_test_id("message")).to_have_count(2)
+            finally:
+                await browser.close()
+    kinds = {"http": 0, "websocket": 0}
+    for request in sent:
+        for one_request in request if isinstance(request, list) else [request]:
+            persisted = (one_request.get("extensions") or {}).get("persistedQuery") or {}
+            assert persisted.get("sha256Hash") in listed, one_request
+            assert not one_request.get("query"), one_request  # no text: the id alone
+            kinds["websocket" if "query" in one_request else "http"] += 1
+    assert kinds["http"] >= 5 and kinds["websocket"] >= 2, kinds

@@ -54,6 +54,22 @@ for (const name of [...packages].sort()) {
 }
 writeFileSync(join(out, "LICENSES.txt"), licenses.join("\n" + "-".repeat(72) + "\n\n"));
 
+// The web chat's persisted documents (Apollo's manifest format): every document src/operations.js
+// exports, as the text urql prints for it, by its sha256, the id the web chat sends
+// (src/client.js). `chatgql documents load --webchat` loads them, for an allowlist server.
+const { stringifyDocument } = await import("@urql/core");
+const operations = await import("./src/operations.js");
+const documents = { format: "apollo-persisted-query-manifest", version: 1, operations: [] };
+for (const document of Object.values(operations)) {
+  if (!document || document.kind !== "Document") continue;
+  const operation = document.definitions.find((definition) => definition.kind === "OperationDefinition");
+  const body = stringifyDocument(document);
+  const id = createHash("sha256").update(body, "utf8").digest("hex");
+  documents.operations.push({ id, name: operation.name?.value ?? null, type: operation.operation, body });
+}
+documents.operations.sort((a, b) => (a.name ?? "").localeCompare(b.name ?? ""));
+writeFileSync(join(out, "documents.json"), JSON.stringify(documents, null, 2) + "\n");
+
 const files = {};
 for (const name of readdirSync(out).sort()) {
   if (name.endsWith(".js") || name.endsWith(".css")) files[name] = { sha256: sha256(join(out, name)) };

@@ -1,4 +1,4 @@
--- revision: 0021_blocks
+-- revision: 0026_disappearing_messages
 -- One send: the next seq of the conversation, the message, the sender's own watermark and the
 -- message.new (and, when the send also read others' messages, read.updated) outbox rows, in one
 -- statement. Idempotent on (conversation_id, client_msg_id). Called by store/messages.py.
@@ -6,6 +6,8 @@
 -- previous one is refused, outcome 'slow_mode', seq the whole seconds left to wait.
 -- A sender banned app-wide ('banned') and a direct conversation with a block between its two
 -- members ('blocked') store nothing new (docs/guide/moderation.md).
+-- Disappearing messages (conversation.message_ttl_seconds > 0): the message's expiry is written
+-- (message_expiry, created_at + the time to live), for the scheduler to erase it then.
 CREATE OR REPLACE FUNCTION public.chat_send(p_conversation_id bigint, p_sender_id text, p_client_msg_id uuid, p_body text, p_message_event jsonb, p_read_event jsonb, p_message_keys text[], p_read_keys text[])
  RETURNS TABLE(outcome text, seq bigint, sender_id text, body text, created_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -22,9 +24,11 @@ DECLARE
     v_role text;
     v_sent_at timestamptz;
     v_type text;
+    v_ttl integer;
 BEGIN
     -- 1. Sends to one conversation queue up here; other conversations never wait.
-    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds, c.type INTO v_last_seq, v_last_at, v_slow, v_type
+    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds, c.type, c.message_ttl_seconds
+      INTO v_last_seq, v_last_at, v_slow, v_type, v_ttl
       FROM conversation c WHERE c.id = p_conversation_id
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -84,6 +88,10 @@ BEGIN
     UPDATE conversation SET last_seq = v_seq, last_message_at = v_at WHERE id = p_conversation_id;
     UPDATE conversation_member SET last_read_seq = v_seq
      WHERE conversation_id = p_conversation_id AND user_id = p_sender_id AND last_read_seq < v_seq;
+    IF v_ttl > 0 THEN
+        INSERT INTO message_expiry (conversation_id, seq, expires_at)
+        VALUES (p_conversation_id, v_seq, v_at + make_interval(secs => v_ttl));
+    END IF;
     IF v_slow > 0 THEN
         UPDATE conversation_member SET last_sent_at = v_at
          WHERE conversation_id = p_conversation_id AND user_id = p_sender_id;

@@ -1,7 +1,8 @@
--- revision: 0021_blocks
+-- revision: 0026_disappearing_messages
 -- A group commit's sends to one conversation (services/groupcommit.py), in one statement: what
--- chat_send does for each, the conversation locked once. In slow mode it stores nothing: every
--- item's outcome is 'alone', and the caller sends each through chat_send. A banned sender's sends and
+-- chat_send does for each, the conversation locked once. In slow mode, and in a conversation with
+-- disappearing messages, it stores nothing: every item's outcome is 'alone', and the caller sends
+-- each through chat_send. A banned sender's sends and
 -- every send to a blocked direct conversation store nothing: 'banned', 'blocked'.
 CREATE OR REPLACE FUNCTION public.chat_send_batch(p_conversation_id bigint, p_sender_ids text[], p_client_msg_ids uuid[], p_bodies text[], p_message_events jsonb[], p_read_events jsonb[], p_message_keys text[], p_read_keys text[])
  RETURNS TABLE(i bigint, outcome text, seq bigint, sender_id text, body text, created_at timestamp with time zone)
@@ -15,14 +16,16 @@ DECLARE
     v_at timestamptz;
     v_slow integer;
     v_type text;
+    v_ttl integer;
     v_blocked boolean := false;
 BEGIN
     -- Sends to one conversation queue up here, once per batch.
-    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds, c.type INTO v_last_seq, v_last_at, v_slow, v_type
+    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds, c.type, c.message_ttl_seconds
+      INTO v_last_seq, v_last_at, v_slow, v_type, v_ttl
       FROM conversation c WHERE c.id = p_conversation_id
        FOR NO KEY UPDATE;
-    IF NOT FOUND OR v_slow > 0 THEN
-        RETURN QUERY SELECT n, CASE WHEN v_slow > 0 THEN 'alone' ELSE 'not_found' END,
+    IF NOT FOUND OR v_slow > 0 OR v_ttl > 0 THEN
+        RETURN QUERY SELECT n, CASE WHEN v_last_seq IS NULL THEN 'not_found' ELSE 'alone' END,
                             NULL::bigint, NULL::text, NULL::text, NULL::timestamptz
                        FROM generate_series(1, cardinality(p_sender_ids)::bigint) n;
         RETURN;

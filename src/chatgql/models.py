@@ -58,10 +58,13 @@ conversation = Table(
     Column("retained_seq", BigInteger, nullable=False, server_default="0"),
     # a MEMBER sends at most once per this many seconds; 0: off (0019_slow_mode)
     Column("slow_mode_seconds", Integer, nullable=False, server_default="0"),
+    # disappearing messages: each message sent while > 0 is erased this many seconds after it (0026)
+    Column("message_ttl_seconds", Integer, nullable=False, server_default="0"),
     # members added from now on read only the messages sent after they joined (0024_history_visibility)
     Column("hide_history", Boolean, nullable=False, server_default="false"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
+    CheckConstraint("message_ttl_seconds >= 0", name="conversation_message_ttl_seconds_check"),
     CheckConstraint("last_seq >= 0", name="conversation_last_seq_check"),
     Index(
         "conversation_created_by_idx",
@@ -122,7 +125,7 @@ message = Table(
     Column("reply_to_seq", BigInteger),  # the message it quotes, in the same conversation (0010c)
     Column("reply_count", Integer, nullable=False, server_default="0"),
     Column("last_reply_at", DateTime(timezone=True)),
-    Column("quote_conversation_id", BigInteger),  # the message it quotes, in any conversation (0025)
+    Column("quote_conversation_id", BigInteger),  # the message it quotes, in any conversation (0027)
     Column("quote_seq", BigInteger),
     Column("forwarded", Boolean, nullable=False, server_default="false"),
     PrimaryKeyConstraint("conversation_id", "seq"),
@@ -288,6 +291,44 @@ message_reaction_count = Table(
     Column("first_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "seq", "emoji"),
     CheckConstraint("count > 0", name="message_reaction_count_count_check"),
+)
+
+# Messages scheduled to be sent later (0025_scheduled_messages): PENDING until the scheduler sends them
+# (SENT, with the seq taken) or refuses them (FAILED, with the reason), or their sender cancels them.
+scheduled_message = Table(
+    "scheduled_message",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=True), nullable=False),
+    Column("sender_id", USER_ID_TYPE, nullable=False),
+    Column("client_msg_id", UUID(as_uuid=True), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("send_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'PENDING'::text")),
+    Column("seq", BigInteger),
+    Column("failure", Text),
+    Column("done_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("conversation_id", "id"),
+    UniqueConstraint("conversation_id", "client_msg_id", name="scheduled_message_client_msg_id_key"),
+    CheckConstraint(
+        "state IN ('PENDING', 'SENT', 'CANCELED', 'FAILED')",
+        name="scheduled_message_state_check",
+    ),
+    Index("scheduled_message_due_idx", "send_at", postgresql_where=text("state = 'PENDING'")),
+    Index("scheduled_message_sender_idx", "sender_id", "send_at"),
+)
+
+# When each message sent while its conversation had a time to live is erased (0026_disappearing_messages):
+# the scheduler deletes the row as it makes the message a tombstone.
+message_expiry = Table(
+    "message_expiry",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+    Index("message_expiry_due_idx", "expires_at"),
 )
 
 # A conversation's pinned messages (0017_pins): who pinned each, when, until when (NULL: until unpinned).

@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     relay_standby_seconds: float = Field(default=0.5, gt=0)
     # Each led shard also polls this often (a NOTIFY can be missed while reconnecting).
     relay_poll_seconds: float = Field(default=1.0, gt=0)
+    # The scheduler (services/scheduler.py, run where the relay runs) looks for due work at least this
+    # often; it wakes sooner for a row due sooner, and on a NOTIFY from a write that scheduled one.
+    scheduler_poll_seconds: float = Field(default=1.0, gt=0)
 
     @field_validator("relay_shards")
     @classmethod
@@ -287,12 +290,13 @@ class Settings(BaseSettings):
     max_unauthenticated_ws_per_address: int = Field(default=20, ge=0)
     # What one websocket may send and leave unread (websocket.py, engine/handshake.py).
     # Seconds the server's writes to a websocket may stay stalled (its write buffer above the
-    # high-water mark, or unsent at close) before the connection is aborted.
+    # high-water mark, or unsent at close) before the connection is aborted; an HTTP response's too
+    # (an event stream: engine/streams.py).
     ws_write_timeout_seconds: float = Field(default=10.0, gt=0)
     # Bytes written to a websocket while its buffer is stalled (answers to its pings, a close
     # frame): past this the connection is aborted at once.
     ws_max_write_buffer_bytes: int = Field(default=1 << 20, ge=64 * 1024)
-    # The kernel's send buffer of each websocket (SO_SNDBUF; Linux doubles it): fixed, so that the
+    # The kernel's send buffer of each websocket and HTTP event stream (SO_SNDBUF; Linux doubles it): fixed, so that the
     # kernel too holds a bounded amount for a peer that does not read (autotuned, up to
     # net.ipv4.tcp_wmem's maximum, 4 MB by default, filled over seconds); 0: the kernel's own.
     ws_send_buffer_bytes: int = Field(default=256 * 1024, ge=0)

@@ -18,6 +18,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import graphql
 import httpx
@@ -47,6 +48,7 @@ SAMPLES = {
     "after": None,
     "before": None,
     "cursors": [{"conversationId": "1", "afterSeq": 0, "afterChangeSeq": 0}],
+    "sendAt": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
 }
 
 

@@ -133,6 +133,7 @@ async def _inbox_of_every_kind(server, client: GraphQLClient) -> int:
     await do(
         "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { id } }", viewer, c=lived
     )
+    await do("mutation($c: ID!) { setMessageTtl(conversationId: $c, seconds: 86400) { id } }", viewer, c=lived)
 
     direct = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
     gone = (await do(direct, viewer, u=str(other)))["createDirectConversation"]["id"]

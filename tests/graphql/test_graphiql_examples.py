@@ -40,6 +40,8 @@ OPERATIONS = [
     "Quotes",
     "Saved",
     "Blocked",
+    "Scheduled",
+    "Disappearing",
 ]
 
 

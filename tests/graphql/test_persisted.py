@@ -18,6 +18,7 @@ import pytest
 
 from chatgql.db import Database
 from chatgql.edge.auth import issue_token
+from chatgql.edge.demo import webchat_documents
 from chatgql.services.documents import do_load_documents, read_manifest
 
 from ..conftest import REPO, RunningServer, make_settings
@@ -50,7 +51,8 @@ def apollo_manifest(*texts: str) -> dict:
     }
 
 
-def load(path: Path, url: str) -> subprocess.CompletedProcess:
+def load(path: Path | str, url: str) -> subprocess.CompletedProcess:
+    """`chatgql documents load PATH` (or `--webchat`) against the database at url."""
     env = {k: v for k, v in __import__("os").environ.items() if not k.upper().startswith("CHATGQL_")}
     env["CHATGQL_DATABASE_URL"] = url
     return subprocess.run(
@@ -204,6 +206,8 @@ async def test_allowlist_mode_over_websockets(allowlist, http, protocol: str) ->
             {"query": NEW},  # a listed text
             {"documentId": sha256(NEW)},
             {"extensions": {"persistedQuery": {"version": 1, "sha256Hash": sha256(NEW)}}},
+            # what urql's persistedExchange sends through graphql-ws, whose payload's query is a string
+            {"query": "", "extensions": {"persistedQuery": {"version": 1, "sha256Hash": sha256(NEW)}}},
         ]
         operations = [await _subscribe(client, {**form, "variables": {"c": conversation}}) for form in forms]
         # each runs (live delivery itself is tests/events'; here the session's server may share the
@@ -277,28 +281,18 @@ async def test_documents_load_is_idempotent_and_refuses_conflicts_and_invalid_do
         assert (await post(server, http, created)).json()["data"]["createGroup"]["id"]
 
 
-@pytest.mark.node  # the manifest is written by scripts/webchat-manifest.mjs
 async def test_the_web_chat_documents_run_on_an_allowlist_server(migrated_url) -> None:
-    """scripts/webchat-manifest.mjs lists the texts the web chat sends (urql's printing of
-    webchat/src/operations.js); loaded, each of them runs on an allowlist server as the web chat
-    sends it, and a text that differs from one by a character does not."""
-    made = await asyncio.to_thread(
-        subprocess.run,
-        ["node", str(REPO / "scripts" / "webchat-manifest.mjs")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
-    manifest = json.loads(made.stdout)
+    """The web chat's manifest (written by webchat/build.mjs from webchat/src/operations.js, as
+    urql prints each document, shipped beside the built files) loads, and each of its documents
+    runs on an allowlist server by its id, as the web chat sends it (urql's persistedExchange),
+    and as its text, while a text that differs from one by a character does not."""
+    manifest = json.loads(webchat_documents().read_text(encoding="utf-8"))
     names = {operation["name"] for operation in manifest["operations"]}
     assert {"Viewer", "Inbox", "History", "Send", "MarkRead"} <= names, names
-    database = await Database(migrated_url, max_size=1).open()
-    try:
-        assert await do_load_documents(database, read_manifest(manifest)) == len(manifest["operations"])
-    finally:
-        await database.close()
-    settings = make_settings(migrated_url, documents_allowlist=True)
+    loaded = await asyncio.to_thread(load, "--webchat", migrated_url)
+    assert loaded.returncode == 0 and " documents added, " in loaded.stdout, loaded
+    # demo off: a server that serves the web chat knows its documents without a load
+    settings = make_settings(migrated_url, documents_allowlist=True, demo=False)
     async with RunningServer(settings) as server, httpx.AsyncClient() as http:
         texts = {operation["name"]: operation["body"] for operation in manifest["operations"]}
         viewer = await post(server, http, {"query": texts["Viewer"]})
@@ -310,8 +304,10 @@ async def test_the_web_chat_documents_run_on_an_allowlist_server(migrated_url) -
         for operation in manifest["operations"]:
             if operation["type"] == "subscription":
                 continue
-            answer = (await post(server, http, {"query": operation["body"]})).json()
-            codes = {error["extensions"]["code"] for error in answer.get("errors", [])}
-            assert not any(code.startswith("PERSISTED_QUERY") for code in codes), (operation["name"], answer)
+            by_id = {"extensions": {"persistedQuery": {"version": 1, "sha256Hash": operation["id"]}}}
+            for form in (by_id, {"query": operation["body"]}):
+                answer = (await post(server, http, form)).json()
+                codes = {error["extensions"]["code"] for error in answer.get("errors", [])}
+                assert not any(code.startswith("PERSISTED_QUERY") for code in codes), (operation["name"], answer)
             changed = (await post(server, http, {"query": operation["body"] + "\n"})).json()
             assert changed["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_IN_LIST"

@@ -1,7 +1,12 @@
 // The urql client of docs/guide/clients.md, in a browser: HTTP for queries and
 // mutations with the bearer token, graphql-ws (graphql-transport-ws) for subscriptions
-// with the token in connection_init's payload.
+// with the token in connection_init's payload. Every document goes by its sha256 (Apollo's
+// persistedQuery extension, urql's persistedExchange), over HTTP and the websocket alike: a
+// server with the web chat's documents loaded (its allowlist, docs/guide/clients.md) runs them
+// by id; one without them answers PersistedQueryNotFound once per document, and the exchange
+// sends the text with its hash, which the server keeps.
 import { Client, fetchExchange, subscriptionExchange } from "@urql/core";
+import { persistedExchange } from "@urql/exchange-persisted";
 import { createClient as createWsClient } from "graphql-ws";
 
 export function chatClient(httpUrl, wsUrl, token, onConnection) {
@@ -23,6 +28,7 @@ export function chatClient(httpUrl, wsUrl, token, onConnection) {
     // No cache: every view keeps what it shows itself, by (conversationId, seq).
     requestPolicy: "network-only",
     exchanges: [
+      persistedExchange({ preferGetForPersistedQueries: false, enableForMutation: true, enableForSubscriptions: true }),
       fetchExchange,
       subscriptionExchange({
         forwardSubscription: (request) => ({

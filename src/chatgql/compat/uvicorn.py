@@ -17,6 +17,7 @@ __all__ = [
     "abandon_request_cycle",
     "release_http_parser",
     "send_response_through",
+    "request_headers",
     "WebSocketsSansIOProtocol",
     "replace_websocket_waiters",
     "drop_websocket_handshake",
@@ -59,6 +60,12 @@ def send_response_through(protocol: Any, make_transport: Callable[[Any], Any]) -
     cycle = protocol.cycle
     if cycle is not None and cycle.transport is protocol.transport:
         cycle.transport = make_transport(protocol.transport)
+
+
+def request_headers(protocol: Any) -> list[tuple[bytes, bytes]]:
+    """The headers of the request whose headers just completed (`headers`: names in lower case),
+    as uvicorn collected them: httpprotocol reads whether it asks for an event stream."""
+    return protocol.headers or []
 
 
 # uvicorn.protocols.websockets.websockets_sansio_impl.WebSocketsSansIOProtocol: the base of

@@ -31,6 +31,19 @@ DEV_TOKEN_TTL_SECONDS = 24 * 3600
 _MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 
+def webchat_documents() -> Path:
+    """The web chat's persisted documents (Apollo's manifest format, written by webchat/build.mjs):
+    what `chatgql documents load --webchat` loads for an allowlist server."""
+    return Path(str(resources.files("chatgql") / "static" / "demo" / "documents.json"))
+
+
+def webchat_document_texts() -> dict[str, str]:
+    """id -> text of the web chat's documents: a server that serves the web chat runs them by id
+    without a load, in allowlist mode too."""
+    manifest = json.loads(webchat_documents().read_text(encoding="utf-8"))
+    return {operation["id"]: operation["body"] for operation in manifest["operations"]}
+
+
 class DemoFiles:
     """The page and the built files it may reference, read once at startup."""
 

@@ -25,7 +25,7 @@ persisted queries register: a text sent with its sha256 is kept in this worker's
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..errors import ChatError
@@ -97,6 +97,7 @@ class PersistedDocuments:
         listed: Callable[[str], Awaitable[bool]],
         *,
         allowlist: bool,
+        served: Mapping[str, str] | None = None,
         max_known: int = 10_000,
         max_registered: int = 1_000,
         max_registered_chars: int = 1_000_000,
@@ -105,6 +106,8 @@ class PersistedDocuments:
         self._listed = listed
         self._listed_texts: OrderedDict[str, None] = OrderedDict()  # allowlist mode: stored texts seen
         self.allowlist = allowlist
+        self._served = dict(served or {})  # the documents of the client this server serves: listed, never evicted
+        self._served_texts = set(self._served.values())
         self._known: OrderedDict[str, str] = OrderedDict()
         self._max_known = max_known
         self._registered: OrderedDict[str, str] = OrderedDict()
@@ -121,6 +124,8 @@ class PersistedDocuments:
         taken out. Raises Refused (with the code the client is told) when it may not run."""
         document_id = requested_id(request)
         query = request.get("query")
+        if document_id is not None and query == "":
+            query = None  # graphql-ws sends a string: an id's request over it says "" for no text
         if document_id is None:
             if self.allowlist and query is not None and not await self._is_listed(query):
                 raise Refused("this server runs only the documents in its list", NOT_IN_LIST)
@@ -141,6 +146,8 @@ class PersistedDocuments:
         request["query"] = stored
 
     async def _find(self, document_id: str) -> str | None:
+        if (text := self._served.get(document_id)) is not None:
+            return text
         if (text := self._known.get(document_id)) is not None:
             self._known.move_to_end(document_id)
             return text
@@ -160,6 +167,8 @@ class PersistedDocuments:
     async def _is_listed(self, text: object) -> bool:
         if not isinstance(text, str):
             return False  # the ordinary path would refuse it anyway
+        if text in self._served_texts:
+            return True
         if text in self._listed_texts:
             self._listed_texts.move_to_end(text)
             return True

@@ -119,6 +119,21 @@ query Blocked {
 }
 """
     ),
+    Example(
+        """# Your scheduled messages, soonest first; scheduleMessage(..., sendAt:) adds one, cancelScheduledMessage(id:).
+query Scheduled {
+  scheduledMessages { id conversationId state sendAt body failureReason }
+}
+"""
+    ),
+    Example(
+        """# Disappearing messages: each message sent from now on is erased a day after it was sent (0: off).
+mutation Disappearing($c: ID!) {
+  setMessageTtl(conversationId: $c, seconds: 86400) { id messageTtlSeconds }
+}
+""",
+        {"c": "1"},
+    ),
 ]
 
 # The Headers tab of every example. The page signs in for you in development (its Sign-in

@@ -29,6 +29,7 @@ from strawberry.types.graphql import OperationType
 
 from ..compat import graphql_core as graphql_compat
 from ..compat import strawberry as strawberry_compat
+from ..edge.demo import webchat_document_texts
 from ..engine import meter
 from ..engine.cost import CostCache, CostLimits, over_cost
 from ..engine.gather import gather_with_cancel
@@ -40,6 +41,7 @@ from ..engine.persisted import PersistedDocuments, Refused
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
+from ..engine.streams import HttpStreams, stream_kind, stream_token
 from ..errors import Forbidden, Unauthenticated
 from ..services.documents import find_document, is_listed
 from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
@@ -198,8 +200,10 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             lambda document_id: find_document(deps.database, document_id),
             lambda text: is_listed(deps.database, text),
             allowlist=settings.documents_allowlist,
+            served=webchat_document_texts() if settings.demo_enabled else None,
         )
         self.budgets = MessageBudgets(settings)
+        self.streams = HttpStreams(self)
 
     async def render_graphql_ide(self, request: Request) -> Response:
         """chatgql's own GraphiQL page: every asset from this server (graphiql.py)."""
@@ -230,17 +234,34 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         receive = _capped(receive, self.deps.settings.max_request_bytes)
         try:
             response = None
-            if scope["method"] == "POST":
+            method = scope["method"]
+            # An event stream (streams.py): graphql-sse, multipart subscriptions, or a request of
+            # graphql-sse's single connection mode (PUT, DELETE, or one that carries a stream token).
+            kind = stream_kind(scope)
+            streamed = kind is not None or method in ("PUT", "DELETE") or stream_token(scope) is not None
+            if method == "POST":
                 if self.prepared:
                     scope = _json_body_scope(scope)
                 body = await _read_body(receive)
                 data, response = await self._resolve_body(scope, body)
+                if (
+                    response is None
+                    and streamed
+                    and await self.streams.serve(scope, receive, send, kind, _json_or_none(body, data))
+                ):
+                    return
                 if response is None and self.prepared:
                     response = await self._run_accepted(scope, body, data)
                 if response is None:
                     receive = _replay(body if data is None else orjson.dumps(data))
-            elif scope["method"] == "GET":
+            elif method == "GET":
                 scope, response = await self._resolve_query_string(scope)
+                if response is None and streamed and await self.streams.serve(scope, receive, send, kind, None):
+                    return
+            elif method in ("PUT", "DELETE"):
+                await _read_body(receive)
+                await self.streams.serve(scope, receive, send, kind, None)
+                return
             if response is None:
                 response = await self.run(Request(scope=scope, receive=receive))
         except ClientDisconnect:
@@ -449,6 +470,16 @@ def _json_body_scope(scope: Scope) -> Scope:
         raise HTTPException(415, refusal)
     canonical = [(name, JSON.encode() if name == b"content-type" else value) for name, value in scope["headers"]]
     return {**scope, "headers": canonical}
+
+
+def _json_or_none(body: bytes, data: Any) -> Any:
+    """A POST body's JSON (data: already read), or None when it is not JSON."""
+    if data is not None:
+        return data
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

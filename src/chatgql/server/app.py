@@ -51,9 +51,12 @@ from ..graphql.schema import ChatGraphQL
 from ..runtime import collector
 from ..services.beforesend import BeforeSendHook
 from ..services.delivery_coalescing import DeliveryCoalescer
+from ..services.disappearing import SOURCE as _MESSAGE_EXPIRY  # noqa: F401 (each source registers at import)
 from ..services.erase import retention_loop
 from ..services.groupcommit import SendBatcher
 from ..services.read_coalescing import ReadCoalescer
+from ..services.scheduled import SOURCE as _SCHEDULED_MESSAGES  # noqa: F401
+from ..services.scheduler import Scheduler, registered
 from ..settings import Settings
 from ..store import conversations, health, outbox, webhooks
 from . import logs
@@ -72,6 +75,7 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     database_url: str | None = None
     relay: OutboxRelay | None = None
+    scheduler: Scheduler | None = None  # where the relay runs: fires due work (services/scheduler.py)
     consumer: FanoutConsumer | None = None
     webhooks: Deliverer | None = None
     presence: Presence | None = None
@@ -322,6 +326,13 @@ async def running(
             metrics.track(metrics.relay_shards_led, lambda: len(relay.shards_led))
             wakeup.local = runtime.relay
             await _task(stack, runtime.relay.run(), "outbox-relay")
+            scheduler = runtime.scheduler = Scheduler(
+                database,
+                registered(),
+                clock=lambda: deps.clock(),  # read at each use: a test may replace Deps.clock
+                poll_seconds=settings.scheduler_poll_seconds,
+            )
+            await _task(stack, scheduler.run(), "scheduler")
             if settings.retention_days is not None:
                 retention = retention_loop(
                     database,
@@ -528,7 +539,8 @@ def create_app(settings: Settings) -> Starlette:
             *graphiql,
             *demo_routes(settings),
             *operator,
-            Route("/graphql", graphql, methods=["GET", "POST"]),
+            # PUT and DELETE: graphql-sse's single connection mode (engine/streams.py)
+            Route("/graphql", graphql, methods=["GET", "POST", "PUT", "DELETE"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),
             Route("/readyz", readyz),

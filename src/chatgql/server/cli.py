@@ -352,22 +352,28 @@ def unban(args: argparse.Namespace) -> None:
 
 
 def documents(args: argparse.Namespace) -> None:
-    """`chatgql documents load MANIFEST`: the documents of a client's manifest, each checked against
-    the schema, into the persisted_document table (again: nothing changes)."""
+    """`chatgql documents load MANIFEST` (or `--webchat`, the web chat's): the documents of a client's
+    manifest, each checked against the schema, into the persisted_document table (again: nothing
+    changes)."""
     import json
 
     from graphql import GraphQLError, parse, validate
 
     from ..compat import strawberry as strawberry_compat
+    from ..edge.demo import webchat_documents
     from ..errors import Conflict
     from ..graphql.schema import schema
     from ..services.documents import do_load_documents, read_manifest
 
+    if (args.manifest is None) == (not args.webchat):
+        print("chatgql: documents load takes a MANIFEST or --webchat (the web chat's own)", file=sys.stderr)
+        raise SystemExit(2)
+    manifest = webchat_documents() if args.webchat else Path(args.manifest)
     settings = _settings()
     try:
-        loaded = read_manifest(json.loads(Path(args.manifest).read_text(encoding="utf-8")))
+        loaded = read_manifest(json.loads(manifest.read_text(encoding="utf-8")))
     except (OSError, ValueError) as error:
-        print(f"chatgql: {args.manifest}: {error}", file=sys.stderr)
+        print(f"chatgql: {manifest}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     core_schema = strawberry_compat.core_schema(schema)
     for document_id, body, _ in loaded:
@@ -503,7 +509,8 @@ def main(argv: list[str] | None = None) -> None:
         p.set_defaults(func=func)
     p = commands.add_parser("documents", help="persisted documents: `load MANIFEST` (the allowlist)")
     p.add_argument("action", choices=["load"], help="load: add a manifest's documents (Apollo's, or {id: text})")
-    p.add_argument("manifest", metavar="MANIFEST")
+    p.add_argument("manifest", metavar="MANIFEST", nargs="?")
+    p.add_argument("--webchat", action="store_true", help="the web chat's documents (shipped with chatgql)")
     p.set_defaults(func=documents)
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")

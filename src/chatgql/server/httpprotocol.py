@@ -24,6 +24,13 @@ its parser refers back to it (uvicorn breaks that cycle in connection_lost,
 which an upgraded connection never reaches), so each one waited for the
 collector's full pass with its transport.
 
+And it bounds what a client that does not read may hold, as websocket.py does for
+websockets: a response (an event stream above all: engine/streams.py) whose writes
+stay stalled, the transport above its high-water mark, for write_timeout seconds
+is aborted, which its handler sees as a disconnect; and an event stream's socket
+gets the websockets' fixed kernel send buffer (send_buffer), so that a peer that
+stops reading stalls the writes within a bounded amount.
+
 And it writes each response in one piece: uvicorn writes the status line and
 headers, then the body, each straight to the socket: two system calls and two
 TCP segments per response, the first waking the client up for half an answer.
@@ -32,12 +39,12 @@ costliest thing a request does (a profile of markRead put 28% of the server's
 CPU on the headers' write alone); see _OneWrite.
 
 What it uses of HttpToolsProtocol beyond the asyncio.Protocol interface:
-data_received, the parser callbacks (on_message_begin,
+data_received, pause_writing, resume_writing, the parser callbacks (on_message_begin,
 on_headers_complete, on_message_complete), handle_websocket_upgrade, and the attributes
 transport, parser, cycle (response_started), connections, tasks,
 limit_concurrency, loop, logger; the private pokes are compat/uvicorn.py's
 (upgrading_to_websocket, abandon_request_cycle, release_http_parser,
-send_response_through). uvicorn is
+send_response_through, request_headers). uvicorn is
 pinned in pyproject.toml, tests/test_compat.py checks the surface and
 tests/test_slow_client_protocol.py pins the behaviour.
 """
@@ -45,7 +52,9 @@ tests/test_slow_client_protocol.py pins the behaviour.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import socket
 from typing import Any
 
 import orjson
@@ -84,9 +93,19 @@ class DeadlineHttpProtocol(uvicorn_compat.HttpToolsProtocol):
     """HttpToolsProtocol whose request headers and body must arrive in time."""
 
     def __init__(
-        self, *args: Any, header_timeout: float, body_timeout: float, max_header_bytes: int = 65536, **kwargs: Any
+        self,
+        *args: Any,
+        header_timeout: float,
+        body_timeout: float,
+        max_header_bytes: int = 65536,
+        write_timeout: float = 10.0,
+        send_buffer: int = 0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.write_timeout = write_timeout
+        self.send_buffer = send_buffer
+        self._stall_timer: asyncio.TimerHandle | None = None
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
         self.max_header_bytes = max_header_bytes
@@ -141,6 +160,29 @@ class DeadlineHttpProtocol(uvicorn_compat.HttpToolsProtocol):
         if not uvicorn_compat.upgrading_to_websocket(self):
             self._body_timer = self.loop.call_later(self.body_timeout, self._body_late)
             uvicorn_compat.send_response_through(self, lambda transport: _OneWrite(transport, self.loop))
+            if self.send_buffer and _asks_for_a_stream(uvicorn_compat.request_headers(self)):
+                sock = self.transport.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.write_timeout, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _stalled(self) -> None:
+        """The client read nothing of the response for write_timeout seconds: dropped, with what is
+        buffered for it (its handler's next receive() is http.disconnect)."""
+        self._stall_timer = None
+        if not self.transport.is_closing() or self.transport.get_write_buffer_size():
+            self.transport.abort()
 
     def on_message_complete(self) -> None:
         self._request_begun = False
@@ -161,10 +203,10 @@ class DeadlineHttpProtocol(uvicorn_compat.HttpToolsProtocol):
         uvicorn_compat.release_http_parser(self)  # the websocket protocol has the transport now
 
     def _cancel_timers(self) -> None:
-        for timer in (self._header_timer, self._body_timer):
+        for timer in (self._header_timer, self._body_timer, self._stall_timer):
             if timer is not None:
                 timer.cancel()
-        self._header_timer = self._body_timer = None
+        self._header_timer = self._body_timer = self._stall_timer = None
 
     def _headers_late(self) -> None:
         self._header_timer = None
@@ -208,6 +250,14 @@ class DeadlineHttpProtocol(uvicorn_compat.HttpToolsProtocol):
         self._lingering = True
         self.transport.write_eof()
         self.loop.call_later(_LINGER_SECONDS, self.transport.close)
+
+
+def _asks_for_a_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request accepts an event stream (graphql-sse, multipart subscriptions)."""
+    for name, value in headers:
+        if name == b"accept":
+            return b"text/event-stream" in value or b"subscriptionspec" in value.lower()
+    return False
 
 
 class _OneWrite:
@@ -265,6 +315,8 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
             header_timeout=settings.http_header_timeout_seconds,
             body_timeout=settings.http_body_timeout_seconds,
             max_header_bytes=settings.http_max_header_bytes,
+            write_timeout=settings.ws_write_timeout_seconds,
+            send_buffer=settings.ws_send_buffer_bytes,
         ),
         "limit_concurrency": settings.max_connections,
     }

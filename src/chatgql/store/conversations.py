@@ -15,7 +15,7 @@ from ..models import MEMBER_FIELDS, MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS, Messag
 
 _CONVERSATION_COLUMNS = (
     "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq, c.slow_mode_seconds,"
-    " c.hide_history"
+    " c.hide_history, c.message_ttl_seconds"
 )
 
 # The member's own state (0011), as SQL over conversation_member m joined with conversation c:
@@ -426,6 +426,7 @@ INBOX_JSON_VALUES = {
     "private_receipts": "p.receipts_private",
     "slow_mode_seconds": "p.slow_mode_seconds",
     "hide_history": "p.hide_history",
+    "message_ttl_seconds": "p.message_ttl_seconds",
 }
 
 

@@ -1,4 +1,4 @@
-"""Saved messages and their reminders (migration 0026_saved_messages): a user's own rows.
+"""Saved messages and their reminders (migration 0028_saved_messages): a user's own rows.
 
 Every change of a user's rows takes the next value of their counter (saved_version) in its
 transaction; the row is locked before the counter (lock_txn), in every writer, and the reminders'

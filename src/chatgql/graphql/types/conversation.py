@@ -91,6 +91,11 @@ class Conversation(Node):
         description="Members added from now on read only the messages sent after they joined, not the earlier "
         "history (setHistoryVisibility); those already in keep what they read.",
     )
+    message_ttl_seconds: int = strawberry.field(
+        default=0,
+        description="Disappearing messages: each message sent while this is above 0 is erased this many seconds "
+        "after its createdAt (a tombstone, MessageChange kind DELETED, reason EXPIRED); 0: off (setMessageTtl).",
+    )
     # Set by an inbox page that read every node's last message with the page (see Query.inbox).
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
     # The first seq the viewer may read (a member added while the group hid its history: from their join on).
@@ -137,6 +142,7 @@ class Conversation(Node):
             conversation.private_receipts = row["receipts_private"]
             conversation.slow_mode_seconds = row["slow_mode_seconds"]
             conversation.hide_history = row["hide_history"]
+            conversation.message_ttl_seconds = row["message_ttl_seconds"]
         return conversation
 
     @strawberry.field(description="The viewer pinned it (pinnedAt is not null).")

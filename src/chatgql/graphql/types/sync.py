@@ -66,6 +66,9 @@ class ChangeReason(enum.Enum):
     MODERATION = strawberry.enum_value(
         "MODERATION", description="The operator deleted a reported message (chatgql reports resolve)."
     )
+    EXPIRED = strawberry.enum_value(
+        "EXPIRED", description="A disappearing message: its time to live ran out (setMessageTtl)."
+    )
 
 
 @strawberry.type(

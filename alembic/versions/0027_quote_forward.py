@@ -1,7 +1,7 @@
 """message.quote_conversation_id, message.quote_seq, message.forwarded: quotes and forwards
 
-Revision ID: 0025_quote_forward
-Revises: 0024_history_visibility
+Revision ID: 0027_quote_forward
+Revises: 0026_disappearing_messages
 Create Date: 2026-12-07
 
 A message may quote another (sendMessage(quote:)), of its own conversation or of another its sender
@@ -12,8 +12,8 @@ key of the message it came from. Nullable columns and a constant default: nothin
 
 from alembic import op
 
-revision = "0025_quote_forward"
-down_revision = "0024_history_visibility"
+revision = "0027_quote_forward"
+down_revision = "0026_disappearing_messages"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """saved_message, saved_version: a member's saved messages and their reminders
 
-Revision ID: 0026_saved_messages
-Revises: 0025_quote_forward
+Revision ID: 0028_saved_messages
+Revises: 0027_quote_forward
 Create Date: 2026-12-07
 
 A member saves a message, optionally with a time to be reminded (remind_at). The row is the user's
@@ -16,8 +16,8 @@ that sets its reminded_at (saved_message_due_idx). New tables: nothing rewritten
 
 from alembic import op
 
-revision = "0026_saved_messages"
-down_revision = "0025_quote_forward"
+revision = "0028_saved_messages"
+down_revision = "0027_quote_forward"
 branch_labels = None
 depends_on = None
 
