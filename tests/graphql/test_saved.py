@@ -7,14 +7,19 @@ Against the session's chatgql and its PostgreSQL, with the API's clock in the te
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
-from ..conftest import error_code
-from ..support.live import ChatApi, ConnectionRefused, WsClient, wait_active_subscriptions, ws_connect
+from chatgql import db
+from chatgql.services.saved import SOURCE
+
+from ..conftest import RunningServer, drop_database, error_code, make_settings, scratch_database
+from ..support.live import ChatApi, ConnectionRefused, WsClient, wait_active_subscriptions, wait_until, ws_connect
+from ..support.webhooks import Receiver, new_secret
 
 SAVE = """
 mutation($c: ID!, $s: Long!, $r: DateTime) {
@@ -35,6 +40,7 @@ query($v: Long!) {
 }
 """
 CHANGED = "subscription { savedMessageChanged { conversationId seq version saved remindAt } }"
+REMINDER = "subscription { reminderDue { conversationId seq version remindAt remindedAt message { body } } }"
 ROLE = "mutation($c: ID!, $u: ID!) { setMemberRole(conversationId: $c, userId: $u, role: ADMIN) { role } }"
 HIDE = "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { hideHistory } }"
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
@@ -209,3 +215,119 @@ async def anonymous_subscription_refused(server, query: str) -> bool:
         return (await op.error()).code == "UNAUTHENTICATED"
     finally:
         await client.close()
+
+
+async def reminded(engine) -> list[tuple[str, int]]:
+    async with engine.connect() as conn:
+        found = await conn.execute(text("SELECT user_id, seq FROM saved_message WHERE reminded_at IS NOT NULL"))
+        return sorted((row.user_id, row.seq) for row in found)
+
+
+async def fire_due(server, engine, expected: list[tuple[str, int]]) -> None:
+    """Wake the server's scheduler (its clock is the test's) and wait until exactly `expected` have fired."""
+    server.runtime.scheduler.wake()
+    await wait_until(lambda: _reminded_are(engine, expected), 20, f"the reminders {expected} fired")
+
+
+async def _reminded_are(engine, expected: list[tuple[str, int]]) -> bool:
+    return await reminded(engine) == sorted(expected)
+
+
+def test_reminders_are_a_source_of_the_scheduler(server) -> None:
+    assert SOURCE in server.runtime.scheduler.sources
+
+
+async def test_a_reminder_fires_once_at_its_time_to_the_members_devices_only(server, api, clock, engine):
+    """Not a microsecond early, at its time through the server's own scheduler, then never again; live on the
+    member's reminderDue (not another user's), in the list and in savedChanges; an unsaved one never, and one of
+    a message deleted meanwhile is done with no event."""
+    cid = await api.create_group(1, [2])
+    for body in ("call mum", "gone", "unsaved", "theirs"):
+        await api.send(2, cid, body)
+    at = clock.now + timedelta(hours=1)
+    phone, other = await ws_connect(server, 1), await ws_connect(server, 2)
+    try:
+        ops = [await phone.subscribe(REMINDER), await other.subscribe(REMINDER)]
+        await wait_active_subscriptions(server, 2)
+        await save(api, 1, cid, 2, at - timedelta(minutes=1))  # its message deleted before it is due
+        await save(api, 1, cid, 1, at)
+        await save(api, 1, cid, 3, at)
+        await api.data(UNSAVE, {"c": cid, "s": 3}, user=1)
+        await api.data(DELETE, {"c": cid, "s": 2}, user=2)
+        clock.now = at - timedelta(minutes=1, microseconds=1)
+        assert await server.runtime.scheduler.run_due() == 0 and await reminded(engine) == []
+        clock.now = at - timedelta(microseconds=1)
+        await fire_due(server, engine, [("1", 2)])  # the deleted one: done, nobody told
+        clock.now = at
+        await fire_due(server, engine, [("1", 1), ("1", 2)])
+        await save(api, 2, cid, 4, at + timedelta(hours=1))  # the other user's own, later
+        clock.advance(hours=2)
+        await fire_due(server, engine, [("1", 1), ("1", 2), ("2", 4)])
+        assert await server.runtime.scheduler.run_due() == 0  # each fired once: nothing left
+        mine = [e["reminderDue"] for e in await ops[0].collect(1)]
+        theirs = [e["reminderDue"] for e in await ops[1].collect(1)]
+    finally:
+        await phone.close()
+        await other.close()
+    assert mine == [
+        {
+            "conversationId": cid,
+            "seq": 1,
+            "version": 6,  # 3 saves, an unsave, the deleted one's firing, this firing
+            "remindAt": at.isoformat(),
+            "remindedAt": at.isoformat(),
+            "message": {"body": "call mum"},
+        }
+    ]
+    assert [(e["seq"], e["version"]) for e in theirs] == [(4, 2)]  # the other user's own, none of user 1's
+    listed_now = (await api.data(LIST, {"f": 10}, user=1))["savedMessages"]["nodes"]
+    assert [n["seq"] for n in listed_now] == [1]
+    latest = await changes(api, 1, 5)
+    assert [(c["seq"], c["version"], c["saved"]) for c in latest["changes"]] == [(1, 6, True)]
+    assert await anonymous_subscription_refused(server, REMINDER)
+
+
+@pytest.fixture
+async def own_database(migrated_url: str) -> AsyncIterator[str]:
+    """A database of the test's own: no other server's relay takes its outbox (the session server's would,
+    and it copies nothing to the webhook queue)."""
+    name = f"{make_url(db.asyncpg_url(migrated_url)).database}_reminders"
+    url = await scratch_database(migrated_url, name)
+    try:
+        yield url
+    finally:
+        await drop_database(migrated_url, name)
+
+
+async def test_a_reminder_reaches_the_webhook_once(own_database, http):
+    """With CHATGQL_WEBHOOK_EVENTS naming reminder.due: the fired reminder is POSTed, signed, once."""
+    migrated_url = own_database
+    secret = new_secret()
+    async with Receiver(secret) as receiver:
+        settings = make_settings(
+            migrated_url,
+            webhook_url=receiver.url,
+            webhook_secret=secret,
+            webhook_events="message.new,reminder.due",
+            webhook_allow_private=True,
+            webhook_poll_seconds=0.05,
+        )
+        async with RunningServer(settings) as server:
+            clock = Clock()
+            server.runtime.deps.clock = clock
+            api = ChatApi.of(server, http)
+            cid = await api.create_group(1, [2])
+            await api.send(2, cid, "remind me")
+            await save(api, 1, cid, 1, clock.now + timedelta(minutes=5))
+            clock.advance(minutes=5)
+            server.runtime.scheduler.wake()
+
+            def due() -> list:
+                return [r for r in receiver.done() if r.event["type"] == "reminder.due"]
+
+            await wait_until(lambda: len(due()) == 1, 30, "the reminder's webhook")
+            await wait_until(lambda: len(receiver.taken_keys()) == 1, 30, "the message's webhook")
+    [request] = due()
+    data = request.event["data"]
+    assert (data["conversationId"], data["userId"], data["seq"], data["version"]) == (cid, "1", 1, 2)
+    assert data["remindedAt"] == clock.now.isoformat()

@@ -22,7 +22,9 @@ from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Conflict, NotFound
 from ..events.types import ReminderDue, SavedChanged
 from ..store import messages, outbox, saved
+from ..store import scheduler as wakeup
 from .checks import check_seq
+from .scheduler import DueSource, register
 
 MAX_SAVED_PAGE = 100
 MAX_CHANGES_PAGE = 500
@@ -73,6 +75,8 @@ async def do_save(
         await saved.lock_txn(conn, viewer_id, conversation_id, seq)
         row = await saved.save_txn(conn, viewer_id, conversation_id, seq, now, remind_at)
         await _told_txn(database, conn, viewer_id, row, saved=True)
+        if remind_at is not None:
+            await wakeup.notify_txn(conn)  # the schedulers look again once this commits
     return SaveResult(row, message, changed=True)
 
 
@@ -167,3 +171,6 @@ async def fire_reminder(database: Database, conn: Connection, row: Row, now: dat
         )
         await outbox.append(conn, [event.outbox_row()])
         database.events_written(conn)
+
+
+SOURCE = register(DueSource("reminder", saved.claim_due_txn, fire_reminder, saved.next_due))
