@@ -171,6 +171,11 @@ async def test_a_forward_is_a_new_marked_message_naming_nothing_of_the_original(
     again = (await api.data(FORWARD, {"m": original, "c": target, "k": key}, user=1))["forwardMessage"]
     assert again["duplicate"] is True and again["message"]["seq"] == 1 and again["message"]["body"] == "see file"
     assert (await api.data(MESSAGE, {"c": target}, user=1))["conversation"]["lastSeq"] == 1
+    node = "query($id: ID!) { node(id: $id) { id ... on Message { body forwarded } } }"
+    copy_id = forwarded["message"]["id"]
+    assert (await api.data(node, {"id": copy_id}, user=3))["node"]["forwarded"] is True  # a member of the target
+    assert (await api.data(node, {"id": copy_id}, user=2))["node"] is None  # not in the target: its id opens nothing
+    assert error_code(await api.error(node, {"id": copy_id})) == "UNAUTHENTICATED"
 
 
 async def test_who_may_forward_and_what_a_refusal_leaves(api, engine):

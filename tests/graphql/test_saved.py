@@ -34,6 +34,7 @@ query($f: Int!, $a: String) {
   savedMessages(first: $f, after: $a) { nodes { conversationId seq savedAt message { body } } hasNextPage endCursor version }
 }
 """
+LIST_IDS = "{ savedMessages(first: 10) { nodes { message { id } } } }"
 CHANGES = """
 query($v: Long!) {
   savedChanges(afterVersion: $v) { version hasMore changes { conversationId seq version saved remindAt message { body } } }
@@ -115,6 +116,11 @@ async def test_a_saved_list_is_the_members_own_newest_save_first_and_paginated(a
     again = (await save(api, 1, first, 2))["saved"]  # saved again: it keeps its place, takes a version
     assert again["version"] == 5 and await listed(api, 1) == newest_first
     assert await listed(api, 2) == []  # another member's list is their own
+    node = "query($id: ID!) { node(id: $id) { id } }"
+    saved_ids = [n["message"]["id"] for n in (await api.data(LIST_IDS, {}, user=1))["savedMessages"]["nodes"]]
+    assert len(saved_ids) == 4
+    for message_id in saved_ids:  # a saved message's id opens nothing to a non-member
+        assert (await api.data(node, {"id": message_id}, user=9))["node"] is None
     for bad in ({"f": 0}, {"f": 101}, {"f": 5, "a": "not-a-cursor"}):
         assert error_code(await api.error(LIST, bad, user=1)) == "BAD_USER_INPUT"
     assert error_code(await api.error(LIST, {"f": 5})) == "UNAUTHENTICATED"
