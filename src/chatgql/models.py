@@ -125,6 +125,9 @@ message = Table(
     Column("reply_to_seq", BigInteger),  # the message it quotes, in the same conversation (0010c)
     Column("reply_count", Integer, nullable=False, server_default="0"),
     Column("last_reply_at", DateTime(timezone=True)),
+    Column("quote_conversation_id", BigInteger),  # the message it quotes, in any conversation (0027)
+    Column("quote_seq", BigInteger),
+    Column("forwarded", Boolean, nullable=False, server_default="false"),
     PrimaryKeyConstraint("conversation_id", "seq"),
     UniqueConstraint("conversation_id", "client_msg_id", name="message_client_msg_id_key"),
     CheckConstraint("seq > 0", name="message_seq_check"),
@@ -156,6 +159,10 @@ class SentMessage:
     client_msg_id: uuid.UUID
     body: str
     reply_to_seq: int | None = _lifecycle(None)  # type: ignore[assignment]  # the seq of the message it quotes
+    quote_conversation_id: int | None = _lifecycle(None)  # type: ignore[assignment]  # sendMessage(quote:)
+    quote_seq: int | None = _lifecycle(None)  # type: ignore[assignment]
+    # forwardMessage (no key of the original); a send's message.new leaves it out (None) unless true
+    forwarded: bool | None = _lifecycle(None)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -418,6 +425,35 @@ direct_pair = Table(
 )
 
 # Moderation (0021_blocks): who blocked whom, and the operator's app-wide bans (until NULL: until lifted).
+saved_message = Table(
+    "saved_message",
+    metadata,
+    Column("user_id", USER_ID_TYPE, nullable=False),
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("saved_at", DateTime(timezone=True), nullable=False),
+    Column("remind_at", DateTime(timezone=True)),
+    Column("reminded_at", DateTime(timezone=True)),
+    Column("removed", Boolean, nullable=False, server_default="false"),
+    Column("version", BigInteger, nullable=False),
+    PrimaryKeyConstraint("user_id", "conversation_id", "seq"),
+    CheckConstraint("seq > 0", name="saved_message_seq_check"),
+    Index("saved_message_version_idx", "user_id", "version"),
+    Index("saved_message_list_idx", "user_id", "saved_at", "conversation_id", "seq"),
+    Index(
+        "saved_message_due_idx",
+        "remind_at",
+        postgresql_where=text("reminded_at IS NULL AND remind_at IS NOT NULL AND NOT removed"),
+    ),
+)
+
+saved_version = Table(
+    "saved_version",
+    metadata,
+    Column("user_id", USER_ID_TYPE, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+)
+
 user_block = Table(
     "user_block",
     metadata,

@@ -76,11 +76,13 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
         "block.changed",
         "user.banned",
         "user.unbanned",
+        "saved.changed",
+        "reminder.due",
     }
     # about no conversation, for one user (conversationId 0: the dispatcher routes them by userId)
     assert {"block.changed", "user.banned", "user.unbanned"} == events.USER_TYPES
     # for their own member's devices only (the dispatcher routes them by userId)
-    assert {"membership.updated"} == events.OWN_TYPES
+    assert {"membership.updated", "saved.changed", "reminder.due"} == events.OWN_TYPES
     changes = ("message.edited", "message.deleted", "reaction.changed", "message.pinned", "message.unpinned")
     assert dict.fromkeys(changes, "message.changed") == events.CHANNELS
     assert (events.MESSAGE_NEW, events.READ_UPDATED, events.MEMBERS_ADDED, events.MEMBER_REMOVED) == (
@@ -93,7 +95,16 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
 
 def test_the_wire_keys_are_todays() -> None:
     """Compatible with what producers wrote and subscribers read before the definitions."""
-    assert MessageNew.keys(PRODUCER) == {"conversationId", "senderId", "clientMsgId", "body", "replyToSeq"}
+    assert MessageNew.keys(PRODUCER) == {
+        "conversationId",
+        "senderId",
+        "clientMsgId",
+        "body",
+        "replyToSeq",
+        "quoteConversationId",  # optional: left out of a send with no quote
+        "quoteSeq",
+        "forwarded",  # optional: only a forward's carries it (true)
+    }
     assert MessageNew.keys(STORE) == {"seq", "createdAt"}
     assert ReadUpdated.keys(PRODUCER) == {"conversationId", "userId"}
     assert ReadUpdated.keys(STORE) == {"lastReadSeq"}
@@ -300,8 +311,11 @@ def test_every_field_shared_results_take_from_an_event_is_a_field_of_the_schema(
 def test_what_shared_results_share_follows_the_types() -> None:
     """SHARABLE is derived (engine/shared.py): every field of the message record that Message shows is
     sharable by being a plain field, a resolver only when marked PER_EVENT (seen is, conversation is not)."""
-    assert {to_camel_case(name) for name in MESSAGE_FIELDS} - {"replyToSeq"} <= SHARABLE["Message"]
+    private = {"replyToSeq", "quoteConversationId", "quoteSeq"}
+    assert {to_camel_case(name) for name in MESSAGE_FIELDS} - private <= SHARABLE["Message"]
     assert {"id", "seen", "seenByCount", "seenBy"} <= SHARABLE["Message"]
-    assert not {"replyTo", "reactions", "attachments", "delivered"} & SHARABLE["Message"]  # per viewer, or loaded
+    assert (
+        not {"replyTo", "reactions", "attachments", "delivered", "quote"} & SHARABLE["Message"]
+    )  # per viewer, or loaded
     assert "conversation" not in SHARABLE["MessageNewEvent"]
     assert SHARABLE["Member"] == {"id", "userId", "lastReadSeq"}  # role and joinedAt: loaded

@@ -37,6 +37,8 @@ OPERATIONS = [
     "Live",
     "Resume",
     "Sync",
+    "Quotes",
+    "Saved",
     "Blocked",
     "Scheduled",
     "Disappearing",

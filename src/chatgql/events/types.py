@@ -290,6 +290,39 @@ class MembershipUpdated(Event):
 
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SavedChanged(Event):
+    """user_id saved (saved: true, to be reminded at remind_at, None: never) or unsaved (saved: false) the
+    message at seq; version: the user's saved version the change took (services/saved.py)."""
+
+    TYPE: ClassVar[str] = "saved.changed"
+    OWN: ClassVar[bool] = True
+    conversation_id: int
+    user_id: UserId
+    seq: int
+    version: int
+    saved: bool
+    saved_at: datetime | None = None
+    remind_at: datetime | None = None
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReminderDue(Event):
+    """user_id's reminder of the message at seq fired (once: services/saved.py fire_due_reminders), at
+    reminded_at for remind_at; version: the user's saved version the firing took."""
+
+    TYPE: ClassVar[str] = "reminder.due"
+    OWN: ClassVar[bool] = True
+    conversation_id: int
+    user_id: UserId
+    seq: int
+    version: int
+    remind_at: datetime
+    reminded_at: datetime
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationUpdated(Event):
     """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), a member
     left (MEMBER_LEFT: delivered to the one who left too), was banned (MEMBER_BANNED: delivered to
@@ -469,6 +502,8 @@ MEMBERSHIP_UPDATED = MembershipUpdated.TYPE
 CONVERSATION_UPDATED = ConversationUpdated.TYPE
 DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE
+SAVED_CHANGED = SavedChanged.TYPE
+REMINDER_DUE = ReminderDue.TYPE
 BLOCK_CHANGED = BlockChanged.TYPE
 USER_BANNED = UserBanned.TYPE
 USER_UNBANNED = UserUnbanned.TYPE

@@ -92,6 +92,27 @@ query Sync($cursors: [SyncCursor!]!) {
         {"cursors": [{"conversationId": "1", "afterSeq": 0}]},
     ),
     Example(
+        """# Quotes and forwards: sendMessage(quote: <Message.id>) quotes, forwardMessage copies; each reader sees what they may.
+query Quotes($c: ID!) {
+  messages(conversationId: $c, last: 20) {
+    nodes { seq body forwarded quote { state message { conversationId seq senderId body deletedAt } } }
+  }
+}
+""",
+        {"c": "1"},
+    ),
+    Example(
+        """# Saved messages: saveMessage(conversationId:, seq:, remindAt:) saves; your list, newest save first.
+query Saved($after: String) {
+  savedMessages(first: 20, after: $after) {
+    nodes { conversationId seq savedAt remindAt remindedAt message { senderId body } }
+    hasNextPage endCursor version
+  }
+}
+""",
+        {"after": None},
+    ),
+    Example(
         """# Moderation: who you blocked; blockUser(userId:) and reportMessage(conversationId:, seq:, reason:) act.
 query Blocked {
   viewer { blockedUsers(first: 20) { userId blockedAt } }

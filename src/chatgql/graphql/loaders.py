@@ -146,6 +146,7 @@ class Loaders:
         self.total_unread_mentions = _Loader(reads.load_total_unread_mentions)
         self.first_unread = _Loader(reads.load_first_unread)
         self.message = _Loader(reads._load_messages)
+        self.readable_message = _Loader(reads._load_readable_messages)
         self.message_page = _Loader(reads._load_message_pages)
         self.viewer_totals = _Loader(reads._load_viewer_totals)
         self.edit_history = _Loader(reads._load_edit_histories)
@@ -315,6 +316,13 @@ class _Reads:
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         async with self._database.connection() as conn:
             rows = await messages.by_keys(conn, keys, self._viewer_id)
+        by_key = {(row["conversation_id"], row["seq"]): row for row in rows}
+        return [by_key.get(key) for key in keys]
+
+    async def _load_readable_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
+        """Messages by key as the viewer reads them now (store.messages.readable_by_keys): None otherwise."""
+        async with self._database.connection() as conn:
+            rows = await messages.readable_by_keys(conn, keys, self._viewer_id)
         by_key = {(row["conversation_id"], row["seq"]): row for row in rows}
         return [by_key.get(key) for key in keys]
 

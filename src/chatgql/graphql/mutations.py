@@ -140,12 +140,22 @@ class Mutation(ReadStateMutation, GroupMutation):
                 "MENTION_EVERYONE_IN_DIRECT); nothing is stored then."
             ),
         ] = False,
+        quote: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="The id (Message.id) of a message this one quotes (Message.quote), of this "
+                "conversation or of another the sender reads (a member, the message within their visible "
+                "history), not deleted: else BAD_USER_INPUT (reason QUOTE_NOT_FOUND) and nothing is stored. "
+                "Each reader sees the quote as they may read it."
+            ),
+        ] = None,
     ) -> SendMessagePayload:
         ctx = info.context
         viewer = ctx.viewer_id
         cid = check_id(conversation_id, "conversationId")
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         quoted = None if reply_to is None else _reply_to_seq(reply_to, cid)
+        quoting = None if quote is None else message_key(quote, "quote")
         files = (  # none: nothing to check (no list, no call)
             check_attachments(
                 [(a.url, a.mime_type, a.name, a.size_bytes, a.width, a.height) for a in attachments],
@@ -173,6 +183,7 @@ class Mutation(ReadStateMutation, GroupMutation):
             mentions=mentioned,
             mention_everyone=mention_everyone,
             hook=ctx.deps.before_send,
+            quote=quoting,
         )
         ctx.forget_conversation(cid)
         return SendMessagePayload(message=Message.from_row(result.message), duplicate=result.duplicate)
@@ -292,6 +303,15 @@ async def _react(info: Info, conversation_id: ID, seq: Long, emoji: str, *, add:
         message=Message.from_row(result.message),
         change_seq=None if result.change_seq is None else Long(result.change_seq),
     )
+
+
+def message_key(message_id: ID, name: str) -> tuple[int, int]:
+    """(conversation, seq) of a Message id given as argument `name`; BAD_USER_INPUT when it is none."""
+    parsed = ids.parse(message_id)
+    if parsed is None or parsed.type_name != "Message":
+        raise BadUserInput(f"{name} must be a Message id")
+    cid, seq = parsed.keys
+    return cid, seq
 
 
 def _reply_to_seq(reply_to: ID, conversation_id: int) -> int:

@@ -55,6 +55,7 @@ from ..services.disappearing import SOURCE as _MESSAGE_EXPIRY  # noqa: F401 (eac
 from ..services.erase import retention_loop
 from ..services.groupcommit import SendBatcher
 from ..services.read_coalescing import ReadCoalescer
+from ..services.saved import SOURCE as _REMINDERS  # noqa: F401
 from ..services.scheduled import SOURCE as _SCHEDULED_MESSAGES  # noqa: F401
 from ..services.scheduler import Scheduler, registered
 from ..settings import Settings

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from ..db import Database, Row
-from ..errors import BadUserInput, Conflict, LimitExceeded, banned, blocked, conversation_not_found
+from ..errors import BadUserInput, Conflict, LimitExceeded, NotFound, banned, blocked, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
 from ..store import messages
@@ -38,6 +38,8 @@ async def do_send_message(
     mention_everyone: bool = False,
     hook: BeforeSendHook | None = None,
     guard: Decision | None = None,
+    quote: tuple[int, int] | None = None,
+    forwarded_from: tuple[int, int] | None = None,
 ) -> SendResult:
     """Store a message and its message.new event in one transaction (DESIGN.md, "Sending").
 
@@ -59,6 +61,11 @@ async def do_send_message(
     earlier message is BAD_USER_INPUT with nothing written. attachments (checked already:
     check_attachments) are written in the same transaction, never group-committed either.
 
+    quote: the (conversation, seq) of a message this one quotes, of any conversation the sender reads
+    (store.messages.readable_by_keys) and not deleted, else BAD_USER_INPUT (reason QUOTE_NOT_FOUND) with
+    nothing written. forwarded_from: the (conversation, seq) whose attachments a forward copies
+    (do_forward_message); the message is marked forwarded and keeps no key of it. Neither is group-committed.
+
     hook: the before-send hook (services/beforesend.py), asked first; its sends are never
     group-committed either. guard: the hook's decision, checked again in the send's transaction.
     """
@@ -74,21 +81,26 @@ async def do_send_message(
             attachments=attachments,
             mentions=mentions,
             mention_everyone=mention_everyone,
+            quote=quote,
+            forwarded_from=forwarded_from,
         )
+    quote_cid, quote_seq = quote if quote is not None else (None, None)
     message_event = MessageNew(
         conversation_id=conversation_id,
         sender_id=sender_id,
         client_msg_id=client_msg_id,
         body=body,
         reply_to_seq=reply_to,
+        quote_conversation_id=quote_cid,
+        quote_seq=quote_seq,
+        forwarded=True if forwarded_from is not None else None,
     ).payload()
     read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
     everyone = mention_everyone
-    if reply_to is not None or attachments or mentions or everyone or guard is not None:  # not group-committed
-        row = await _send_with_extras(
-            database, conversation_id, item, reply_to, attachments, mentions or [], everyone, guard
-        )
+    extras = _Extras(reply_to, attachments, mentions or [], everyone, quote, forwarded_from)
+    if extras.any() or guard is not None:  # not group-committed
+        row = await _send_with_extras(database, conversation_id, item, extras, guard)
     elif batcher is None:
         row = await send_alone(database, conversation_id, item)
     else:
@@ -125,6 +137,9 @@ async def do_send_message(
         body=row["body"],
         created_at=row["created_at"],
         reply_to_seq=reply_to,
+        quote_conversation_id=quote_cid,
+        quote_seq=quote_seq,
+        forwarded=True if forwarded_from is not None else None,
     )
     return SendResult(stored, duplicate=False)
 
@@ -155,22 +170,37 @@ async def _send_with_hook(
     raise Conflict("clientMsgId is being sent concurrently; retry", conversationId=str(conversation_id))
 
 
+@dataclass(frozen=True, slots=True)
+class _Extras:
+    """What a send writes beside chat_send, in its transaction."""
+
+    reply_to: int | None
+    attachments: Sequence[Attachment]
+    mentioned: list[str]
+    everyone: bool
+    quote: tuple[int, int] | None
+    forwarded_from: tuple[int, int] | None
+
+    def any(self) -> bool:
+        return bool(
+            self.reply_to is not None
+            or self.attachments
+            or self.mentioned
+            or self.everyone
+            or self.quote is not None
+            or self.forwarded_from is not None
+        )
+
+
 async def _send_with_extras(
-    database: Database,
-    conversation_id: int,
-    item: SendItem,
-    reply_to: int | None,
-    attachments: Sequence[Attachment],
-    mentioned: list[str],
-    everyone: bool,
-    guard: Decision | None = None,
+    database: Database, conversation_id: int, item: SendItem, extras: _Extras, guard: Decision | None = None
 ) -> Row:
-    """chat_send, the quoted message's count, the attachments and the mentions (members only, else
-    BAD_USER_INPUT and nothing is stored) in one transaction; a retry (duplicate) writes nothing again
-    and keeps the original's. guard: the before-send hook's decision, checked (and a rewrite kept)
-    under the conversation's lock first; a send it does not store keeps nothing of it."""
+    """chat_send, the quoted message's count, the attachments, the mentions (members only, else
+    BAD_USER_INPUT and nothing is stored), the quote and the forward's mark in one transaction; a retry
+    (duplicate) writes nothing again and keeps the original's. guard: the before-send hook's decision, checked
+    (and a rewrite kept) under the conversation's lock first; a send it does not store keeps nothing of it."""
     try:
-        return await _extras_txn(database, conversation_id, item, reply_to, attachments, mentioned, everyone, guard)
+        return await _extras_txn(database, conversation_id, item, extras, guard)
     except _NotStored as refused:
         return refused.row
 
@@ -181,14 +211,7 @@ class _NotStored(Exception):
 
 
 async def _extras_txn(
-    database: Database,
-    conversation_id: int,
-    item: SendItem,
-    reply_to: int | None,
-    attachments: Sequence[Attachment],
-    mentioned: list[str],
-    everyone: bool,
-    guard: Decision | None,
+    database: Database, conversation_id: int, item: SendItem, extras: _Extras, guard: Decision | None
 ) -> Row:
     async with database.transaction() as conn:
         if guard is not None:
@@ -197,14 +220,58 @@ async def _extras_txn(
         if row.outcome != STORED and guard is not None:
             raise _NotStored(row)  # not a member, slow mode: the transaction rolls back, the verdict too
         if row.outcome == STORED:
-            if attachments:
-                await messages.insert_attachments_txn(conn, conversation_id, row.seq, attachments)
-            if mentioned or everyone:
-                await mentions_txn(conn, conversation_id, row.seq, mentioned, everyone, item.sender_id)
-            if reply_to is not None and not await messages.set_reply_txn(conn, conversation_id, row.seq, reply_to):
+            seq = row.seq
+            if extras.attachments:
+                await messages.insert_attachments_txn(conn, conversation_id, seq, extras.attachments)
+            if extras.mentioned or extras.everyone:
+                await mentions_txn(conn, conversation_id, seq, extras.mentioned, extras.everyone, item.sender_id)
+            reply_to = extras.reply_to
+            if reply_to is not None and not await messages.set_reply_txn(conn, conversation_id, seq, reply_to):
                 raise BadUserInput(
                     f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
                     reason="REPLY_TO_NOT_FOUND",
                 )
+            quote = extras.quote
+            if quote is not None and not await messages.set_quote_txn(
+                conn, conversation_id, seq, item.sender_id, *quote
+            ):
+                raise BadUserInput("quote: no message the sender reads at that id", reason="QUOTE_NOT_FOUND")
+            if extras.forwarded_from is not None:
+                await messages.set_forwarded_txn(conn, conversation_id, seq, extras.forwarded_from)
             database.events_written(conn)
     return row
+
+
+async def do_forward_message(
+    database: Database,
+    sender_id: str,
+    from_key: tuple[int, int],
+    conversation_id: int,
+    client_msg_id: UUID,
+    *,
+    hook: BeforeSendHook | None = None,
+) -> SendResult:
+    """Forward the message at from_key (conversation, seq), which the sender reads and which is not deleted,
+    into conversation_id, a conversation the sender is a member of: a new message there (a send, with its
+    checks: membership, blocks, bans, slow mode, the hook) with the original's body and attachments, marked
+    forwarded and keeping no key of the original. Idempotent on (conversation_id, clientMsgId): the sender's
+    forward stored under it is the answer (duplicate), whatever became of the original since; a message
+    sent otherwise under it is CONFLICT. A message the sender does not read: NOT_FOUND; deleted: CONFLICT."""
+    async with database.transaction() as conn:
+        prior = await messages.own_by_client_msg_id_txn(conn, conversation_id, sender_id, client_msg_id)
+        source = None if prior is not None else await messages.readable_txn(conn, sender_id, *from_key)
+    if prior is not None:
+        if not prior["forwarded"]:
+            raise Conflict(
+                "clientMsgId was already used for another message in this conversation",
+                conversationId=str(conversation_id),
+                clientMsgId=str(client_msg_id),
+            )
+        return SendResult(prior, duplicate=True)
+    if source is None:
+        raise NotFound(f"message {from_key[1]} not found in conversation {from_key[0]}")
+    if source["deleted_at"] is not None:
+        raise Conflict("the message is deleted", reason="MESSAGE_DELETED", conversationId=str(from_key[0]))
+    return await do_send_message(
+        database, sender_id, conversation_id, client_msg_id, source["body"], hook=hook, forwarded_from=from_key
+    )

@@ -279,3 +279,92 @@ async def attachments(conn: Connection, keys: Sequence[tuple[int, int]]) -> list
         [k[0] for k in keys],
         [k[1] for k in keys],
     )
+
+
+_READABLE = (
+    "JOIN conversation_member r ON r.conversation_id = m.conversation_id AND r.user_id = {viewer}"
+    " AND m.seq >= r.visible_from_seq"
+)
+
+
+async def readable_by_keys(conn: Connection, keys: Sequence[tuple[int, int]], viewer_id: str) -> list[Row]:
+    """Messages by (conversation_id, seq) that viewer_id reads now: a member of their conversation, the seq at or
+    above the membership's visible_from_seq (tombstones included). One statement, one partition per key."""
+    return await conn.fetch(
+        f"""
+        SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, seq)
+        CROSS JOIN LATERAL (
+            SELECT {", ".join("m." + name for name in MESSAGE_FIELDS)} FROM message m
+            {_READABLE.format(viewer="$3")}
+             WHERE m.conversation_id = k.cid AND m.seq = k.seq
+             LIMIT 1
+        ) m
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        viewer_id,
+    )
+
+
+async def set_quote_txn(
+    conn: Connection, conversation_id: int, seq: int, sender_id: str, quote_conversation_id: int, quote_seq: int
+) -> bool:
+    """Make message seq quote (quote_conversation_id, quote_seq), which its sender must read (readable_by_keys)
+    and which must not be deleted (inside the send's transaction). False, with nothing written, otherwise."""
+    quoted = await conn.fetchval(
+        f"""
+        UPDATE message SET quote_conversation_id = $4, quote_seq = $5
+         WHERE conversation_id = $1 AND seq = $2
+           AND EXISTS (SELECT 1 FROM message m {_READABLE.format(viewer="$3")}
+                        WHERE m.conversation_id = $4 AND m.seq = $5 AND m.deleted_at IS NULL
+                          AND (m.conversation_id <> $1 OR m.seq < $2))
+        RETURNING seq
+        """,
+        conversation_id,
+        seq,
+        sender_id,
+        quote_conversation_id,
+        quote_seq,
+    )
+    return quoted is not None
+
+
+async def readable_txn(conn: Connection, viewer_id: str, conversation_id: int, seq: int) -> Row | None:
+    """The message (its columns) if viewer_id reads it now (readable_by_keys), else None."""
+    found = await readable_by_keys(conn, [(conversation_id, seq)], viewer_id)
+    return found[0] if found else None
+
+
+async def own_by_client_msg_id_txn(
+    conn: Connection, conversation_id: int, sender_id: str, client_msg_id: UUID
+) -> Row | None:
+    """The message sender_id sent under client_msg_id to a conversation they are a member of, else None."""
+    return await conn.fetchrow(
+        f"""
+        SELECT {", ".join("m." + name for name in MESSAGE_FIELDS)} FROM message m
+          JOIN conversation_member r ON r.conversation_id = m.conversation_id AND r.user_id = $2
+         WHERE m.conversation_id = $1 AND m.client_msg_id = $3 AND m.sender_id = $2
+        """,
+        conversation_id,
+        sender_id,
+        client_msg_id,
+    )
+
+
+async def set_forwarded_txn(conn: Connection, conversation_id: int, seq: int, from_key: tuple[int, int]) -> None:
+    """Mark message seq forwarded, with copies of the attachments of the message at from_key (inside the send's
+    transaction; nothing keeps from_key)."""
+    await conn.execute(
+        "UPDATE message SET forwarded = true WHERE conversation_id = $1 AND seq = $2", conversation_id, seq
+    )
+    await conn.execute(
+        """
+        INSERT INTO message_attachment (conversation_id, seq, position, url, mime_type, name, size_bytes, width, height)
+        SELECT $1, $2, position, url, mime_type, name, size_bytes, width, height
+          FROM message_attachment WHERE conversation_id = $3 AND seq = $4
+        """,
+        conversation_id,
+        seq,
+        from_key[0],
+        from_key[1],
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
+from enum import Enum
 from typing import Annotated, Any, ClassVar, cast
 from uuid import UUID
 
@@ -69,6 +70,25 @@ class ReactionSummary:
     reacted_by_viewer: bool
 
 
+@strawberry.enum(description="How the viewer sees a quoted message.")
+class QuoteState(Enum):
+    VISIBLE = strawberry.enum_value("VISIBLE", description="The viewer reads it: Quote.message is it as it is now.")
+    DELETED = strawberry.enum_value(
+        "DELETED", description="Deleted since it was quoted: Quote.message is its tombstone (empty body, deletedAt)."
+    )
+    UNAVAILABLE = strawberry.enum_value(
+        "UNAVAILABLE",
+        description="Not one the viewer reads (not a member of its conversation, or it is in history hidden from "
+        "them): Quote.message is null, and nothing of it is told.",
+    )
+
+
+@strawberry.type(description="A quoted message as the viewer may read it (Message.quote).")
+class Quote:
+    state: QuoteState
+    message: Message | None = strawberry.field(description="Null when state is UNAVAILABLE.")
+
+
 @strawberry.type
 class Message(Node):
     conversation_id: ID
@@ -97,6 +117,9 @@ class Message(Node):
         default=None, description="The createdAt of the newest reply that is not deleted."
     )
     reply_to_seq: strawberry.Private[int | None] = None
+    quote_conversation_id: strawberry.Private[int | None] = None
+    quote_seq: strawberry.Private[int | None] = None
+    forwarded: strawberry.Private[bool | None] = None  # None: a message.new event of a send that is no forward
     # Set on subscription events: makes that event's own loaders, on first use (see subscriptions.py).
     new_loaders: strawberry.Private[Callable[[], Loaders] | None] = None
     loaders: strawberry.Private[Loaders | None] = None
@@ -207,6 +230,29 @@ class Message(Node):
             return None
         row = await self._loaders(info).message.load((int(self.conversation_id), self.reply_to_seq))
         return Message.from_row(row) if row is not None else None
+
+    @strawberry.field(
+        name="forwarded",
+        metadata=PER_EVENT,
+        description="True when it was forwarded here (forwardMessage): a copy of another message's body and "
+        "attachments, which names nothing of where it came from.",
+    )
+    def is_forwarded(self) -> bool:
+        return bool(self.forwarded)
+
+    @strawberry.field(
+        description="The message this one quotes (sendMessage(quote:)), as the viewer may read it now; null "
+        "when it quotes none."
+    )
+    async def quote(self, info: Info) -> Quote | None:
+        if self.quote_conversation_id is None or self.quote_seq is None:
+            return None
+        row = await self._loaders(info).readable_message.load((self.quote_conversation_id, self.quote_seq))
+        if row is None:
+            return Quote(state=QuoteState.UNAVAILABLE, message=None)
+        if row["deleted_at"] is not None:
+            return Quote(state=QuoteState.DELETED, message=Message.from_row(row))
+        return Quote(state=QuoteState.VISIBLE, message=Message.from_row(row))
 
     @strawberry.field(
         description="The replies to this message, ascending by seq: at most `first` (1..200, default 50) with "
