@@ -70,9 +70,9 @@ class Sizes:
 
 
 FULL = Sizes(
-    (100, 1_000, 10_000), (10, 10_000, 1_000_000), (10, 10_000), (10, 1_000, 100_000), (10, 1_000, 10_000), 40, 5, 4
+    (100, 1_000, 10_000), (10, 10_000, 1_000_000), (10, 10_000), (10, 1_000, 100_000), (10, 1_000, 10_000), 40, 5, 8
 )
-SMOKE = Sizes((5, 50), (10, 500), (10, 200), (10, 100), (3, 6), 3, 1, 1)
+SMOKE = Sizes((5, 50), (10, 500), (10, 200), (10, 100), (4,), 3, 1, 1)
 
 PAGE = 50
 SYNC_LIMIT = 100
@@ -93,7 +93,7 @@ SYNC = (
     "query Sync($cursors: [SyncCursor!]!, $n: Int) { sync(cursors: $cursors, limit: $n) { conversationId"
     " messages { seq senderId body createdAt } hasMore lastSeq lastReadSeq tooLong } }"
 )
-OURS = ("pg_stat_statements", "pg_reload_conf", "ALTER SYSTEM", "pg_catalog", "auto_explain")
+OURS = ("bench.growth", "pg_stat_statements", "pg_reload_conf", "ALTER SYSTEM", "pg_catalog", "auto_explain")
 SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan", "Tid Scan", "Tid Range Scan")
 
 
@@ -535,7 +535,7 @@ async def fanout_figure(pg: Postgres, scratch: Path, logs: Path, sizes: Sizes) -
                 fsizes = dataclasses.replace(
                     layout.SMOKE, fanout_members=n, fanout_procs=min(sizes.fanout_procs, max(1, n // 100) or 1)
                 )
-                group = await fanout.open_members([server], fsizes)
+                group = await fanout.open_members([server], fsizes, timeout=900)  # a busy machine: minutes
                 sender = f"Bearer {token(group.members[0])}"
                 rounds = []
                 try:
@@ -608,7 +608,7 @@ async def _explained_round(
 
 async def _drained(conn: asyncpg.Connection) -> None:
     for _ in range(1200):
-        if not await conn.fetchval("SELECT count(*) FROM outbox"):
+        if not await conn.fetchval("SELECT count(*) FROM outbox /* bench.growth */"):
             return
         await asyncio.sleep(0.05)
     raise RuntimeError("the relay did not drain the outbox")
@@ -735,6 +735,57 @@ TITLES = {
     ),
 }
 
+# What lies under each figure, in the code as it is (the measured shape above each says whether it holds).
+WHY = {
+    "inbox": (
+        "**Grows with the database: the viewer's memberships, not the page.** The page's order is "
+        "(membership's pinned_at, conversation's activity, id): two tables, so no index holds it. "
+        "PostgreSQL reads every membership of the viewer (conversation_member_user_id_idx), probes "
+        "each one's conversation by its key and keeps the top 51 (a top-N sort): about 3 buffers and "
+        "2 rows scanned a membership, whatever the page holds; the 50 last-message probes are flat. "
+        "Not a plain index or a statement change: the next lever is to keep the activity time on the "
+        "membership row too (written by chat_send, with an index on (user_id, pinned_at, activity DESC, "
+        "conversation_id DESC)), so a page reads 51 index entries. That is a write to every member's row "
+        "a message: affordable for DIRECT chats and groups up to CHATGQL_BIG_GROUP_THRESHOLD members; big "
+        "groups would keep their activity on the conversation and the page would merge the viewer's few "
+        "big groups into the index range."
+    ),
+    "history": (
+        "**Flat.** Two statements whatever the depth: the conversation with the viewer's membership, then "
+        "the page as one range of the (conversation_id, seq) primary key in the conversation's partition, "
+        "which starts at `before` by descending the index (a few buffers at any depth) and reads the 50 "
+        "messages and one more."
+    ),
+    "sync": (
+        "**Grows with the answer, flat in what was missed.** The messages after the cursor are one range "
+        "of the primary key, at most `limit` (100) of them: 10 missed messages read 11 rows, 10,000 read "
+        "101 (more than CHATGQL_MAX_CATCH_UP behind: the newest page, tooLong). The buffers follow the "
+        "rows answered."
+    ),
+    "markread": (
+        "**Flat.** One statement (the watermark's guarded UPDATE, its read.updated outbox row, the "
+        "answer's unread count) and the relay's wake-up: the member's row and the conversation's, by "
+        "their keys, whatever the group's size (the member count is kept on the conversation by a "
+        "trigger; a big group's read events are coalesced after the statement, not in it). It grew with "
+        "the database before this run's fix: the statement takes its keys (one or a batch) as a jsonb "
+        "record set, which the planner estimates at 100 rows, and joined plainly to conversation the "
+        "generic plan hashed the whole conversation table (11,104 rows here) for one key; the join is now "
+        "a LATERAL probe by key (store/reads.py; before and after in the tables above when the run had "
+        "`--baseline`; tests/store/test_read_plans.py)."
+    ),
+    "fanout": (
+        "**The database's work is flat; the time grows with the answer (the frames).** One send, then "
+        "the relay's read and delete of the outbox row and one batched read of the roster's watermarks "
+        "for seen and seenByCount, whatever the number of subscribers (tests/graphql/test_event_batching.py "
+        "holds delivery to 2 statements an event; the fractions are the relay's polls and the server's "
+        "periodic statements falling in the rounds). Most of the buffers are the send's own chat_send call "
+        "(about 575 of them at the top level, against about 50 counted for the statements inside it). "
+        "The time is the frames: one process builds and writes one frame a subscriber, so the last "
+        "frame leaves in O(members); the lever past one process is more API processes on a shared bus "
+        "(bench/results/livescale.md)."
+    ),
+}
+
 
 def _table(rows: dict, fanout_: bool = False) -> list[str]:
     if fanout_:
@@ -809,7 +860,7 @@ def _report(r: dict) -> str:
             ]
             lines += _table(r["before"][figure]) + ["", "After:", ""]
         lines += _table(r[figure], figure == "fanout")
-        lines += ["", f"Shape (measured): {_shape(r[figure])}.", ""]
+        lines += ["", f"Shape (measured): {_shape(r[figure])}.", "", WHY[figure], ""]
         if figure != "fanout":
             big = list(r[figure].values())[-1]
             lines += ["Statements of the largest size (per operation; buffers and rows a call):", ""]
