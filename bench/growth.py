@@ -24,8 +24,8 @@ medians of many runs (client wall time, noisy on a shared machine). Answer bytes
 body's length.
 
 `--baseline REV`: the HTTP figures are measured twice in the same run over the same data: first
-by a server running REV's code (`git archive`) with the 0025_growth_indexes migration's indexes
-dropped (before), then by this tree's with them (after).
+by a server running REV's code (`git archive`) with the indexes whose names hold "growth" (a
+growth fix's indexes) dropped (before), then by this tree's with them (after).
 
 Writes bench/results/growth.md (or --report; --smoke: bench/out/growth.smoke.md) and
 bench/out/growth.json (--json).
@@ -590,7 +590,7 @@ async def _fanout_round(server: Server, sender: str, group: fanout.Members, r: i
     seq = orjson.loads(payload)["data"]["sendMessage"]["message"]["seq"]
     got, reports = [], 0
     while reports < len(group.procs):
-        kind, got_seq, times = await asyncio.to_thread(_queue_get, group, 120)
+        kind, got_seq, times = await asyncio.to_thread(_queue_get, group, 600)
         if kind == "error":
             raise RuntimeError(f"fanout client failed: {got_seq}")
         if kind == "round" and got_seq == seq:
@@ -624,7 +624,7 @@ def _queue_get(group: fanout.Members, timeout: float):
 
 
 async def _indexes(pg: Postgres, drop: bool = False, create: dict[str, str] | None = None) -> dict[str, str]:
-    """The indexes of migration 0025_growth_indexes (their names hold "growth"): dropped (drop) or
+    """The indexes whose names hold "growth" (a growth fix's): dropped (drop) or
     created again from their definitions (create); their definitions."""
     conn = await _connect(pg)
     try:
@@ -668,6 +668,9 @@ def run(
         "mode": "smoke" if smoke else "full",
         "sizes": dataclasses.asdict(sizes),
         "figures": list(figures),
+        "tree": subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "machine": machine_info(),
     }
     try:
@@ -687,7 +690,7 @@ def run(
         results["seed_seconds"] = asyncio.run(prepare())
         http = tuple(f for f in figures if f != "fanout")
         if http and baseline:
-            # before: the baseline's code, without the 0025_growth_indexes indexes; after: this tree's
+            # before: the baseline's code, without the growth indexes; after: this tree's
             defs = asyncio.run(_indexes(pg, drop=True))
             results["baseline"] = {"rev": baseline, "indexes_dropped": defs}
             server = _api_server(pg, scratch, export_src(baseline, scratch / "baseline"), "baseline")
@@ -769,7 +772,7 @@ WHY = {
         "trigger; a big group's read events are coalesced after the statement, not in it). It grew with "
         "the database before this run's fix: the statement takes its keys (one or a batch) as a jsonb "
         "record set, which the planner estimates at 100 rows, and joined plainly to conversation the "
-        "generic plan hashed the whole conversation table (11,104 rows here) for one key; the join is now "
+        "generic plan hashed the whole conversation table for one key; the join is now "
         "a LATERAL probe by key (store/reads.py; before and after in the tables above when the run had "
         "`--baseline`; tests/store/test_read_plans.py)."
     ),
@@ -778,8 +781,8 @@ WHY = {
         "the relay's read and delete of the outbox row and one batched read of the roster's watermarks "
         "for seen and seenByCount, whatever the number of subscribers (tests/graphql/test_event_batching.py "
         "holds delivery to 2 statements an event; the fractions are the relay's polls and the server's "
-        "periodic statements falling in the rounds). Most of the buffers are the send's own chat_send call "
-        "(about 575 of them at the top level, against about 50 counted for the statements inside it). "
+        "periodic statements falling in the rounds). Most of the buffers are the send's own chat_send "
+        "call, the same at every size. "
         "The time is the frames: one process builds and writes one frame a subscriber, so the last "
         "frame leaves in O(members); the lever past one process is more API processes on a shared bus "
         "(bench/results/livescale.md)."
@@ -792,9 +795,10 @@ def _table(rows: dict, fanout_: bool = False) -> list[str]:
         head = "| members | ms to the last (median) | slowest | statements an event | buffers an event | rows scanned | frames |"
         lines = [head, "|---|---|---|---|---|---|---|"]
         for n, r in rows.items():
+            scanned = f"{r['rows_scanned']:,}" if "rows_scanned" in r else "-"
             lines.append(
                 f"| {int(n):,} | {r['ms_median']:.1f} | {r['ms_p90']:.1f} | {r['statements']:.1f} (+{r['nested_statements']:.1f} nested) | "
-                f"{r['buffers']:,.0f} | {r['rows_scanned']:,} | {r['recipients']:,} |"
+                f"{r['buffers']:,.0f} | {scanned} | {r['recipients']:,} |"
             )
         return lines
     lines = [
@@ -829,9 +833,7 @@ def _shape(rows: dict, key: str = "buffers") -> str:
 
 
 def _report(r: dict) -> str:
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    head = r.get("tree", "?")
     lines = [
         "# How cost grows (`python -m bench.growth`)",
         "",
@@ -854,8 +856,10 @@ def _report(r: dict) -> str:
         title, size, what = TITLES[figure]
         lines += [f"## {title} (size: {size})", "", f"{what}.", ""]
         if figure in r.get("before", {}):
+            dropped = ", ".join(r["baseline"]["indexes_dropped"]) or "none here"
             lines += [
-                f"Before ({r['baseline']['rev']}'s code, without the 0025_growth_indexes indexes; same run, same data):",
+                f"Before ({r['baseline']['rev']}'s code, the indexes named *growth* dropped ({dropped}); "
+                "same run, same data; with the same buffers, a difference in ms is the machine's):",
                 "",
             ]
             lines += _table(r["before"][figure]) + ["", "After:", ""]
@@ -885,10 +889,11 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--only", default=",".join(FIGURES), help=f"a subset of {', '.join(FIGURES)}")
     parser.add_argument("--runs", type=int, help="requests measured per size (default 40; 3 in smoke)")
+    parser.add_argument("--fanout-members", help="the fanout sizes, comma-separated (default 10,1000,10000)")
     parser.add_argument(
         "--baseline",
         metavar="REV",
-        help="also measure the HTTP figures with REV's code (git archive) and 0025's indexes dropped: before and after",
+        help="also measure the HTTP figures with REV's code (git archive), *growth* indexes dropped: before and after",
     )
     parser.add_argument("--report", type=Path)
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "growth.json")
@@ -897,6 +902,8 @@ def main() -> None:
     sizes = SMOKE if args.smoke else FULL
     if args.runs:
         sizes = dataclasses.replace(sizes, runs=args.runs)
+    if args.fanout_members:
+        sizes = dataclasses.replace(sizes, fanout=tuple(int(n) for n in args.fanout_members.split(",")))
     report = args.report or (
         REPO / "bench" / "out" / "growth.smoke.md" if args.smoke else REPO / "bench" / "results" / "growth.md"
     )
