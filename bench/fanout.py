@@ -82,9 +82,10 @@ def _subscriptions(servers: list) -> int:
     return sum(s.active_subscriptions() for s in servers)
 
 
-async def open_members(servers: list, sizes: layout.Sizes, query: str = SUB_FANOUT) -> Members:
+async def open_members(servers: list, sizes: layout.Sizes, query: str = SUB_FANOUT, timeout: float = 180) -> Members:
     """Every member of the fanout group subscribes (`query`, variable $c) over sizes.fanout_procs
-    client processes; client process i holds its sockets on servers[i % len(servers)]."""
+    client processes; client process i holds its sockets on servers[i % len(servers)]; each process
+    has `timeout` seconds to open its sockets."""
     members = [layout.FANOUT_MEMBER + j for j in range(1, sizes.fanout_members + 1)]
     procs_n = max(1, min(sizes.fanout_procs, len(members)))
     parts = [members[i::procs_n] for i in range(procs_n)]
@@ -105,7 +106,7 @@ async def open_members(servers: list, sizes: layout.Sizes, query: str = SUB_FANO
     group = Members(members, procs, stop, out, 0, [], 0.0)
     try:
         for _ in procs:
-            kind, n, errs = await asyncio.to_thread(queue_get, out, procs, 180, "fanout clients")
+            kind, n, errs = await asyncio.to_thread(queue_get, out, procs, timeout, "fanout clients")
             if kind != "ready":
                 raise RuntimeError(f"fanout client failed: {n}")
             group.opened += n

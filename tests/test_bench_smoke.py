@@ -129,3 +129,37 @@ def test_the_search_benchmark_runs_the_products_own_search_statements() -> None:
         assert "websearch_to_tsquery('simple', 'the')" in parse or "tilodobo')" in parse, name
         assert "to_tsvector('simple', body) @@ :tsq::tsquery" in page and "CROSS JOIN LATERAL" in page, name
         assert ("AND cm.conversation_id = " in page) is ("across" not in name), name
+
+
+def test_growth_smoke(tmp_path: Path) -> None:
+    """bench.growth with tiny sizes: every figure measured at every size through the served API, with
+    PostgreSQL's own counts of the work under it, and the report has a table and a shape per figure."""
+    out, report = tmp_path / "growth.json", tmp_path / "growth.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.growth", "--smoke", "--json", str(out), "--report", str(report)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    results = json.loads(out.read_text())
+    sizes = results["sizes"]
+    for figure in ("inbox", "history", "sync", "markread"):
+        rows = results[figure]
+        assert [int(n) for n in rows] == sizes[figure], figure
+        for r in rows.values():
+            assert r["ms_median"] > 0 and r["answer_bytes"] > 0, (figure, r)
+            assert r["statements"] >= 1 and r["buffers"] > 0 and r["explained_plans"] >= 1, (figure, r)
+            assert r["by_statement"], (figure, r)
+    # the page of 50 holds 50 conversations once the viewer has that many; sync answers what was missed
+    assert results["inbox"]["50"]["rows_returned"] >= 50
+    assert results["sync"]["10"]["rows_returned"] >= 10
+    fanout = results["fanout"]
+    assert [int(n) for n in fanout] == sizes["fanout"]
+    for n, r in fanout.items():
+        assert r["subscribed"] == r["recipients"] == int(n) and r["rounds"] == sizes["fanout_rounds"], r
+        assert r["statements"] >= 1 and r["buffers"] > 0 and r["ms_median"] > 0, r
+    text = report.read_text()
+    assert text.startswith("# How cost grows")
+    assert text.count("Shape (measured): ") == 5
