@@ -334,7 +334,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             refusal = ExecutionResult(data=None, errors=[over_cost(cost, self.costs.limits.max_cost)])
             return self.graphql_response(refusal, accept)
         context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
-        with tracing.operation(None if kind is None else kind.value, operation_name):
+        with tracing.operation(None if kind is None else kind.value, operation_name, query):
             result = await self._within_timeout(
                 self.planner.execute(self.schema, document, query, variables, operation_name, context)
             )

@@ -149,14 +149,20 @@ async def http_request(scope: Any, receive: Any, send: Any, app: Callable[[Any, 
 
 def operation(kind: str | None, name: str | None, query: str | None = None) -> contextlib.AbstractContextManager[Any]:
     """A GraphQL operation, by its kind (query or mutation; None: read off the document's text) and its
-    name only."""
+    name only (None: the name of the document's first operation, as its text says)."""
     if not ON:
         return _NO_SPAN
+    if name is None and query:  # the document's one operation, unless it is anonymous
+        named = _NAMED.match(query)
+        name = named.group(2) if named else None
     label = (name or "anonymous")[:100]
     kind = kind or _kind(query or "", name)
     return _tracer.start_as_current_span(
         f"{kind} {label}", attributes={"graphql.operation.type": kind, "graphql.operation.name": label}
     )
+
+
+_NAMED = re.compile(r"\s*(query|mutation|subscription)\s+([_A-Za-z][_0-9A-Za-z]*)")
 
 
 def _kind(query: str, name: str | None) -> str:
