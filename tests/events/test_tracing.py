@@ -12,6 +12,7 @@ picture, drawn from Jaeger's answer in chromium, is tests/out/tracing/trace.png
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import socket
@@ -30,7 +31,7 @@ from chatgql.settings import load_settings
 
 from ..conftest import REPO, drop_database, scratch_database
 from ..support.infra import JWT_SECRET, ChatProcess, chat_env
-from ..support.live import ChatApi, WsClient, bearer, subscribe_messages, wait_until
+from ..support.live import ChatApi, WsClient, bearer, read_topic, subscribe_messages, wait_until
 from ..support.tracepage import waterfall
 
 JAEGER_SH = REPO / "scripts" / "jaeger.sh"
@@ -109,7 +110,9 @@ async def three_processes(migrated_url, kafka, topic, jaeger, tmp_path) -> Async
         await sender.wait_ready()
         await receiver.wait_ready()  # its consumer has its partitions
         settings = load_settings(database_url=url, jwt_secret=JWT_SECRET, kafka_bootstrap_servers=None)
-        yield SimpleNamespace(sender=sender, relay=relay, receiver=receiver, settings=settings, topic=topic)
+        yield SimpleNamespace(
+            sender=sender, relay=relay, receiver=receiver, settings=settings, topic=topic, kafka=kafka.bootstrap
+        )
     finally:
         for p in processes:
             p.stop()
@@ -227,6 +230,17 @@ async def test_one_trace_goes_from_the_senders_request_through_kafka_to_the_subs
     assert SECRET_BODY not in everything
     assert client_msg_id not in everything
 
+    # the outbox row's trace went on in the record's headers, not in the event's JSON
+    def sent_one(records: list) -> bool:
+        return any(r.value["type"] == "message.new" for r in records)
+
+    records = await read_topic(ps.kafka, ps.topic, sent_one, 30)
+    assert not [r.value for r in records if "traceparent" in r.value]
+    (record,) = [r for r in records if r.value["type"] == "message.new"]
+    headers = dict(record.headers)
+    send_span = chain[3]
+    assert headers["traceparent"].decode() == f"00-{trace_id}-{send_span['spanID']}-01"
+
     await _screenshot(trace)
 
 
@@ -246,3 +260,47 @@ async def _screenshot(trace: dict) -> None:
             await page.screenshot(path=str(OUT / "trace.png"), full_page=True)
         finally:
             await browser.close()
+
+
+async def test_a_fan_out_traces_the_frames_of_the_first_subscribers_only():
+    """A traced event to 100 subscribers in one process: one bus hop, and frame spans for the first
+    CHATGQL_TRACING_FRAMES_PER_EVENT (here 16) of them, each the hop's child; every subscriber gets the event."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from chatgql.events import types as events
+    from chatgql.events.dispatch import Dispatcher, MembershipCache
+    from chatgql.runtime import tracing
+
+    async def members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]]:
+        return 100_000, list(subscribed)  # a big group: the members among those subscribed here
+
+    exporter = InMemorySpanExporter()
+    tracing.start(True, "test", frames_per_event=16, exporter=exporter)
+    try:
+        dispatcher = Dispatcher(MembershipCache(members), buffer=10)
+        event = {
+            "type": events.MESSAGE_NEW,
+            "conversationId": 1,
+            "seq": 1,
+            "senderId": "sender",
+            "clientMsgId": str(uuid.uuid4()),
+            "body": "hello",
+            "createdAt": "2026-01-01T00:00:00+00:00",
+        }
+        trace_id, caller = secrets.token_hex(16), secrets.token_hex(8)
+        async with contextlib.AsyncExitStack() as stack:
+            subs = [
+                await stack.enter_async_context(dispatcher.subscribe(str(user), 1, events.MESSAGE_NEW))
+                for user in range(100)
+            ]
+            await dispatcher.dispatch_many([tracing.arrived(event, None, f"00-{trace_id}-{caller}-01")])
+            assert [sub.take()["seq"] for sub in subs] == [1] * 100
+            assert [sub.take() for sub in subs] == [None] * 100  # each frame is sent: its span ends
+        spans = exporter.get_finished_spans()
+        (hop,) = [span for span in spans if span.name == "bus.deliver"]
+        assert f"{hop.parent.span_id:016x}" == caller and f"{hop.context.trace_id:032x}" == trace_id
+        frames = [span for span in spans if span.name == "websocket.frame"]
+        assert len(frames) == 16
+        assert all(frame.parent.span_id == hop.context.span_id for frame in frames)
+    finally:
+        tracing.stop()

@@ -45,29 +45,40 @@ _frames_per_event = 16
 _NO_SPAN = contextlib.nullcontext()
 
 
-def start(enabled: bool, service: str, protocol: str = "http/protobuf", frames_per_event: int = 16) -> None:
+def start(
+    enabled: bool,
+    service: str,
+    protocol: str = "http/protobuf",
+    frames_per_event: int = 16,
+    exporter: Any = None,
+) -> None:
     """Export spans over OTLP (protocol: grpc or http/protobuf) when enabled; once per process.
     The exporter's endpoint, headers and timeouts, the sampler and the batch processor's settings
     are the OTEL_* variables', read by OpenTelemetry's SDK; service: the service.name unless
-    OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) says another."""
+    OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) says another. exporter: a span exporter to
+    hand each span to as it ends, instead (a test's)."""
     global ON, _tracer, _provider, _frames_per_event, _trace, _context
     if not enabled or ON:
         return
     from opentelemetry import context, trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service}))
     _provider = TracerProvider(resource=resource)
-    _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if exporter is not None:
+        _provider.add_span_processor(SimpleSpanProcessor(exporter))
+    elif protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
+
+        _provider.add_span_processor(BatchSpanProcessor(HTTPExporter()))
     _tracer = _provider.get_tracer("chatgql")
     _frames_per_event = frames_per_event
     _trace, _context = trace, context
