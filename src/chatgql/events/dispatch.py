@@ -214,7 +214,7 @@ class Subscription:
         item = pending.popleft()
         if not pending:
             self._pending = None
-        if type(item) is not tuple:
+        if type(item) is tracing.Traced:
             self._frame = tracing.frame(item)
         return item[0]
 
@@ -247,7 +247,7 @@ class Subscription:
             if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
                 self.fail(DeliveryDelayed())
                 continue
-            if type(item) is not tuple:
+            if type(item) is tracing.Traced:
                 self._frame = tracing.frame(item)
             return event
 
@@ -506,12 +506,13 @@ class Dispatcher:
         """Hand on a batch of (event, commit time), in order. An event that fails to dispatch ends
         every subscription with the resync error (the others still go): it never raises."""
         for item in stamped:
+            event, committed_at = item
             try:
-                if type(item) is tuple:
-                    await self.dispatch(*item)
-                else:  # traced (runtime/tracing.py): the hop to this process's subscriptions is a span
-                    with tracing.delivering(item, item[0]["type"]) as traced:
-                        await self.dispatch(item[0], item[1], traced)
+                if type(item) is not tracing.Traced:
+                    await self.dispatch(event, committed_at)
+                else:  # the hop to this process's subscriptions is a span (runtime/tracing.py)
+                    with tracing.delivering(item, event["type"]) as traced:
+                        await self.dispatch(event, committed_at, traced)
             except Exception:
                 log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
                 self.interrupt_all()

@@ -1,8 +1,8 @@
 """Traces (OpenTelemetry): every span chatgql makes is made here (docs/operating/tracing.md).
 
 Off unless the OTEL_* variables name a receiver (settings.tracing): then `ON` is False, nothing of
-OpenTelemetry is imported, and every hook is a test of `ON` at its call site, or of a plain tuple
-where a traced event would be.
+OpenTelemetry is imported, and every hook is a test of `ON` at its call site, or of an event's type
+(a Traced one, never made while off) on the live path.
 
 On, a send is one trace, across processes:
 
