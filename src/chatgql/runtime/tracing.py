@@ -60,7 +60,13 @@ def start(
     global ON, _tracer, _provider, _frames_per_event, _trace, _context
     if not enabled or ON:
         return
-    from opentelemetry import context, trace
+    try:
+        from opentelemetry import context, trace
+    except ImportError:
+        raise RuntimeError(
+            "the OTEL_* variables ask for traces, but OpenTelemetry is not installed: pip install 'chatgql[otel]'"
+            " (or CHATGQL_TRACING=false)"
+        ) from None
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
