@@ -6,7 +6,7 @@ WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
 COPY alembic ./alembic
 COPY src ./src
-RUN pip install --no-cache-dir -e ".[redis]"
+RUN pip install --no-cache-dir -e ".[redis,otel]"
 ENV CHATGQL_HOST=0.0.0.0
 EXPOSE 8000
 CMD ["chatgql", "serve"]

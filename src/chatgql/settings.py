@@ -32,6 +32,25 @@ def default_workers() -> int:
     return max(1, available_cores() - 1)
 
 
+def otel_traces_wanted() -> bool:
+    """The OTEL_* variables ask for traces: an OTLP endpoint is named, or OTEL_TRACES_EXPORTER is
+    otlp; OTEL_SDK_DISABLED=true and OTEL_TRACES_EXPORTER=none say no (docs/operating/tracing.md)."""
+    env = os.environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter == "otlp"
+    return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def otel_traces_protocol() -> Literal["grpc", "http/protobuf"]:
+    """The OTLP protocol the OTEL_* variables name for traces: grpc or http/protobuf (the default)."""
+    env = os.environ
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    return "grpc" if protocol.strip().lower() == "grpc" else "http/protobuf"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CHATGQL_", extra="ignore")
 
@@ -90,6 +109,15 @@ class Settings(BaseSettings):
     # (chatgql+unix:///path), for its health, its relay's wake-up, and (with no Redis bus)
     # live events and rate limits. See supervisor.py.
     supervisor_hub: str | None = None
+
+    # Traces over OTLP (runtime/tracing.py, docs/operating/tracing.md): on when the OTEL_* variables
+    # ask for them (the SDK reads the rest of them: endpoint, headers, sampler); CHATGQL_TRACING=false
+    # keeps them off whatever those say.
+    tracing: bool = Field(default_factory=otel_traces_wanted)
+    tracing_protocol: Literal["grpc", "http/protobuf"] = Field(default_factory=otel_traces_protocol)
+    # A live event's websocket frames traced in each process, the first this many subscribers': a
+    # fan-out to a big group makes this many spans, not one per member.
+    tracing_frames_per_event: int = Field(default=16, ge=0)
 
     # Which background roles this process runs besides the API.
     run_relay: bool = True

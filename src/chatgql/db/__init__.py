@@ -13,13 +13,14 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import orjson
 
+from ..runtime import tracing
 from .embedded import EmbeddedPostgres, make_private_dir, reach_embedded_postgres, start_embedded_postgres
 
 __all__ = [
@@ -129,6 +130,7 @@ class Database:
             init=_setup_connection,
             reset=_keep_session,
             record_class=Row,
+            **_traced(),
         )
         return self
 
@@ -144,12 +146,19 @@ class Database:
 
     def connection(self):
         """A pooled connection in autocommit (async context manager)."""
+        if tracing.ON:
+            return tracing.unit(self.pool.acquire())
         return self.pool.acquire()
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+    def transaction(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
         """A pooled connection inside one transaction, committed on a clean exit; then the
         callbacks on_commit() registered for it run (not when it rolled back)."""
+        if tracing.ON:
+            return tracing.unit(self._transaction())
+        return self._transaction()
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
         callbacks: list[Callable[[], None]] = []
         async with self.pool.acquire() as conn:
             self._on_commit[conn] = callbacks
@@ -185,9 +194,14 @@ class Database:
 
         application_name: how pg_stat_activity names it (relays find each other by it)."""
         settings = {"application_name": application_name} if application_name else None
-        conn = await asyncpg.connect(self._dsn, record_class=Row, server_settings=settings)
+        conn = await asyncpg.connect(self._dsn, record_class=Row, server_settings=settings, **_traced())
         await _setup_connection(conn)
         return conn
+
+
+def _traced() -> dict[str, Any]:
+    """asyncpg's connection class while tracing is on: each statement a span (runtime/tracing.py)."""
+    return {"connection_class": tracing.TracedConnection} if tracing.ON else {}
 
 
 def _run(callbacks: list[Callable[[], None]]) -> None:

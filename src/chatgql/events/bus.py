@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from ..runtime import tracing
 from .backends import BusBackend, BusMessage, backend_for, is_sharded
 from .dispatch import Dispatcher, StreamInterrupted
 from .hub import hub_backend, is_hub
@@ -59,21 +60,29 @@ MISSED_BEATS = 8
 UNSUBSCRIBE_AFTER_SECONDS = 5.0
 
 
-def envelope(message: bytes, committed_ms: int | None) -> bytes:
-    """The bus message for an event's JSON and its commit time (epoch ms; None: unknown)."""
+def envelope(message: bytes, committed_ms: int | None, traceparent: str | None = None) -> bytes:
+    """The bus message for an event's JSON and its commit time (epoch ms; None: unknown), and while
+    tracing, the trace it travels in: `@<commit time>;<traceparent> <the JSON text>`."""
     if committed_ms is None:
         return message
+    if traceparent is not None:
+        return b"@%d;%s %s" % (committed_ms, traceparent.encode(), message)
     return b"@%d %s" % (committed_ms, message)
 
 
-def open_envelope(message: str | bytes) -> tuple[dict, float | None]:
-    """(the decoded event, its commit time in epoch seconds or None): one JSON decode."""
+def open_envelope(message: str | bytes) -> tuple[dict, float | None, str | None]:
+    """(the decoded event, its commit time in epoch seconds or None, its traceparent or None): one
+    JSON decode."""
     if isinstance(message, bytes):
         message = message.decode()
     if message[:1] == "@":
         space = message.index(" ")
-        return orjson.loads(message[space + 1 :]), int(message[1:space]) / 1000
-    return orjson.loads(message), None
+        head = message[1:space]
+        trace = None
+        if ";" in head:
+            head, trace = head.split(";", 1)
+        return orjson.loads(message[space + 1 :]), int(head) / 1000, trace
+    return orjson.loads(message), None, None
 
 
 def bucket_of(key: str, buckets: int) -> int:
@@ -419,12 +428,15 @@ async def _pump(bus: Bus, subscriber: _Receiver, dispatcher: Dispatcher, beat: s
                     raise RuntimeError(f"nothing came back through the bus on {channel}, not even a heartbeat")
             if event is None:
                 continue
-            payload, committed_at = open_envelope(event.message)
+            payload, committed_at, trace = open_envelope(event.message)
             if payload["type"] == HEARTBEAT:
                 continue
             bus.events_received[event.channel] += 1
             try:
-                await dispatcher.dispatch(payload, committed_at)
+                if trace is not None:
+                    await dispatcher.dispatch_many([tracing.arrived(payload, committed_at, trace)])
+                else:
+                    await dispatcher.dispatch(payload, committed_at)
             except Exception:
                 log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
                 dispatcher.interrupt_all()

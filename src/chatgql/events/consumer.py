@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from ..runtime import tracing
 from .bus import Bus, envelope
 from .dispatch import Dispatcher
 
@@ -71,6 +72,10 @@ class DispatchSink:
 
     async def hand_on(self, records: Sequence[Any]) -> None:
         loads = orjson.loads
+        if tracing.ON:
+            with tracing.consuming(records, loads) as stamped:
+                await self.dispatcher.dispatch_many(stamped)
+            return
         await self.dispatcher.dispatch_many([(loads(r.value), r.timestamp / 1000) for r in records])
 
 
@@ -81,6 +86,15 @@ class BusSink:
         self.bus = bus
 
     async def hand_on(self, records: Sequence[Any]) -> None:
+        if tracing.ON:
+            with tracing.consuming(records, bytes) as stamped:
+                await self.bus.publish_many(
+                    [
+                        (r.key.decode() if r.key else "", envelope(r.value, r.timestamp, tracing.traceparent_of(item)))
+                        for r, item in zip(records, stamped, strict=True)
+                    ]
+                )
+            return
         await self.bus.publish_many(
             [(r.key.decode() if r.key else "", envelope(r.value, r.timestamp)) for r in records]
         )

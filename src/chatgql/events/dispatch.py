@@ -36,9 +36,10 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import LimitExceeded, NotFound, banned
+from ..runtime import tracing
 from . import types as events
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class Subscription:
         "_waiter",
         "_failure",
         "_parked",
+        "_frame",
     )
 
     def __init__(
@@ -136,6 +138,7 @@ class Subscription:
         self._waiter: asyncio.Future[None] | None = None
         self._failure: Exception | None = None
         self._parked: Callable[[], None] | None = None  # see park()
+        self._frame: Any = None  # while tracing: the span of the frame of the event taken last
 
     def offer(self, event: Stamped) -> bool:
         """Buffer (event, commit time); False when this overflowed the buffer and ended the
@@ -202,17 +205,25 @@ class Subscription:
 
     def pop(self) -> dict | None:
         """The next event, None when there is none: for a reader that asked failing() first."""
+        if self._frame is not None:  # the previous event's frame is sent
+            tracing.frame_sent(self._frame)
+            self._frame = None
         pending = self._pending
         if not pending:
             return None
-        event = pending.popleft()[0]
+        item = pending.popleft()
         if not pending:
             self._pending = None
-        return event
+        if type(item) is tracing.Traced:
+            self._frame = tracing.frame(item)
+        return item[0]
 
     def take(self) -> dict | None | _Ended:
         """The next event without waiting: None when there is none yet, ENDED once the failure
         was raised; the failure itself is raised (once)."""
+        if self._frame is not None:  # the previous event's frame is sent
+            tracing.frame_sent(self._frame)
+            self._frame = None
         while True:
             failure = self._failure
             if failure is not None:
@@ -229,12 +240,15 @@ class Subscription:
             pending = self._pending
             if not pending:
                 return None
-            event, committed_at = pending.popleft()
+            item = pending.popleft()
             if not pending:
                 self._pending = None  # an idle subscription holds no buffer
+            event, committed_at = item
             if committed_at is not None and self._max_delay and time.time() - committed_at > self._max_delay:
                 self.fail(DeliveryDelayed())
                 continue
+            if type(item) is tracing.Traced:
+                self._frame = tracing.frame(item)
             return event
 
     def __aiter__(self) -> Subscription:
@@ -491,14 +505,20 @@ class Dispatcher:
     async def dispatch_many(self, stamped: Iterable[Stamped]) -> None:
         """Hand on a batch of (event, commit time), in order. An event that fails to dispatch ends
         every subscription with the resync error (the others still go): it never raises."""
-        for event, committed_at in stamped:
+        for item in stamped:
+            event, committed_at = item
             try:
-                await self.dispatch(event, committed_at)
+                if type(item) is not tracing.Traced:
+                    await self.dispatch(event, committed_at)
+                else:  # the hop to this process's subscriptions is a span (runtime/tracing.py)
+                    with tracing.delivering(item, event["type"]) as traced:
+                        await self.dispatch(event, committed_at, traced)
             except Exception:
                 log.warning("could not dispatch an event; ending subscriptions", exc_info=True)
                 self.interrupt_all()
 
-    async def dispatch(self, event: dict, committed_at: float | None = None) -> None:
+    async def dispatch(self, event: dict, committed_at: float | None = None, traced: Stamped | None = None) -> None:
+        """traced: the event and its commit time as subscriptions are offered it, when it is traced."""
         self.dispatched += 1
         events.with_text_user_ids(event)  # an event of before 0014_text_user_ids: its numbers as text
         cid = event["conversationId"]
@@ -525,7 +545,7 @@ class Dispatcher:
             self._shed(cid, kind)
             return
         members = self._membership.cached(cid, self._version) or await self._members(cid)
-        stamped = (event, committed_at)
+        stamped = (event, committed_at) if traced is None else traced
         if kind in events.OWN_TYPES:  # the member's own devices only
             if event["userId"] in members.ids:
                 self._offer_user(cid, event["userId"], kind, stamped)

@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from ..compat import aiokafka as aiokafka_compat
+from ..runtime import tracing
 from .bus import Bus, envelope
 from .dispatch import Dispatcher
 
@@ -34,9 +35,15 @@ def _json_bytes(payload: dict | str | bytes) -> bytes:
 
 class Publisher(Protocol):
     """batch: (key, payload) with payload the event (a dict), or its JSON text for a publisher
-    whose `takes_text` is true; created: each event's commit time."""
+    whose `takes_text` is true; created: each event's commit time; traces: while tracing, each
+    event's traceparent (None: not traced), which goes on with it (runtime/tracing.py)."""
 
-    async def publish(self, batch: Sequence[tuple[str, Any]], created: Sequence[float] | None = None) -> None: ...
+    async def publish(
+        self,
+        batch: Sequence[tuple[str, Any]],
+        created: Sequence[float] | None = None,
+        traces: Sequence[str | None] | None = None,
+    ) -> None: ...
 
 
 async def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, replication: int) -> None:
@@ -100,7 +107,21 @@ class KafkaPublisher:
     async def stop(self) -> None:
         await _stop(self.producer)
 
-    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
+    async def publish(
+        self,
+        batch: Sequence[tuple[str, dict]],
+        created: Sequence[float] | None = None,
+        traces: Sequence[str | None] | None = None,
+    ) -> None:
+        if traces is not None and created is not None:
+            with tracing.producing(traces, self.topic) as headers:
+                await self._publish(batch, created, headers)
+            return
+        await self._publish(batch, created)
+
+    async def _publish(
+        self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None, headers: Sequence[Any] = ()
+    ) -> None:
         if not self._usable:
             async with self._replacing:
                 if not self._usable:  # another shard may have replaced it meanwhile
@@ -113,6 +134,11 @@ class KafkaPublisher:
             topic = self.topic
             if created is None:
                 pending = [await send(topic, value=payload, key=key) for key, payload in batch]
+            elif headers:
+                pending = [
+                    await send(topic, value=payload, key=key, timestamp_ms=int(at * 1000), headers=header)
+                    for (key, payload), at, header in zip(batch, created, headers, strict=True)
+                ]
             else:
                 pending = [
                     await send(topic, value=payload, key=key, timestamp_ms=int(at * 1000))
@@ -161,10 +187,22 @@ class BusPublisher:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
 
-    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
+    async def publish(
+        self,
+        batch: Sequence[tuple[str, dict]],
+        created: Sequence[float] | None = None,
+        traces: Sequence[str | None] | None = None,
+    ) -> None:
         dumps = _json_bytes
         if created is None:
             await self.bus.publish_many([(key, dumps(payload)) for key, payload in batch])
+        elif traces is not None:
+            await self.bus.publish_many(
+                [
+                    (key, envelope(dumps(payload), int(at * 1000), trace))
+                    for (key, payload), at, trace in zip(batch, created, traces, strict=True)
+                ]
+            )
         else:
             await self.bus.publish_many(
                 [
@@ -182,9 +220,21 @@ class DispatchPublisher:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
 
-    async def publish(self, batch: Sequence[tuple[str, dict]], created: Sequence[float] | None = None) -> None:
+    async def publish(
+        self,
+        batch: Sequence[tuple[str, dict]],
+        created: Sequence[float] | None = None,
+        traces: Sequence[str | None] | None = None,
+    ) -> None:
         if created is None:
             await self.dispatcher.dispatch_many([(payload, None) for _, payload in batch])
+        elif traces is not None:
+            await self.dispatcher.dispatch_many(
+                [
+                    tracing.arrived(payload, at, trace)
+                    for (_, payload), at, trace in zip(batch, created, traces, strict=True)
+                ]
+            )
         else:
             await self.dispatcher.dispatch_many(
                 [(payload, at) for (_, payload), at in zip(batch, created, strict=True)]

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from ..db import Database
+from ..runtime import tracing
 from ..store import outbox
 from .publish import Publisher
 
@@ -232,7 +233,11 @@ class OutboxRelay:
             try:
                 async with self._database.connection() as conn:
                     rows = await outbox.oldest(
-                        conn, [slot for s in idle.values() for slot in s.slots], self._batch_size, text=self._text
+                        conn,
+                        [slot for s in idle.values() for slot in s.slots],
+                        self._batch_size,
+                        text=self._text,
+                        traced=tracing.ON,
                     )
             except Exception:
                 log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
@@ -287,6 +292,7 @@ class OutboxRelay:
                                 text=self._text,
                                 delete=relayed,
                                 queue_kinds=self._webhook_kinds,
+                                traced=tracing.ON,
                             )
                         relayed = []
                         complete = len(rows) < self._batch_size
@@ -338,7 +344,12 @@ class OutboxRelay:
         # A publish that never completes must not stall the shard for good:
         # time it out, and the shard reads again (the rows are still there).
         async with asyncio.timeout(self._publish_timeout):
-            await self._publisher.publish([(row.msg_key, row.payload) for row in rows], [row.created for row in rows])
+            batch = [(row.msg_key, row.payload) for row in rows]
+            if not tracing.ON:
+                await self._publisher.publish(batch, [row.created for row in rows])
+                return
+            with tracing.relaying([row.get("traceparent") for row in rows]) as traces:
+                await self._publisher.publish(batch, [row.created for row in rows], traces)
 
     async def _delete(self, name: str, ids: list[int]) -> None:
         """Delete relayed rows, trying again while the database fails (a cancelled drain gives up:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal, TypeVar, get_type_hints
 from uuid import UUID
 
 from ..models import MessageRecord, SentMessage, UserId
+from ..runtime import tracing
 
 PRODUCER: Literal["producer"] = "producer"
 STORE: Literal["store"] = "store"
@@ -130,6 +131,8 @@ class Event:
             if value is None and optional:
                 continue  # an optional field left out reads back as its default (None)
             out[key] = value if encode is None else encode(value)
+        if tracing.ON:
+            tracing.stamp(out)  # the trace it was written in goes on with it (taken out by the relay)
         return out
 
     def outbox_row(self) -> tuple[str, dict[str, Any]]:

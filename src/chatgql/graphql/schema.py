@@ -43,6 +43,7 @@ from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
 from ..engine.streams import HttpStreams, stream_kind, stream_token
 from ..errors import Forbidden, Unauthenticated
+from ..runtime import tracing
 from ..services.documents import find_document, is_listed
 from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
 from .context import Context, Deps
@@ -92,15 +93,16 @@ class ChatSchema(strawberry.Schema):
         # so it is refused (BAD_USER_INPUT) instead of being run as a plain field (an internal error).
         if allowed_operation_types is None:
             allowed_operation_types = (OperationType.QUERY, OperationType.MUTATION)
-        return await super().execute(
-            query,
-            variable_values,
-            context_value,
-            root_value,
-            operation_name,
-            set(allowed_operation_types) - {OperationType.SUBSCRIPTION},
-            operation_extensions,
-        )
+        with tracing.operation(None, operation_name, query):
+            return await super().execute(
+                query,
+                variable_values,
+                context_value,
+                root_value,
+                operation_name,
+                set(allowed_operation_types) - {OperationType.SUBSCRIPTION},
+                operation_extensions,
+            )
 
 
 def _prebuilt_json(value: object) -> object:
@@ -353,9 +355,10 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             refusal = ExecutionResult(data=None, errors=[over_cost(cost, self.costs.limits.max_cost)])
             return self.graphql_response(refusal, accept)
         context = await self.get_context(Request(scope=scope), None)  # type: ignore[arg-type]
-        result = await self._within_timeout(
-            self.planner.execute(self.schema, document, query, variables, operation_name, context)
-        )
+        with tracing.operation(None if kind is None else kind.value, operation_name, query):
+            result = await self._within_timeout(
+                self.planner.execute(self.schema, document, query, variables, operation_name, context)
+            )
         return self.graphql_response(result, accept)
 
     def _cost(self, document: Any, operation_name: str | None, variables: Any) -> int:

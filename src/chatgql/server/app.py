@@ -48,7 +48,7 @@ from ..graphql.graphiql import ASSETS_PATH
 from ..graphql.operator import PATH as OPERATOR_PATH
 from ..graphql.operator import OperatorGraphQL
 from ..graphql.schema import ChatGraphQL
-from ..runtime import collector
+from ..runtime import collector, tracing
 from ..services.beforesend import BeforeSendHook
 from ..services.delivery_coalescing import DeliveryCoalescer
 from ..services.disappearing import SOURCE as _MESSAGE_EXPIRY  # noqa: F401 (each source registers at import)
@@ -160,6 +160,8 @@ async def running(
     runtime = Runtime(settings=settings, deps=deps)
     metrics = runtime.metrics
     async with contextlib.AsyncExitStack() as stack:
+        tracing.start(settings.tracing, "chatgql", settings.tracing_protocol, settings.tracing_frames_per_event)
+        stack.callback(tracing.stop)  # last: what the others' closing traced is exported
         stack.callback(metrics.watch_gc())
         stack.callback(
             collector.freeze_survivors(
@@ -449,6 +451,9 @@ class ChatApp(Starlette):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/graphql":
             scope["app"] = self
+            if tracing.ON:
+                await tracing.http_request(scope, receive, send, self.graphql)
+                return
             await self.graphql(scope, receive, send)
             return
         if scope["type"] == "websocket":

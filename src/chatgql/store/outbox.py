@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from ..db import Connection, Row
+from ..runtime.tracing import TRACE_KEY
 from . import webhooks
 
 
@@ -57,6 +58,7 @@ async def oldest(
     text: bool = False,
     delete: Sequence[int] = (),
     queue_kinds: Sequence[str] = (),
+    traced: bool = False,
 ) -> list[Row]:
     """The next events of these slots to relay, at most `limit`, in id order, each with
     `created`: its transaction's time (epoch seconds), the commit time the live path's
@@ -68,6 +70,8 @@ async def oldest(
     Each slot's rows come from its own (slot, id) index range, so a shard reads only its
     own rows however long the others' backlog is. Whatever is returned is, for every
     slot, a prefix of that slot's rows in id order: nothing of a conversation is skipped.
+    traced: each row also has `traceparent`, the trace its event was written in (tracing.TRACE_KEY
+    of its payload, taken out of `payload`), or None.
     """
     # all of them (one relay leads every shard): the primary key's order
     shard = None if len(slots) == SLOTS else tuple(slots)
@@ -76,17 +80,22 @@ async def oldest(
         args.append(list(delete))
         if queue_kinds:
             args.append(list(queue_kinds))
-    return await conn.fetch(_oldest_sql(shard, text, bool(delete), bool(delete) and bool(queue_kinds)), *args)
+    return await conn.fetch(_oldest_sql(shard, text, bool(delete), bool(delete) and bool(queue_kinds), traced), *args)
 
 
 @functools.lru_cache(maxsize=256)
-def _oldest_sql(shard: tuple[int, ...] | None, text: bool, deleting: bool, queueing: bool) -> str:
+def _oldest_sql(shard: tuple[int, ...] | None, text: bool, deleting: bool, queueing: bool, traced: bool = False) -> str:
     """oldest's statement for a shard's slots (None: every slot), made once, not on every relay
     cycle. The slots, the same on each of a shard's cycles, are in its text, not a parameter: a
     shard's 16 as a smallint[] parameter cost asyncpg CPU on every statement (its array encoder
     checks each element against collections.abc's ABCs: bench/results/micro.md). Parameters: the limit, then the
     ids to delete and the kinds to queue, when deleting and queueing."""
-    payload = "payload::text AS payload" if text else "payload"
+
+    def payload(row: str) -> str:
+        value = f"({row}.payload - '{TRACE_KEY}')" if traced else f"{row}.payload"
+        trace = f", {row}.payload->>'{TRACE_KEY}' AS traceparent" if traced else ""
+        return (f"{value}::text AS payload" if text else f"{value} AS payload") + trace
+
     # A data-modifying WITH runs on the statement's snapshot: the SELECT still sees the rows it
     # deletes, so it leaves them out itself.
     deleting_ = _deleting_sql(2, 3 if queueing else None) if deleting else ""
@@ -94,7 +103,7 @@ def _oldest_sql(shard: tuple[int, ...] | None, text: bool, deleting: bool, queue
         where = " WHERE o.id <> ALL($2::bigint[])" if deleting else ""
         return (
             deleting_
-            + f"SELECT o.id, o.slot, o.msg_key, o.{payload}, extract(epoch FROM o.created_at)::float8 AS created"
+            + f"SELECT o.id, o.slot, o.msg_key, {payload('o')}, extract(epoch FROM o.created_at)::float8 AS created"
             + f" FROM outbox o{where} ORDER BY o.id LIMIT $1"
         )
     not_gone = "AND o.id <> ALL($2::bigint[])" if deleting else ""
@@ -102,7 +111,7 @@ def _oldest_sql(shard: tuple[int, ...] | None, text: bool, deleting: bool, queue
     return (
         deleting_
         + f"""
-        SELECT e.id, e.slot, e.msg_key, e.{payload}, extract(epoch FROM e.created_at)::float8 AS created
+        SELECT e.id, e.slot, e.msg_key, {payload("e")}, extract(epoch FROM e.created_at)::float8 AS created
           FROM unnest('{{{slots}}}'::smallint[]) AS s(slot)
           CROSS JOIN LATERAL (
                 SELECT o.id, o.slot, o.msg_key, o.payload, o.created_at FROM outbox o

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..db import Connection, Row
+from ..runtime.tracing import TRACE_KEY
 
 _COLUMNS = "id, msg_key, webhook_id, payload, created_at, attempts, next_attempt_at, body, last_error"
 _READ = (
@@ -25,10 +26,11 @@ ERASED = "erased"
 
 def queue_from(source: str, kinds_param: int) -> str:
     """INSERT of the rows of `source` (outbox rows) whose type is in parameter $kinds_param, but
-    those erased by a delete."""
+    those erased by a delete; without the trace an event was written in (runtime/tracing.py)."""
     return (
         "INSERT INTO webhook_queue (id, msg_key, payload, created_at)"
-        f" SELECT id, msg_key, payload, created_at FROM {source} WHERE payload->>'type' = ANY(${kinds_param}::text[])"
+        f" SELECT id, msg_key, payload - '{TRACE_KEY}', created_at FROM {source}"
+        f" WHERE payload->>'type' = ANY(${kinds_param}::text[])"
         f" AND NOT payload ? '{ERASED}' ON CONFLICT (id) DO NOTHING"
     )
 
