@@ -40,7 +40,7 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 TABLES = (
     "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
     " message_reaction_count, message_edit, message_change, message, message_mention, pinned_message, user_setting,"
-    " conversation_member, conversation, conversation_ban, send_verdict"
+    " conversation_member, conversation, conversation_ban, send_verdict, thread, thread_reply, thread_member"
 )
 
 

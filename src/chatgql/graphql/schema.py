@@ -42,6 +42,7 @@ from ..errors import Unauthenticated
 from . import (
     pins,
     pricing,  # noqa: F401 (declares the API's fields' prices in the registry)
+    threads,
 )
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
@@ -54,7 +55,7 @@ from .subscriptions import Subscription
 # The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
 # Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
 # feature's API is one module; the roots below take their fields after the house's own.
-FEATURES: tuple[object, ...] = (pins,)
+FEATURES: tuple[object, ...] = (pins, threads)
 
 
 def root(name: str, base: type) -> type:

@@ -11,7 +11,7 @@ from ..db import Database, Row
 from ..errors import BadUserInput, Conflict, LimitExceeded, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
-from ..store import messages
+from ..store import messages, threads
 from .beforesend import BeforeSendHook, Decision, VerdictTaken, decide, keep_decision_txn
 from .checks import Attachment
 from .groupcommit import STORED, SendBatcher, SendItem, send_alone, send_item
@@ -197,10 +197,13 @@ async def _extras_txn(
                 await messages.insert_attachments_txn(conn, conversation_id, row.seq, attachments)
             if mentioned or everyone:
                 await mentions_txn(conn, conversation_id, row.seq, mentioned, everyone, item.sender_id)
-            if reply_to is not None and not await messages.set_reply_txn(conn, conversation_id, row.seq, reply_to):
-                raise BadUserInput(
-                    f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
-                    reason="REPLY_TO_NOT_FOUND",
-                )
+            if reply_to is not None:
+                if not await messages.set_reply_txn(conn, conversation_id, row.seq, reply_to):
+                    raise BadUserInput(
+                        f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
+                        reason="REPLY_TO_NOT_FOUND",
+                    )
+                # a reply counts in its conversation's unread too: not thread-only
+                await threads.add_reply_txn(conn, conversation_id, row.seq, reply_to, item.sender_id, thread_only=False)
             database.events_written(conn)
     return row

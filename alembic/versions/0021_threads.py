@@ -1,0 +1,80 @@
+"""threads: a thread's own sequence and read state, and who follows it
+
+Revision ID: 0021_threads
+Revises: 0020_send_verdicts
+Create Date: 2026-12-07
+
+A reply opens or continues the thread of its root (docs/guide/threads.md). Each thread numbers its
+replies gap-free (thread.last_reply_seq, a second counter beside the conversation's seq, which every
+reply still takes); thread_reply says which thread a reply is in, its number there, and whether it is
+thread-only (not also sent to the conversation: it counts in the thread's unread, not the
+conversation's). thread_member is a member's thread watermark and whether they follow it.
+
+The conversation's unread stays a subtraction: conversation.thread_only_count counts the thread-only
+replies so far, and a member's thread_only_below how many lie at or below the read position it was
+taken at (thread_only_at); thread_reply_thread_only_idx counts the ones in between when the position
+moved since. New tables and columns with defaults: nothing rewritten.
+"""
+
+from alembic import op
+
+revision = "0021_threads"
+down_revision = "0020_send_verdicts"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(
+        """
+        CREATE TABLE thread (
+            conversation_id bigint NOT NULL,
+            root_seq bigint NOT NULL CHECK (root_seq > 0),
+            last_reply_seq bigint NOT NULL DEFAULT 0 CHECK (last_reply_seq >= 0),
+            last_reply_at timestamptz,
+            PRIMARY KEY (conversation_id, root_seq)
+        )
+        """
+    )
+    op.execute(
+        """
+        CREATE TABLE thread_reply (
+            conversation_id bigint NOT NULL,
+            seq bigint NOT NULL,
+            root_seq bigint NOT NULL,
+            reply_seq bigint NOT NULL CHECK (reply_seq > 0),
+            thread_only boolean NOT NULL,
+            PRIMARY KEY (conversation_id, seq),
+            CONSTRAINT thread_reply_root_reply_seq_key UNIQUE (conversation_id, root_seq, reply_seq)
+        )
+        """
+    )
+    op.execute(
+        "CREATE INDEX thread_reply_thread_only_idx ON thread_reply (conversation_id, seq) WHERE thread_only"
+    )
+    op.execute(
+        """
+        CREATE TABLE thread_member (
+            conversation_id bigint NOT NULL,
+            root_seq bigint NOT NULL,
+            user_id text COLLATE "C" NOT NULL,
+            last_read_reply_seq bigint NOT NULL DEFAULT 0 CHECK (last_read_reply_seq >= 0),
+            following boolean NOT NULL DEFAULT true,
+            PRIMARY KEY (conversation_id, root_seq, user_id)
+        )
+        """
+    )
+    op.execute("CREATE INDEX thread_member_following_idx ON thread_member (user_id) WHERE following")
+    op.execute("ALTER TABLE conversation ADD COLUMN thread_only_count bigint NOT NULL DEFAULT 0")
+    op.execute(
+        "ALTER TABLE conversation_member ADD COLUMN thread_only_below bigint NOT NULL DEFAULT 0,"
+        " ADD COLUMN thread_only_at bigint NOT NULL DEFAULT 0"
+    )
+
+
+def downgrade() -> None:
+    op.execute("ALTER TABLE conversation_member DROP COLUMN thread_only_below, DROP COLUMN thread_only_at")
+    op.execute("ALTER TABLE conversation DROP COLUMN thread_only_count")
+    op.execute("DROP TABLE thread_member")
+    op.execute("DROP TABLE thread_reply")
+    op.execute("DROP TABLE thread")

@@ -1,0 +1,194 @@
+"""Threads: a reply's place in its root's thread (its own gap-free reply seq), and who follows it,
+against the session's chatgql (real PostgreSQL), the tables inspected with SQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from chatgql.graphql import ids
+
+from ..conftest import error_code
+from ..support.live import ChatApi
+from .test_replies import REPLY, message_id, reply
+
+
+@pytest.fixture
+async def api(server, http) -> ChatApi:
+    return ChatApi.of(server, http)
+
+
+async def thread_rows(engine, cid: str) -> dict:
+    async with engine.connect() as conn:
+        threads = (
+            await conn.execute(
+                text("SELECT root_seq, last_reply_seq FROM thread WHERE conversation_id = :c ORDER BY root_seq"),
+                {"c": int(cid)},
+            )
+        ).all()
+        replies = (
+            await conn.execute(
+                text(
+                    "SELECT seq, root_seq, reply_seq, thread_only FROM thread_reply"
+                    " WHERE conversation_id = :c ORDER BY seq"
+                ),
+                {"c": int(cid)},
+            )
+        ).all()
+        members = (
+            await conn.execute(
+                text(
+                    "SELECT root_seq, user_id, last_read_reply_seq, following FROM thread_member"
+                    " WHERE conversation_id = :c ORDER BY root_seq, user_id"
+                ),
+                {"c": int(cid)},
+            )
+        ).all()
+    return {
+        "threads": [tuple(r) for r in threads],
+        "replies": [tuple(r) for r in replies],
+        "members": [tuple(r) for r in members],
+    }
+
+
+async def test_replies_are_numbered_per_thread_and_a_reply_to_a_reply_joins_its_root(api, engine):
+    cid = await api.create_group(1, [2, 3])
+    await api.send(1, cid, "root a")  # 1
+    await api.send(2, cid, "root b")  # 2
+    a, b = await message_id(api, 1, cid, 1), await message_id(api, 1, cid, 2)
+    await reply(api, 2, cid, a, "a1")  # 3
+    await reply(api, 3, cid, b, "b1")  # 4
+    await api.send(1, cid, "plain")  # 5: in no thread
+    a1 = await message_id(api, 1, cid, 3)
+    await reply(api, 3, cid, a1, "a2, quoting a1")  # 6: in a's thread
+    again = str(uuid.uuid4())
+    await reply(api, 2, cid, a, "a3", cmid=again)  # 7
+    await reply(api, 2, cid, a, "a3", cmid=again)  # a retry: numbered once
+    rows = await thread_rows(engine, cid)
+    assert rows["threads"] == [(1, 3), (2, 1)]
+    assert rows["replies"] == [(3, 1, 1, False), (4, 2, 1, False), (6, 1, 2, False), (7, 1, 3, False)]
+    # the root's author and each replier follow; a replier has read up to their own newest reply
+    assert rows["members"] == [
+        (1, "1", 0, True),
+        (1, "2", 3, True),
+        (1, "3", 2, True),
+        (2, "2", 0, True),
+        (2, "3", 1, True),
+    ]
+
+
+async def test_concurrent_replies_to_one_thread_take_every_reply_seq_once(api, engine):
+    cid = await api.create_group(1, [2, 3])
+    await api.send(1, cid, "root")
+    root = await message_id(api, 1, cid, 1)
+    await asyncio.gather(*(reply(api, 2 + i % 2, cid, root, f"r{i}") for i in range(12)))
+    rows = await thread_rows(engine, cid)
+    assert rows["threads"] == [(1, 12)]
+    # gap-free, and in the conversation's seq order (numbered under the conversation's lock)
+    assert [(seq, reply_seq) for seq, _, reply_seq, _ in rows["replies"]] == [(s, s - 1) for s in range(2, 14)]
+
+
+async def test_a_refused_reply_files_nothing(api, engine):
+    cid = await api.create_group(1, [2])
+    await api.send(1, cid, "root")
+    other = await api.create_group(1, [2])
+    await api.send(1, other, "elsewhere")
+    elsewhere = await message_id(api, 1, other, 1)
+    variables = {"c": cid, "m": str(uuid.uuid4()), "b": "x", "r": elsewhere}
+    await api.error(REPLY, variables, user=2)
+    assert await thread_rows(engine, cid) == {"threads": [], "replies": [], "members": []}
+
+
+THREAD_FIELDS = (
+    "conversationId rootSeq replyCount lastReplySeq lastReadReplySeq unreadCount following participants"
+    " root { seq } lastReply { seq body }"
+)
+THREAD = f"query($r: ID!) {{ thread(rootId: $r) {{ {THREAD_FIELDS} }} }}"
+MARK = f"mutation($r: ID!, $s: Long!) {{ markThreadRead(rootId: $r, replySeq: $s) {{ {THREAD_FIELDS} }} }}"
+FOLLOW = f"mutation($r: ID!) {{ followThread(rootId: $r) {{ {THREAD_FIELDS} }} }}"
+UNFOLLOW = f"mutation($r: ID!) {{ unfollowThread(rootId: $r) {{ {THREAD_FIELDS} }} }}"
+SET_ROLE = "mutation($c: ID!, $u: ID!) { setMemberRole(conversationId: $c, userId: $u, role: ADMIN) { role } }"
+
+
+async def thread(api: ChatApi, user: int, root: str) -> dict:
+    return (await api.data(THREAD, {"r": root}, user=user))["thread"]
+
+
+async def test_a_thread_has_its_own_watermark_and_marking_it_read_is_monotonic_and_clamped(api):
+    cid = await api.create_group(1, [2, 3])
+    await api.send(1, cid, "root")
+    root = await message_id(api, 1, cid, 1)
+    assert await thread(api, 3, root) == {
+        "conversationId": cid,
+        "rootSeq": 1,
+        "replyCount": 0,
+        "lastReplySeq": 0,
+        "lastReadReplySeq": 0,
+        "unreadCount": 0,
+        "following": False,
+        "participants": ["1"],
+        "root": {"seq": 1},
+        "lastReply": None,
+    }
+    for i in range(3):
+        await reply(api, 2, cid, root, f"r{i}")
+    seen = await thread(api, 3, root)
+    assert (seen["lastReplySeq"], seen["unreadCount"], seen["replyCount"]) == (3, 3, 3)
+    assert seen["participants"] == ["1", "2"] and seen["lastReply"] == {"seq": 4, "body": "r2"}
+    assert (await thread(api, 1, root))["following"] is True  # the root's author
+    marked = (await api.data(MARK, {"r": root, "s": 2}, user=3))["markThreadRead"]
+    assert (marked["lastReadReplySeq"], marked["unreadCount"], marked["following"]) == (2, 1, False)
+    lower = (await api.data(MARK, {"r": root, "s": 1}, user=3))["markThreadRead"]
+    assert lower["lastReadReplySeq"] == 2  # never lowered
+    past = (await api.data(MARK, {"r": root, "s": 99}, user=3))["markThreadRead"]
+    assert (past["lastReadReplySeq"], past["unreadCount"]) == (3, 0)  # clamped
+    # the conversation's read state did not move
+    conv = await api.data("query($c: ID!) { conversation(id: $c) { lastReadSeq } }", {"c": cid}, user=3)
+    assert conv["conversation"]["lastReadSeq"] == 0
+    # a reply's id names its root's thread
+    assert (await thread(api, 3, await message_id(api, 3, cid, 3)))["rootSeq"] == 1
+
+
+async def test_follow_and_unfollow_and_a_reply_follows_again(api):
+    cid = await api.create_group(1, [2])
+    await api.send(1, cid, "root")
+    root = await message_id(api, 1, cid, 1)
+    assert (await api.data(FOLLOW, {"r": root}, user=2))["followThread"]["following"] is True
+    assert (await api.data(UNFOLLOW, {"r": root}, user=2))["unfollowThread"]["following"] is False
+    assert (await api.data(UNFOLLOW, {"r": root}, user=1))["unfollowThread"]["following"] is False
+    await reply(api, 2, cid, root, "back in")
+    assert (await thread(api, 2, root))["following"] is True  # their reply follows it again
+    assert (await thread(api, 1, root))["following"] is False  # the author's unfollow holds
+
+
+@pytest.mark.parametrize("who", ["owner", "admin", "member", "non-member", "anonymous"])
+async def test_who_may_read_mark_and_follow_a_thread(api, engine, who):
+    cid = await api.create_group(1, [2, 3])
+    await api.data(SET_ROLE, {"c": cid, "u": "2"}, user=1)
+    await api.send(1, cid, "root")
+    root = await message_id(api, 1, cid, 1)
+    await reply(api, 3, cid, root, "r")
+    user = {"owner": 1, "admin": 2, "member": 3, "non-member": 4, "anonymous": None}[who]
+    calls = [(THREAD, {"r": root}), (MARK, {"r": root, "s": 1}), (FOLLOW, {"r": root}), (UNFOLLOW, {"r": root})]
+    before = await thread_rows(engine, cid)
+    for query, variables in calls:
+        if user in (1, 2, 3):
+            assert "errors" not in await api.execute(query, variables, user=user)
+        else:
+            expected = "UNAUTHENTICATED" if user is None else "NOT_FOUND"
+            assert error_code(await api.error(query, variables, user=user)) == expected
+    if user not in (1, 2, 3):
+        assert await thread_rows(engine, cid) == before  # a refused call writes nothing
+
+
+async def test_a_bad_or_missing_root_is_a_coded_error(api):
+    cid = await api.create_group(1, [2])
+    await api.send(1, cid, "root")
+    assert error_code(await api.error(THREAD, {"r": cid}, user=1)) == "BAD_USER_INPUT"  # a conversation id
+    assert error_code(await api.error(THREAD, {"r": "nonsense"}, user=1)) == "BAD_USER_INPUT"
+    assert error_code(await api.error(THREAD, {"r": ids.message_id(int(cid), 9)}, user=1)) == "NOT_FOUND"
+    bad = await api.error(MARK, {"r": ids.message_id(int(cid), 1), "s": -1}, user=1)
+    assert error_code(bad) == "BAD_USER_INPUT"
