@@ -1,12 +1,13 @@
 """The read-state rules written once as a small model, and the real API driven against it.
 
-A Hypothesis state machine sends, reads, marks unread, delivers, deletes, edits (with their
-mentions), mutes, switches private receipts (per conversation and as the user's default),
-leaves and rejoins, over three users in two fresh groups per example (user 0 owns both and never
-leaves), through GraphQL over HTTP against the session's server on real PostgreSQL. Every
-mutation's answer is compared with the model and with a query read right after it; after every
-step each user's conversations, inbox rows and viewer totals are compared with the model, and no
-count may be below 0, and totalUnread must be the sum of the unmuted conversations' unreadCount.
+A Hypothesis state machine sends, replies (to the thread only, or also to the conversation), reads,
+marks unread, delivers, deletes, edits (with their mentions), mutes, switches private receipts (per
+conversation and as the user's default), leaves and rejoins, over three users in two fresh groups per
+example (user 0 owns both and never leaves), through GraphQL over HTTP against the session's server
+on real PostgreSQL. Every mutation's answer is compared with the model and with a query read right
+after it; after every step each user's conversations, inbox rows and viewer totals are compared with
+the model, and no count may be below 0, and totalUnread must be the sum of the unmuted conversations'
+unreadCount.
 
 Each example starts from a first state drawn at once (private defaults, messages, reads, deletes,
 rewinds and reads again, each checked as a step is), and read, markUnread and delete come twice as
@@ -19,7 +20,8 @@ The rules, as the docs state them (docs/guide/read-state.md):
   lastReadSeq and unreadCount say); markRead raises both (only the own one with private
   receipts), never lowers either; markUnread(fromSeq) lowers the own one to fromSeq - 1 at most;
   a send raises the sender's watermark and own position to their message;
-- unreadCount: the messages above the own read position that are not deleted (firstUnreadSeq: the
+- unreadCount: the messages above the own read position that are neither deleted nor thread-only
+  replies (firstUnreadSeq: the
   first of them, null when none); unreadMentions: of
   those, the ones that mention the viewer as the message mentions now (an edit replaces them);
 - delivered: the higher of the delivered mark and the watermark; private receipts freeze both;
@@ -42,6 +44,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+from chatgql.graphql.ids import message_id
 from tests.support.live import ChatApi
 
 from .test_fuzz import SETTINGS
@@ -62,6 +65,10 @@ SEND = """
 mutation($c: ID!, $m: UUID!, $b: String!, $mentions: [ID!], $all: Boolean) {
   sendMessage(conversationId: $c, clientMsgId: $m, body: $b, mentions: $mentions, mentionEveryone: $all) {
     message { seq mentions } } }
+"""
+REPLY = """
+mutation($c: ID!, $m: UUID!, $b: String!, $r: ID!, $t: Boolean!) {
+  sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r, threadOnly: $t) { message { seq } } }
 """
 READ = """
 mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }
@@ -103,6 +110,7 @@ class Msg:
     sender: int
     mentions: frozenset[int]
     deleted: bool = False
+    thread_only: bool = False  # a reply sent to its thread only: not in the conversation's unread
 
 
 @dataclass
@@ -117,11 +125,12 @@ class Conv:
 
     def unread(self, who: int, above: int | None = None) -> int:
         start = self.members[who].own if above is None else above
-        return sum(1 for seq, msg in self.messages.items() if seq > start and not msg.deleted)
+        return sum(1 for seq, msg in self.messages.items() if seq > start and not msg.deleted and not msg.thread_only)
 
     def first_unread(self, who: int) -> int | None:
         own = self.members[who].own
-        return min((seq for seq, msg in self.messages.items() if seq > own and not msg.deleted), default=None)
+        unread = (seq for seq, msg in self.messages.items() if seq > own and not msg.deleted and not msg.thread_only)
+        return min(unread, default=None)
 
     def unread_mentions(self, who: int) -> int:
         own = self.members[who].own
@@ -281,6 +290,28 @@ class ReadStateMachine(RuleBasedStateMachine):
         sender.public = sender.own = seq
         message = body["data"]["sendMessage"]["message"]
         assert message == {"seq": seq, "mentions": sorted(self.users[u] for u in named)}
+
+    @rule(c=CONV, who=WHO, to=st.integers(1, 6), thread_only=st.booleans())
+    def reply(self, c: int, who: int, to: int, thread_only: bool) -> None:
+        """A reply (sendMessage(replyTo:)), sent to its thread only or also to the conversation."""
+        conv = self.model.convs[c]
+        variables = {
+            "c": conv.id,
+            "m": str(uuid.uuid4()),
+            "b": f"m{next(self.bodies)}",
+            "r": message_id(int(conv.id), to),
+        }
+        body = self.run(REPLY, {**variables, "t": thread_only}, who)
+        if who not in conv.members:
+            return self.refused(body, "NOT_FOUND")
+        if to > conv.last_seq:
+            return self.refused(body, "BAD_USER_INPUT")
+        assert "errors" not in body, body
+        seq = conv.last_seq + 1
+        conv.messages[seq] = Msg(who, frozenset(), thread_only=thread_only)
+        sender = conv.members[who]
+        sender.public = sender.own = seq
+        assert body["data"]["sendMessage"]["message"] == {"seq": seq}
 
     @rule(c=CONV, who=WHO, seq=SEQ)
     def read(self, c: int, who: int, seq: int) -> None:

@@ -192,3 +192,55 @@ async def test_a_bad_or_missing_root_is_a_coded_error(api):
     assert error_code(await api.error(THREAD, {"r": ids.message_id(int(cid), 9)}, user=1)) == "NOT_FOUND"
     bad = await api.error(MARK, {"r": ids.message_id(int(cid), 1), "s": -1}, user=1)
     assert error_code(bad) == "BAD_USER_INPUT"
+
+
+THREAD_ONLY = """
+mutation($c: ID!, $m: UUID!, $b: String!, $r: ID, $t: Boolean!) {
+  sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r, threadOnly: $t) { message { seq } }
+}
+"""
+COUNTS = "query($c: ID!) { conversation(id: $c) { lastSeq lastReadSeq unreadCount firstUnreadSeq } }"
+DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
+MARK_UNREAD = "mutation($c: ID!, $s: Long!) { markUnread(conversationId: $c, fromSeq: $s) { unreadCount } }"
+
+
+async def send_reply(api: ChatApi, user: int, cid: str, root: str, *, thread_only: bool) -> int:
+    variables = {"c": cid, "m": str(uuid.uuid4()), "b": "r", "r": root, "t": thread_only}
+    return (await api.data(THREAD_ONLY, variables, user=user))["sendMessage"]["message"]["seq"]
+
+
+async def counts(api: ChatApi, user: int, cid: str) -> dict:
+    return (await api.data(COUNTS, {"c": cid}, user=user))["conversation"]
+
+
+async def test_a_thread_only_reply_counts_in_its_thread_not_in_its_conversation(api):
+    cid = await api.create_group(1, [2, 3])
+    await api.send(1, cid, "root")  # 1
+    root = await message_id(api, 1, cid, 1)
+    await api.mark_read(3, cid, 1)
+    await send_reply(api, 2, cid, root, thread_only=True)  # 2: thread only
+    await send_reply(api, 2, cid, root, thread_only=False)  # 3: also in the conversation
+    await send_reply(api, 2, cid, root, thread_only=True)  # 4: thread only
+    await api.send(1, cid, "plain")  # 5
+    assert await counts(api, 3, cid) == {"lastSeq": 5, "lastReadSeq": 1, "unreadCount": 2, "firstUnreadSeq": 3}
+    totals = (await api.data("{ viewer { totalUnread } }", user=3))["viewer"]["totalUnread"]
+    assert totals >= 2
+    seen = await thread(api, 3, root)
+    assert (seen["lastReplySeq"], seen["unreadCount"]) == (3, 3)  # every reply counts in the thread
+    # a deleted thread-only reply is counted once (it was never in the conversation's unread)
+    await api.data(DELETE, {"c": cid, "s": 2}, user=2)
+    assert (await counts(api, 3, cid))["unreadCount"] == 2
+    await api.data(DELETE, {"c": cid, "s": 3}, user=2)  # the reply also sent to the conversation
+    assert await counts(api, 3, cid) == {"lastSeq": 5, "lastReadSeq": 1, "unreadCount": 1, "firstUnreadSeq": 5}
+    # reading and rewinding keep thread-only replies out
+    await api.mark_read(3, cid, 5)
+    assert (await counts(api, 3, cid))["unreadCount"] == 0
+    assert (await api.data(MARK_UNREAD, {"c": cid, "s": 2}, user=3))["markUnread"]["unreadCount"] == 1
+    assert await counts(api, 3, cid) == {"lastSeq": 5, "lastReadSeq": 1, "unreadCount": 1, "firstUnreadSeq": 5}
+
+
+async def test_thread_only_without_reply_to_is_bad_user_input(api, engine):
+    cid = await api.create_group(1, [2])
+    variables = {"c": cid, "m": str(uuid.uuid4()), "b": "x", "r": None, "t": True}
+    assert error_code(await api.error(THREAD_ONLY, variables, user=1)) == "BAD_USER_INPUT"
+    assert (await counts(api, 1, cid))["lastSeq"] == 0

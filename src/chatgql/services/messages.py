@@ -33,6 +33,7 @@ async def do_send_message(
     *,
     batcher: SendBatcher | None = None,
     reply_to: int | None = None,
+    thread_only: bool = False,
     attachments: Sequence[Attachment] = (),
     mentions: list[str] | None = None,
     mention_everyone: bool = False,
@@ -56,7 +57,8 @@ async def do_send_message(
 
     reply_to: the seq of an earlier message of the conversation this one quotes; the send and the
     quoted message's reply count are one transaction (never group-committed), and a seq with no
-    earlier message is BAD_USER_INPUT with nothing written. attachments (checked already:
+    earlier message is BAD_USER_INPUT with nothing written. thread_only: the reply is sent to its thread
+    only (it counts in the thread's unread, not the conversation's). attachments (checked already:
     check_attachments) are written in the same transaction, never group-committed either.
 
     hook: the before-send hook (services/beforesend.py), asked first; its sends are never
@@ -71,6 +73,7 @@ async def do_send_message(
             client_msg_id,
             body,
             reply_to=reply_to,
+            thread_only=thread_only,
             attachments=attachments,
             mentions=mentions,
             mention_everyone=mention_everyone,
@@ -87,7 +90,7 @@ async def do_send_message(
     everyone = mention_everyone
     if reply_to is not None or attachments or mentions or everyone or guard is not None:  # not group-committed
         row = await _send_with_extras(
-            database, conversation_id, item, reply_to, attachments, mentions or [], everyone, guard
+            database, conversation_id, item, reply_to, thread_only, attachments, mentions or [], everyone, guard
         )
     elif batcher is None:
         row = await send_alone(database, conversation_id, item)
@@ -156,6 +159,7 @@ async def _send_with_extras(
     conversation_id: int,
     item: SendItem,
     reply_to: int | None,
+    thread_only: bool,
     attachments: Sequence[Attachment],
     mentioned: list[str],
     everyone: bool,
@@ -166,7 +170,9 @@ async def _send_with_extras(
     and keeps the original's. guard: the before-send hook's decision, checked (and a rewrite kept)
     under the conversation's lock first; a send it does not store keeps nothing of it."""
     try:
-        return await _extras_txn(database, conversation_id, item, reply_to, attachments, mentioned, everyone, guard)
+        return await _extras_txn(
+            database, conversation_id, item, reply_to, thread_only, attachments, mentioned, everyone, guard
+        )
     except _NotStored as refused:
         return refused.row
 
@@ -181,6 +187,7 @@ async def _extras_txn(
     conversation_id: int,
     item: SendItem,
     reply_to: int | None,
+    thread_only: bool,
     attachments: Sequence[Attachment],
     mentioned: list[str],
     everyone: bool,
@@ -203,7 +210,8 @@ async def _extras_txn(
                         f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
                         reason="REPLY_TO_NOT_FOUND",
                     )
-                # a reply counts in its conversation's unread too: not thread-only
-                await threads.add_reply_txn(conn, conversation_id, row.seq, reply_to, item.sender_id, thread_only=False)
+                await threads.add_reply_txn(
+                    conn, conversation_id, row.seq, reply_to, item.sender_id, thread_only=thread_only
+                )
             database.events_written(conn)
     return row
