@@ -10,10 +10,9 @@ reply still takes); thread_reply says which thread a reply is in, its number the
 thread-only (not also sent to the conversation: it counts in the thread's unread, not the
 conversation's). thread_member is a member's thread watermark and whether they follow it.
 
-The conversation's unread stays a subtraction: conversation.thread_only_count counts the thread-only
-replies so far, and a member's thread_only_below how many lie at or below the read position it was
-taken at (thread_only_at); thread_reply_thread_only_idx counts the ones in between when the position
-moved since. New tables and columns with defaults: nothing rewritten.
+The conversation's unread stays a subtraction: conversation.thread_only_count says whether a
+conversation has had a thread-only reply, and thread_reply_thread_only_idx counts those above a
+member's read position. New tables and a column with a default: nothing rewritten.
 """
 
 from alembic import op
@@ -66,14 +65,9 @@ def upgrade() -> None:
     )
     op.execute("CREATE INDEX thread_member_following_idx ON thread_member (user_id) WHERE following")
     op.execute("ALTER TABLE conversation ADD COLUMN thread_only_count bigint NOT NULL DEFAULT 0")
-    op.execute(
-        "ALTER TABLE conversation_member ADD COLUMN thread_only_below bigint NOT NULL DEFAULT 0,"
-        " ADD COLUMN thread_only_at bigint NOT NULL DEFAULT 0"
-    )
 
 
 def downgrade() -> None:
-    op.execute("ALTER TABLE conversation_member DROP COLUMN thread_only_below, DROP COLUMN thread_only_at")
     op.execute("ALTER TABLE conversation DROP COLUMN thread_only_count")
     op.execute("DROP TABLE thread_member")
     op.execute("DROP TABLE thread_reply")

@@ -95,9 +95,6 @@ conversation_member = Table(
     Column("receipts_private", Boolean, nullable=False, server_default="false"),
     # the member's last send while slow mode was on (0019_slow_mode)
     Column("last_sent_at", DateTime(timezone=True)),
-    # thread-only replies at or below the read position thread_only_at (0021_threads)
-    Column("thread_only_below", BigInteger, nullable=False, server_default="0"),
-    Column("thread_only_at", BigInteger, nullable=False, server_default="0"),
     PrimaryKeyConstraint("conversation_id", "user_id"),
     CheckConstraint("role IN ('OWNER', 'ADMIN', 'MEMBER')", name="conversation_member_role_check"),
     CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
