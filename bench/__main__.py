@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.connections is not None and args.connections < 1:
         parser.error("--connections: at least 1")
-    from chatgql.settings import available_cores
+    from chatgql.settings import default_workers as chatgql_default_workers
 
-    default_workers = available_cores()
+    default_workers = chatgql_default_workers()
     if args.workers is None:
         args.workers = default_workers
     if args.workers < 1:

@@ -59,6 +59,8 @@ SERVES = {
     "read": "markRead",
 }
 NOTES = "\n## Reading\n"  # the report's hand-written part, from this heading on: kept when it is written again
+# bench.fastlive's section of the report, before the notes: kept too
+LIVE_SECTION = "\n## Live delivery: parked wake-ups and the hub (`python -m bench.fastlive`)\n"
 HUB_FIGURES = ("send_spread", "read")
 # (fast path, what it serves, side with it, side without it, figures)
 HTTP_PAIRS = (
@@ -425,8 +427,10 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({**results, "failed": failed}, indent=1, default=str))
     text = report(results, args)
-    if args.report.exists() and NOTES in (old := args.report.read_text()):
-        text += old[old.index(NOTES) :]
+    old = args.report.read_text() if args.report.exists() else ""
+    kept = [old.index(heading) for heading in (LIVE_SECTION, NOTES) if heading in old]
+    if kept:
+        text += old[min(kept) :]
     args.report.write_text(text)
     print(text)
 

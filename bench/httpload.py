@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import multiprocessing as mp
 import random
@@ -17,7 +18,14 @@ from .infra import run_with_rusage, use_uvloop
 from .queries import DELIVERED, INBOX, READ, SEND, Scenario
 
 LUA = Path(__file__).resolve().parent / "wrk" / "gql.lua"
-QUERIES = {"send_spread": SEND, "send_hot": SEND, "read": READ, "delivered": DELIVERED, "inbox": INBOX}
+QUERIES = {
+    "send_spread": SEND,
+    "send_pair": SEND,
+    "send_hot": SEND,
+    "read": READ,
+    "delivered": DELIVERED,
+    "inbox": INBOX,
+}
 
 
 def wrk_path() -> str | None:
@@ -34,6 +42,8 @@ def write_tokens(scenario: Scenario, workdir: Path) -> Path:
 def run(port: int, scenario: Scenario, workdir: Path, seconds: float, read_base: int = 0) -> dict:
     """One closed-loop run with sizes.clients connections; returns counts, rate, latency, generator CPU."""
     tokens = write_tokens(scenario, workdir)
+    if scenario.persisted and not wrk_path():
+        raise RuntimeError("persisted documents are sent by wrk only: install wrk")
     if wrk_path():
         return _run_wrk(port, scenario, tokens, workdir, seconds, read_base)
     return _run_python(port, scenario, tokens, seconds, read_base)
@@ -42,10 +52,14 @@ def run(port: int, scenario: Scenario, workdir: Path, seconds: float, read_base:
 def _run_wrk(port: int, scenario: Scenario, tokens: Path, workdir: Path, seconds: float, read_base: int) -> dict:
     s = scenario.sizes
     query = json.dumps(QUERIES[scenario.name])[1:-1]
+    field = "query"
+    if scenario.persisted:  # the document by id (loaded into the server's database by the caller)
+        field, query = "documentId", hashlib.sha256(QUERIES[scenario.name].encode()).hexdigest()
     config = workdir / f"wrk_{scenario.name}.lua"
     config.write_text(
         "return {\n"
         f'  mode = "{scenario.name}",\n  tokens = [==[{tokens}]==],\n  query = [==[{query}]==],\n'
+        f'  field = "{field}",\n'
         f"  threads = {s.threads},\n  seed = {random.randint(1, 2**30)},\n  hot_cid = {layout.HOT_CID},\n"
         f"  read_cid0 = {layout.READ_CID0},\n  read_base = {read_base},\n  inbox_page = {s.inbox_page},\n"
         "}\n"

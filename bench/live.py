@@ -354,46 +354,43 @@ async def kafka_baseline(bootstrap: str, sizes: layout.Sizes, cpu_sources: dict,
 
 
 async def bus_baseline(sizes: layout.Sizes, rate: float, url: str | None = None) -> dict:
-    """No Kafka: a broadcaster publish -> subscriber round trip on the bus the server uses:
-    memory:// (in this process), or with workers the same redis-server (through the product's own
-    redis backend), a channel of its own."""
-    from broadcaster import Broadcast
-
+    """No Kafka: a publish -> subscriber round trip on the bus the server uses: memory:// (in
+    this process), or with workers the same redis-server, through the product's own backend
+    (events/backends.py) driven alone, without the Bus, on a channel of its own."""
     from chatgql.events.backends import backend_for
 
     url = url or "memory://"
-    bus = Broadcast(backend=backend_for(url))  # chatgql's backend, driven by broadcaster's Broadcast
+    bus = backend_for(url)
     await bus.connect()
     got: dict[str, int] = {}
     try:
         sub_channel = f"bench.roundtrip.{uuid.uuid4().hex[:8]}"
-        async with bus.subscribe(sub_channel) as sub:
+        await bus.subscribe(sub_channel)
 
-            async def reader() -> None:
-                async for event in sub:
-                    if event is None:
-                        return
-                    got[event.message] = time.monotonic_ns()
+        async def reader() -> None:
+            while True:
+                event = await bus.next_published()
+                got[event.message] = time.monotonic_ns()
 
-            task = asyncio.create_task(reader())
+        task = asyncio.create_task(reader())
 
-            async def send_one(i: int) -> tuple[str, int]:
-                key = str(uuid.uuid4())
-                start = time.monotonic_ns()
-                await bus.publish(sub_channel, key)
-                return key, start
+        async def send_one(i: int) -> tuple[str, int]:
+            key = str(uuid.uuid4())
+            start = time.monotonic_ns()
+            await bus.publish(sub_channel, key)
+            return key, start
 
-            count = int(rate * sizes.live_seconds)
-            starts, sched = await fixed_rate(rate, count, send_one)
-            await asyncio.sleep(0.2)
-            task.cancel()
+        count = int(rate * sizes.live_seconds)
+        starts, sched = await fixed_rate(rate, count, send_one)
+        await asyncio.sleep(0.2)
+        task.cancel()
     finally:
         await bus.disconnect()
     lat, missing = _latencies(starts, got, set())
     kind = (
-        "in-process broadcaster memory:// round trip"
+        "in-process memory:// bus round trip"
         if url.startswith("memory")
-        else "broadcaster redis:// publish -> subscribe round trip, same redis-server"
+        else "redis:// bus publish -> subscribe round trip, same redis-server"
     )
     return {
         "kind": kind + " (no Kafka in this run; not a Kafka baseline)",

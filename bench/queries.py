@@ -76,8 +76,13 @@ class Scenario:
     def __init__(self, name: str, sizes: layout.Sizes) -> None:
         self.name = name
         self.sizes = sizes
+        self.persisted = False  # True: wrk names the document by its sha256 (documentId), not its text
         if name == "send_spread":
             self.users = [layout.SPREAD_SENDER + i for i in range(1, sizes.spread + 1)]
+        elif name == "send_pair":  # either member of a spread conversation: users c and spread + c
+            self.users = [layout.SPREAD_SENDER + i for i in range(1, sizes.spread + 1)] + [
+                layout.SPREAD_OTHER + i for i in range(1, sizes.spread + 1)
+            ]
         elif name == "send_hot":
             self.users = [layout.HOT_MEMBER + j for j in range(1, sizes.hot_members + 1)]
         elif name in ("read", "delivered"):  # delivered: markDelivered on the read conversations
@@ -96,6 +101,9 @@ class Scenario:
         if self.name == "send_spread":
             i = rng.randint(1, s.spread)
             return i - 1, send_body(i)
+        if self.name == "send_pair":
+            c = rng.randint(1, s.spread)
+            return c - 1 + s.spread * rng.randint(0, 1), send_body(c)
         if self.name == "send_hot":
             j = rng.randint(1, s.hot_members)
             return j - 1, send_body(layout.HOT_CID)

@@ -40,7 +40,8 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 TABLES = (
     "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
     " message_reaction_count, message_edit, message_change, message, message_mention, pinned_message, user_setting,"
-    " conversation_member, conversation, conversation_ban, send_verdict, thread, thread_reply, thread_member"
+    " conversation_member, conversation, conversation_ban, send_verdict, user_block, user_ban, report, moderation_action,"
+    " persisted_document, thread, thread_reply, thread_member"
 )
 
 
@@ -263,10 +264,14 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "rate_send_per_second": 0,
         "rate_read_per_second": 0,
         "rate_typing_per_second": 0,
+        # The ban list's reload is a statement of the pool's at any moment; the bans' events carry them.
+        "ban_refresh_seconds": 3600,
         "rate_group_per_second": 0,
         "rate_direct_per_second": 0,
         "rate_add_members_per_second": 0,
         "rate_search_per_second": 0,
+        "rate_block_per_second": 0,
+        "rate_report_per_second": 0,
         "max_groups_per_day": 0,
         # ...and open hundreds of websockets at once, all from 127.0.0.1 (tests/adversarial tests the limit).
         "max_unauthenticated_ws_per_address": 0,

@@ -1,6 +1,6 @@
 """The operator's commands beside a running `chatgql serve`: erase-user and the dead-letter CLI.
 
-A real `chatgql serve` (the default: one worker per core and their supervisor) on the embedded
+A real `chatgql serve` (the default: one worker per core but one) on the embedded
 default (its data directory, no CHATGQL_DATABASE_URL) and on an external PostgreSQL; clients
 send over HTTP while `chatgql erase-user` runs as a process of its own.
 """

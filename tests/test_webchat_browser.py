@@ -9,8 +9,10 @@ while offline: the message fails, and the retry stores it once. The answer to a 
 lost after the server stored it: pending until then, "not sent" after, and the retry with
 the same clientMsgId gets the original back (duplicate: true), shown once. User 1 edits a
 message, reacts 👍 to one and deletes one: user 2 sees "edited", the count and the
-tombstone live (messageChanged). User 1 sees "user 2 is typing…" while user 2 types. A reload pages the history backward. In a group, "seen by N"
-counts the members who read the message.
+tombstone live (messageChanged). User 2 reports a message of user 1 and blocks user 1: it collapses, user 1's
+sends to their direct chat are refused, and unblocking shows it again; in slow mode a second message too soon is
+refused with the wait. User 1 sees "user 2 is typing…" while user 2 types. A reload pages the history backward.
+In a group, "seen by N" counts the members who read the message.
 
 Screenshots of each step go to tests/out/webchat/ (printed).
 
@@ -339,6 +341,42 @@ async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_ne
             await expect(two.get_by_test_id("message")).to_have_text(re.compile("hello team"))
             await expect(one.get_by_test_id("tick")).to_contain_text("seen by 2")
             await _shot(one, "10-group-seen-by", shots)
+
+            # Moderation: user 2 reports user 1's message and blocks user 1; the message collapses, user 1's
+            # sends to their direct chat are refused, and unblocking shows it again.
+            hello = two.locator("[data-testid=message][data-seq='1']")
+            await hello.get_by_test_id("report").click()
+            await hello.get_by_label("Why report it").select_option("HARASSMENT")
+            await hello.get_by_role("button", name="Report", exact=True).click()
+            await expect(hello.get_by_test_id("report")).to_have_text("reported")
+            await hello.get_by_test_id("block").click()
+            await expect(hello.get_by_test_id("blocked-message")).to_have_text("message from user 1, whom you blocked")
+            await _shot(two, "11-blocked", shots)
+            refused = await client.error(
+                "mutation($c: ID!) { sendMessage(conversationId: $c, clientMsgId: "
+                '"00000000-0000-4000-8000-00000000beef", body: "hi") { duplicate } }',
+                {"c": conversation_id},
+                user=1,
+            )
+            assert refused["extensions"]["reason"] == "BLOCKED"
+            await hello.get_by_test_id("unblock").click()
+            await expect(hello).to_contain_text("hello team")
+
+            # Slow mode: the group's owner sets it; user 2 (a member) sees it, and a second message too soon is
+            # refused with the wait, on the unsent message.
+            await client.data(
+                "mutation($c: ID!) { setSlowMode(conversationId: $c, seconds: 600) { slowModeSeconds } }",
+                {"c": group_id},
+                user=1,
+            )
+            await two.reload()
+            await two.get_by_test_id("inbox-item").filter(has_text="team").click()
+            await expect(two.get_by_test_id("slow-mode")).to_have_text("slow mode: 600 s")
+            await _send(two, "first in slow mode")
+            await expect(two.get_by_test_id("message").filter(has_text="first in slow mode")).to_have_count(1)
+            await _send(two, "second too soon")
+            await expect(two.get_by_test_id("send-error")).to_contain_text("slow mode")
+            await _shot(two, "12-slow-mode", shots)
         except BaseException:
             for n, page in enumerate(pages):
                 await page.screenshot(path=str(SHOTS / f"failed-{n + 1}.png"))
@@ -349,6 +387,8 @@ async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_ne
             raise
         finally:
             await browser.close()
+            # users 1 and 2 are the session's: no block of theirs may outlive the test
+            await client.data('mutation { unblockUser(userId: "1") { blocked } }', user=2)
     print("\nweb chat screenshots:", *shots, sep="\n  ")
     assert outside == [], f"the page asked for something outside chatgql: {outside}"
     assert page_errors == []

@@ -1,9 +1,11 @@
--- revision: 0019_slow_mode
+-- revision: 0021_blocks
 -- One send: the next seq of the conversation, the message, the sender's own watermark and the
 -- message.new (and, when the send also read others' messages, read.updated) outbox rows, in one
 -- statement. Idempotent on (conversation_id, client_msg_id). Called by store/messages.py.
 -- Slow mode (conversation.slow_mode_seconds > 0): a MEMBER's send within that many seconds of their
 -- previous one is refused, outcome 'slow_mode', seq the whole seconds left to wait.
+-- A sender banned app-wide ('banned') and a direct conversation with a block between its two
+-- members ('blocked') store nothing new (docs/guide/moderation.md).
 CREATE OR REPLACE FUNCTION public.chat_send(p_conversation_id bigint, p_sender_id text, p_client_msg_id uuid, p_body text, p_message_event jsonb, p_read_event jsonb, p_message_keys text[], p_read_keys text[])
  RETURNS TABLE(outcome text, seq bigint, sender_id text, body text, created_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -19,9 +21,10 @@ DECLARE
     v_slow integer;
     v_role text;
     v_sent_at timestamptz;
+    v_type text;
 BEGIN
     -- 1. Sends to one conversation queue up here; other conversations never wait.
-    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds INTO v_last_seq, v_last_at, v_slow
+    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds, c.type INTO v_last_seq, v_last_at, v_slow, v_type
       FROM conversation c WHERE c.id = p_conversation_id
        FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -47,6 +50,22 @@ BEGIN
                 ORDER BY e.change_seq LIMIT 1)))
                  THEN 'duplicate' ELSE 'conflict' END,
             v_old.seq, v_old.sender_id, v_old.body, v_old.created_at;
+        RETURN;
+    END IF;
+
+    -- Moderation, under the locks a ban (the sender's, taken exclusively by store/app_bans.py) and
+    -- a block (the conversation's) take: nothing is stored after either has committed.
+    PERFORM pg_advisory_xact_lock_shared(7261304, hashtext(p_sender_id));
+    IF EXISTS (SELECT 1 FROM user_ban b WHERE b.user_id = p_sender_id
+                AND (b.until IS NULL OR b.until > clock_timestamp())) THEN
+        RETURN QUERY SELECT 'banned', NULL::bigint, NULL::text, NULL::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF v_type = 'DIRECT' AND EXISTS (SELECT 1 FROM direct_pair d JOIN user_block b
+                ON (b.blocker_id = d.user_low AND b.blocked_id = d.user_high)
+                OR (b.blocker_id = d.user_high AND b.blocked_id = d.user_low)
+             WHERE d.conversation_id = p_conversation_id) THEN
+        RETURN QUERY SELECT 'blocked', NULL::bigint, NULL::text, NULL::text, NULL::timestamptz;
         RETURN;
     END IF;
 

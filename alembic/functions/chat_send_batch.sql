@@ -1,7 +1,8 @@
--- revision: 0019_slow_mode
+-- revision: 0021_blocks
 -- A group commit's sends to one conversation (services/groupcommit.py), in one statement: what
 -- chat_send does for each, the conversation locked once. In slow mode it stores nothing: every
--- item's outcome is 'alone', and the caller sends each through chat_send.
+-- item's outcome is 'alone', and the caller sends each through chat_send. A banned sender's sends and
+-- every send to a blocked direct conversation store nothing: 'banned', 'blocked'.
 CREATE OR REPLACE FUNCTION public.chat_send_batch(p_conversation_id bigint, p_sender_ids text[], p_client_msg_ids uuid[], p_bodies text[], p_message_events jsonb[], p_read_events jsonb[], p_message_keys text[], p_read_keys text[])
  RETURNS TABLE(i bigint, outcome text, seq bigint, sender_id text, body text, created_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -13,9 +14,11 @@ DECLARE
     v_last_at timestamptz;
     v_at timestamptz;
     v_slow integer;
+    v_type text;
+    v_blocked boolean := false;
 BEGIN
     -- Sends to one conversation queue up here, once per batch.
-    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds INTO v_last_seq, v_last_at, v_slow
+    SELECT c.last_seq, c.last_message_at, c.slow_mode_seconds, c.type INTO v_last_seq, v_last_at, v_slow, v_type
       FROM conversation c WHERE c.id = p_conversation_id
        FOR NO KEY UPDATE;
     IF NOT FOUND OR v_slow > 0 THEN
@@ -32,11 +35,23 @@ BEGIN
       ORDER BY cm.user_id
         FOR NO KEY UPDATE;
 
+    -- Moderation, as in chat_send: the senders' ban locks (shared), the conversation's block.
+    PERFORM pg_advisory_xact_lock_shared(7261304, hashtext(s.id))
+       FROM (SELECT DISTINCT u.id FROM unnest(p_sender_ids) AS u(id) ORDER BY u.id) s;
+    IF v_type = 'DIRECT' THEN
+        v_blocked := EXISTS (SELECT 1 FROM direct_pair d JOIN user_block b
+                ON (b.blocker_id = d.user_low AND b.blocked_id = d.user_high)
+                OR (b.blocker_id = d.user_high AND b.blocked_id = d.user_low)
+             WHERE d.conversation_id = p_conversation_id);
+    END IF;
+
     -- A new statement: its snapshot sees every send committed before the lock was ours.
     RETURN QUERY
     WITH item AS (
         SELECT t.n, t.sender_id, t.client_msg_id, t.body, t.message_event, t.read_event,
-               m.last_read_seq, m.user_id IS NOT NULL AS member
+               m.last_read_seq, m.user_id IS NOT NULL AS member,
+               EXISTS (SELECT 1 FROM user_ban b WHERE b.user_id = t.sender_id
+                        AND (b.until IS NULL OR b.until > clock_timestamp())) AS banned
           FROM unnest(p_sender_ids, p_client_msg_ids, p_bodies, p_message_events, p_read_events)
                WITH ORDINALITY AS t(sender_id, client_msg_id, body, message_event, read_event, n)
           LEFT JOIN (SELECT cm.user_id, cm.last_read_seq FROM conversation_member cm  -- the senders' rows only
@@ -53,7 +68,7 @@ BEGIN
     ),
     claim AS (  -- the first member's item per clientMsgId not stored yet
         SELECT DISTINCT ON (k.client_msg_id) k.n FROM item k
-         WHERE k.member AND NOT EXISTS (SELECT 1 FROM old o WHERE o.client_msg_id = k.client_msg_id)
+         WHERE k.member AND NOT k.banned AND NOT v_blocked AND NOT EXISTS (SELECT 1 FROM old o WHERE o.client_msg_id = k.client_msg_id)
          ORDER BY k.client_msg_id, k.n
     ),
     fresh AS (
@@ -98,6 +113,8 @@ BEGIN
     SELECT k.n,
            CASE WHEN NOT k.member THEN 'not_found'
                 WHEN o.n = k.n THEN 'stored'
+                WHEN o.client_msg_id IS NULL AND k.banned THEN 'banned'
+                WHEN o.client_msg_id IS NULL AND v_blocked THEN 'blocked'
                 WHEN o.sender_id = k.sender_id AND (o.body = k.body OR o.deleted OR o.first_body = k.body) THEN 'duplicate'
                 ELSE 'conflict' END,
            o.seq, o.sender_id, o.body, o.created_at

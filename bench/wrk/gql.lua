@@ -3,9 +3,10 @@
 --   wrk -t2 -c16 -d20s -s bench/wrk/gql.lua http://127.0.0.1:PORT/graphql -- CONFIG.lua
 --
 -- CONFIG.lua (written by bench/httpload.py) returns a table:
---   mode      send_spread | send_hot | read | delivered | inbox
+--   mode      send_spread | send_pair | send_hot | read | delivered | inbox
 --   tokens    path of a file with one bearer token per line (token i = user i of the scenario)
---   query     the GraphQL document, already JSON-escaped
+--   query     the GraphQL document, already JSON-escaped (or its sha256, with field = "documentId")
+--   field     the body's key for it: "query" (the default) or "documentId" (a persisted document)
 --   threads   wrk's -t (read: thread t owns the conversations i = t (mod threads))
 --   seed      random seed (each thread adds its own number)
 --   hot_cid, read_cid0, read_base, inbox_page
@@ -37,10 +38,11 @@ function init(args)
    first_error = ""
    per_thread = math.floor(ntok / cfg.threads)
    headers = { ["Content-Type"] = "application/json" }
+   head = '{"' .. (cfg.field or "query") .. '":"' .. cfg.query .. '"'
    if mode == "inbox" then
       headers["Authorization"] = "Bearer " .. tokens[1]
       inbox_req = wrk.format("POST", nil, headers,
-         '{"query":"' .. cfg.query .. '","variables":{"n":' .. cfg.inbox_page .. '}}')
+         head .. ',"variables":{"n":' .. cfg.inbox_page .. '}}')
    end
 end
 
@@ -59,6 +61,13 @@ function request()
    if mode == "send_spread" then
       i = math.random(1, ntok)
       vars = '{"c":"' .. i .. '","m":"' .. uuid4() .. '","b":"hello"}'
+   elseif mode == "send_pair" then
+      -- either member of conversation c (tokens c and c + half): the other member's send after
+      -- one's own also marks it read
+      local half = math.floor(ntok / 2)
+      local c = math.random(1, half)
+      i = c + half * math.random(0, 1)
+      vars = '{"c":"' .. c .. '","m":"' .. uuid4() .. '","b":"hello"}'
    elseif mode == "send_hot" then
       i = math.random(1, ntok)
       vars = '{"c":"' .. cfg.hot_cid .. '","m":"' .. uuid4() .. '","b":"hello"}'
@@ -68,7 +77,7 @@ function request()
       vars = '{"c":"' .. (cfg.read_cid0 + i) .. '","s":' .. string.format("%d", cfg.read_base + seqno) .. '}'
    end
    headers["Authorization"] = "Bearer " .. tokens[i]
-   return wrk.format("POST", nil, headers, '{"query":"' .. cfg.query .. '","variables":' .. vars .. '}')
+   return wrk.format("POST", nil, headers, head .. ',"variables":' .. vars .. '}')
 end
 
 function response(status, headers, body)

@@ -57,3 +57,17 @@ def unavailable(what: str) -> Unavailable:
 def conversation_not_found(conversation_id: int | str) -> NotFound:
     """The same answer whether the conversation is missing or the caller is not in it."""
     return NotFound(f"conversation {conversation_id} not found", conversationId=str(conversation_id))
+
+
+BLOCKED = "BLOCKED"  # Forbidden's reason: a block between the two users (either way) refuses the call
+BANNED = "BANNED"  # Forbidden's reason: the caller is banned app-wide
+
+
+def blocked() -> Forbidden:
+    """The same answer to the blocker and to the blocked, whichever of them asks (docs/guide/moderation.md)."""
+    return Forbidden("refused: a block between these users", reason=BLOCKED)
+
+
+def banned(until: str | None) -> Forbidden:
+    """The answer to every request of a user banned app-wide; until: when the ban ends (ISO-8601), None: not set."""
+    return Forbidden("this user is banned", reason=BANNED, until=until)

@@ -58,7 +58,9 @@ conversation = Table(
     Column("retained_seq", BigInteger, nullable=False, server_default="0"),
     # a MEMBER sends at most once per this many seconds; 0: off (0019_slow_mode)
     Column("slow_mode_seconds", Integer, nullable=False, server_default="0"),
-    # thread-only replies so far: out of the conversation's unread (0021_threads)
+    # members added from now on read only the messages sent after they joined (0024_history_visibility)
+    Column("hide_history", Boolean, nullable=False, server_default="false"),
+    # thread-only replies so far: out of the conversation's unread (0025_threads)
     Column("thread_only_count", BigInteger, nullable=False, server_default="0"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
@@ -95,10 +97,13 @@ conversation_member = Table(
     Column("receipts_private", Boolean, nullable=False, server_default="false"),
     # the member's last send while slow mode was on (0019_slow_mode)
     Column("last_sent_at", DateTime(timezone=True)),
+    # the first seq the member may read: 1, or lastSeq + 1 when added to a group hiding its history (0021)
+    Column("visible_from_seq", BigInteger, nullable=False, server_default="1"),
     PrimaryKeyConstraint("conversation_id", "user_id"),
     CheckConstraint("role IN ('OWNER', 'ADMIN', 'MEMBER')", name="conversation_member_role_check"),
     CheckConstraint("last_read_seq >= 0", name="conversation_member_last_read_seq_check"),
     CheckConstraint("unread_deleted >= 0", name="conversation_member_unread_deleted_check"),
+    CheckConstraint("visible_from_seq >= 1", name="conversation_member_visible_from_seq_check"),
     Index("conversation_member_user_id_idx", "user_id"),
     # seenByCount and seen as index-only scans (0007)
     Index("conversation_member_read_idx", "conversation_id", "last_read_seq", postgresql_include=["user_id"]),
@@ -334,7 +339,7 @@ conversation_ban = Table(
     PrimaryKeyConstraint("conversation_id", "user_id"),
 )
 
-# a thread: its own gap-free counter of replies, on its root (0021_threads)
+# a thread: its own gap-free counter of replies, on its root (0025_threads)
 thread = Table(
     "thread",
     metadata,
@@ -347,7 +352,7 @@ thread = Table(
     CheckConstraint("last_reply_seq >= 0", name="thread_last_reply_seq_check"),
 )
 
-# a reply's thread, its number there, and whether it is thread-only (0021_threads)
+# a reply's thread, its number there, and whether it is thread-only (0025_threads)
 thread_reply = Table(
     "thread_reply",
     metadata,
@@ -362,7 +367,7 @@ thread_reply = Table(
     Index("thread_reply_thread_only_idx", "conversation_id", "seq", postgresql_where=text("thread_only")),
 )
 
-# a member's thread watermark, and whether they follow the thread (0021_threads)
+# a member's thread watermark, and whether they follow the thread (0025_threads)
 thread_member = Table(
     "thread_member",
     metadata,
@@ -413,6 +418,83 @@ direct_pair = Table(
     ),
     PrimaryKeyConstraint("user_low", "user_high"),
     CheckConstraint("user_low < user_high", name="direct_pair_order_check"),
+)
+
+# Moderation (0021_blocks): who blocked whom, and the operator's app-wide bans (until NULL: until lifted).
+user_block = Table(
+    "user_block",
+    metadata,
+    Column("blocker_id", USER_ID_TYPE, nullable=False),
+    Column("blocked_id", USER_ID_TYPE, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("blocker_id", "blocked_id"),
+    CheckConstraint("blocker_id <> blocked_id", name="user_block_other_check"),
+    Index("user_block_blocked_idx", "blocked_id", "blocker_id"),
+)
+
+user_ban = Table(
+    "user_ban",
+    metadata,
+    Column("user_id", USER_ID_TYPE, primary_key=True),
+    Column("until", DateTime(timezone=True)),
+    Column("banned_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Reports of messages and users, and the operator's moderation (0022_reports). A report of a user has
+# conversation_id and seq 0; evidence: the reported message as it was when reported.
+REPORT_REASONS = ("SPAM", "HARASSMENT", "HATE", "VIOLENCE", "SEXUAL", "SELF_HARM", "ILLEGAL", "IMPERSONATION", "OTHER")
+report = Table(
+    "report",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("reporter_id", USER_ID_TYPE, nullable=False),
+    Column("reported_user_id", USER_ID_TYPE, nullable=False),
+    Column("conversation_id", BigInteger, nullable=False, server_default="0"),
+    Column("seq", BigInteger, nullable=False, server_default="0"),
+    Column("reason", Text, nullable=False),
+    Column("details", Text, nullable=False, server_default=""),
+    Column("evidence", JSONB),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("resolved_at", DateTime(timezone=True)),
+    Column("resolved_by", Text),
+    Column("action", Text),
+    Column("note", Text),
+    CheckConstraint("reason IN (" + ", ".join(f"'{r}'" for r in REPORT_REASONS) + ")", name="report_reason_check"),
+    UniqueConstraint("reporter_id", "conversation_id", "seq", "reported_user_id", name="report_once_key"),
+    Index("report_open_idx", "id", postgresql_where=text("resolved_at IS NULL")),
+    Index("report_conversation_idx", "conversation_id", "id"),
+    Index("report_reported_idx", "reported_user_id", "id"),
+)
+
+# The audit of the operator's moderation actions: one row per action.
+moderation_action = Table(
+    "moderation_action",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("operator", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("report_id", BigInteger),
+    Column("user_id", USER_ID_TYPE),
+    Column("conversation_id", BigInteger),
+    Column("seq", BigInteger),
+    Column("until", DateTime(timezone=True)),
+    Column("reason", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# the documents clients may send by id (0023_persisted_documents): `chatgql documents load`
+persisted_document = Table(
+    "persisted_document",
+    metadata,
+    Column("id", Text(collation="C"), primary_key=True),
+    Column("body", Text, nullable=False),
+    Column("name", Text),
+    Column("body_sha256", Text(collation="C"), nullable=False),  # the sha256 of body's UTF-8, in hex
+    Column("loaded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("length(id) >= 1 AND length(id) <= 200", name="persisted_document_id_check"),
+    Index("persisted_document_body_sha256_idx", "body_sha256"),
 )
 
 outbox = Table(

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_JWT_SECRET = "chatgql-dev-secret-change-me-0000000000"
+MIN_OPERATOR_TOKEN_CHARS = 32  # CHATGQL_OPERATOR_TOKEN: a secret nobody can guess
 
 
 def available_cores() -> int:
@@ -23,16 +24,24 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_workers() -> int:
+    """How many workers `chatgql serve` runs unless told: one per core but one, at least one. Two or
+    more bring their supervisor along (the relay, the consumer and the hub every live event and shared
+    rate limit crosses), busy enough to want a core's share of its own; on two cores one process doing
+    everything serves more (bench/results/workers.md)."""
+    return max(1, available_cores() - 1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CHATGQL_", extra="ignore")
 
     env: Literal["development", "production"] = "development"
     host: str = "127.0.0.1"
     port: int = 8000
-    # API processes `chatgql serve` runs (uvicorn workers sharing the port): one per core by
-    # default. With more than one, live events and rate limits go through Redis when the bus is
-    # redis://, else through the supervisor's hub (supervisor.py).
-    workers: int = Field(default_factory=available_cores, ge=1)
+    # API processes `chatgql serve` runs (uvicorn workers sharing the port): one per core but one by
+    # default (default_workers). With more than one, live events and rate limits go through Redis when
+    # the bus is redis://, else through the supervisor's hub (supervisor.py).
+    workers: int = Field(default_factory=default_workers, ge=1)
 
     # PostgreSQL. Unset: an embedded server is started in data_dir.
     database_url: SecretStr | None = None
@@ -226,6 +235,14 @@ class Settings(BaseSettings):
     muted_mentions_count: bool = True
     # sendMessage(mentions:): at most this many user ids
     max_mentions: int = Field(default=50, ge=1)
+    # Moderation (docs/guide/moderation.md): blockUser and unblockUser; reportMessage and reportUser
+    rate_block_per_second: float = 0.5  # blockUser and unblockUser
+    rate_block_burst: int = 20
+    rate_report_per_second: float = 0.2  # reportMessage and reportUser: one every 5 s after a burst of 10
+    rate_report_burst: int = 10
+    # How often each process reloads the app-wide bans (their events reach it at once; this is the backstop,
+    # and what a process that serves no subscriptions knows)
+    ban_refresh_seconds: float = Field(default=30.0, gt=0)
 
     # Abuse, tokens and disclosure
     # Membership: per-user token buckets (per process, like the ones above; a rate of 0 turns
@@ -247,6 +264,19 @@ class Settings(BaseSettings):
     # /metrics: when set, it answers only `Authorization: Bearer <this>` (404 otherwise);
     # unset: open in development, 404 in production.
     metrics_token: SecretStr | None = None
+    # The operator's moderation API, POST /operator/graphql: when set (a long random secret), it
+    # answers only `Authorization: Bearer <this>`; unset, the path is 404.
+    operator_token: SecretStr | None = None
+
+    @field_validator("operator_token")
+    @classmethod
+    def _operator_token_is_long(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value().strip()) < MIN_OPERATOR_TOKEN_CHARS:
+            raise ValueError(
+                f"CHATGQL_OPERATOR_TOKEN must be a long random secret (at least {MIN_OPERATOR_TOKEN_CHARS} "
+                "characters, e.g. `openssl rand -base64 32`)"
+            )
+        return token
 
     # Slow and idle clients: what a client may hold without doing anything.
     # Seconds a websocket may stay open without connection_init (both protocols; closed with 4408).
@@ -318,6 +348,10 @@ class Settings(BaseSettings):
     # cost is bounded by it); bigger groups are built with several addMembers calls.
     max_members_per_call: int = Field(default=1000, ge=1)
 
+    # Persisted documents (engine/persisted.py): on, a request must name a document loaded by
+    # `chatgql documents load` (its text alone, or an unknown id, is refused); off, texts run as
+    # ever and documents may also be sent by id.
+    documents_allowlist: bool = False
     # Plan-once execution of accepted documents (engine/plan/): off runs every document
     # through graphql-core's executor, as before.
     planner: bool = True

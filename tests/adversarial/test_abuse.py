@@ -114,7 +114,7 @@ def test_the_limiter_table_names_every_operation_the_resolvers_limit_and_no_othe
     and each limit has its settings (Limiters builds them all)."""
     src = Path(__file__).resolve().parents[2] / "src" / "chatgql" / "graphql"
     checked: set[str] = set()
-    for path in src.glob("*.py"):
+    for path in src.rglob("*.py"):
         for operation in re.findall(r"limits\.check\(([^,]*),", path.read_text()):
             checked |= set(re.findall(r'"(\w+)"', operation))
     assert checked == set(OPERATION_LIMITS), checked ^ set(OPERATION_LIMITS)
@@ -123,7 +123,7 @@ def test_the_limiter_table_names_every_operation_the_resolvers_limit_and_no_othe
     assert limits["searchMessages"].rate == 3 and limits["searchMessages"].action == "searchMessages"
     with pytest.raises(KeyError):
         limits["noSuchOperation"]
-    assert limits["pinMessage"] is limits["sendMessage"]  # declared by graphql/pins.py
+    assert limits["pinMessage"] is limits["sendMessage"]  # declared by graphql/features/pins.py
     declare_limits({"pinMessage": "send"})  # the same again: nothing changes
     with pytest.raises(ValueError, match="already limited"):
         declare_limits({"pinMessage": "read"})

@@ -3,6 +3,8 @@ carrying the message with its id, and keep their place in the conversation's ord
 
 from __future__ import annotations
 
+import uuid
+
 from chatgql.server import cli
 from chatgql.services.erase import erase_user
 
@@ -65,3 +67,27 @@ async def test_pins_and_unpins_arrive_on_messagechanged_through_kafka_in_change_
         (3, "PINNED", 1),
     ]
     assert {g["message"]["body"] for g in got} == {"pin me"}
+
+
+async def test_a_late_joiner_of_a_group_hiding_its_history_gets_no_change_of_an_older_message_through_kafka(
+    kafka_server, http
+):
+    api = ChatApi.of(kafka_server, http)
+    owner, member, late = (200_000 + uuid.uuid4().int % 10_000_000 * 10 + i for i in range(3))
+    cid = await api.create_group(owner, [member])
+    await api.send(member, cid, "before the join")
+    hide = "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { id } }"
+    await api.data(hide, {"c": cid}, user=owner)
+    await api.add_members(owner, cid, [late])
+    await api.send(member, cid, "after the join")
+    edit = 'mutation($c: ID!, $s: Long!) { editMessage(conversationId: $c, seq: $s, body: "edited") { changeSeq } }'
+    async with await ws_connect(kafka_server, late) as joiner, await ws_connect(kafka_server, member) as old:
+        late_op = await joiner.subscribe(CHANGED, {"c": cid})
+        old_op = await old.subscribe(CHANGED, {"c": cid})
+        await wait_active_subscriptions(kafka_server, 2)
+        await api.data(edit, {"c": cid, "s": 1}, user=member)  # hidden from the late joiner
+        await api.data(edit, {"c": cid, "s": 2}, user=member)
+        everything = [e["messageChanged"] for e in await old_op.collect(2, timeout=60)]
+        (seen,) = [e["messageChanged"] for e in await late_op.collect(1, timeout=60)]
+    assert [(e["changeSeq"], e["seq"]) for e in everything] == [(1, 1), (2, 2)]
+    assert (seen["changeSeq"], seen["seq"], seen["message"]["body"]) == (2, 2, "edited")

@@ -6,8 +6,8 @@
   (Kafka gone), and every later publish waited forever on that never started
   producer; the relay stalled for good and the outbox only grew.
 - Nothing published on a redis:// bus was ever received (found by the split
-  process scenarios: no live event ever reached a subscriber): broadcaster's
-  Redis backend woke its listener before SUBSCRIBE completed, the listener
+  process scenarios: no live event ever reached a subscriber): the Redis
+  backend then in use woke its listener before SUBSCRIBE completed, the listener
   found no channel, stopped, and never listened again.
 """
 

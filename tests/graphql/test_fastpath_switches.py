@@ -102,8 +102,8 @@ MEMBERSHIP = (
 async def _inbox_of_every_kind(server, client: GraphQLClient) -> int:
     """A viewer whose inbox shows every optional field set, and each timestamp both on a whole second
     and not: a group whose last message is an edited reply (attachments, mentions, a reaction, a tricky
-    body) with replies of its own, muted until a time, pinned, private receipts, slow mode and the viewer's
-    rewind (markUnread); a DIRECT chat (no title) whose last message another member deleted, archived and kept so,
+    body) with replies of its own, muted until a time, pinned, private receipts, slow mode, hidden history and
+    the viewer's rewind (markUnread); a DIRECT chat (no title) whose last message another member deleted, archived and kept so,
     its mute expired; a group without messages, muted with no end, keepArchived but not archived."""
     viewer = 7_000 + uuid.uuid4().int % 1_000_000
     other = viewer + 1
@@ -130,6 +130,9 @@ async def _inbox_of_every_kind(server, client: GraphQLClient) -> int:
     until = (datetime.now(UTC) + timedelta(days=400)).isoformat()
     await do(MEMBERSHIP, viewer, c=lived, mu=True, until=until, pin=True, pr=True)
     await do("mutation($c: ID!) { setSlowMode(conversationId: $c, seconds: 30) { id } }", viewer, c=lived)
+    await do(
+        "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { id } }", viewer, c=lived
+    )
 
     direct = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
     gone = (await do(direct, viewer, u=str(other)))["createDirectConversation"]["id"]

@@ -458,7 +458,8 @@ def operations(draw: Any) -> Built:
     ]
     builder = Builder(draw, clean)
     # Never leaveGroup: the viewer would leave their seed (as USER_IDS keeps removeMember off the viewer).
-    names = sorted(name for name in root.fields if name != "leaveGroup")
+    # Never blockUser: a block outlives the test, and the session's other tests put users 1, 2 and 3 together.
+    names = sorted(name for name in root.fields if name not in ("leaveGroup", "blockUser"))
     roots = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=not clean))
     max_depth = draw(st.sampled_from([1, 2, 2, 3, 3, 3, 4]))
     parts = []

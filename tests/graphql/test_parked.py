@@ -10,12 +10,13 @@ task and is served as before.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 
 import pytest
 from graphql import parse
 
-from chatgql.engine.parked import parkable
+from chatgql.engine.parked import Parked, parkable
 
 from ..support.live import (
     LEGACY_WS,
@@ -99,6 +100,36 @@ async def test_an_idle_message_new_subscription_has_no_task_and_gets_every_event
             assert (await again.next())["messageNew"]["seq"] == seq
             assert ws.ws.close_code is None
     await wait_active_subscriptions(server, 0)
+    await wait_until(lambda: _operation_tasks() == idle, 10, "no task left")
+
+
+def _parked_in_process(operation_id: str) -> list[Parked]:
+    """The open Parked of an operation id in this process (type(): gc also lists weak proxies)."""
+    found = [o for o in gc.get_objects() if type(o) is Parked and not o.stopped]
+    ids = [o.operation[0] if isinstance(o.operation, tuple) else o.operation.id for o in found]
+    return [o for o, i in zip(found, ids, strict=True) if i == operation_id]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_parked_subscription_builds_its_executor_once_across_wake_ups(server, api, protocol):
+    cid = await api.create_group(1, [2])
+    await _accepted(server, MESSAGE_NEW)
+    idle = _operation_tasks()
+    async with await ws_connect(server, 2, protocol) as ws:
+        op = await _subscribe_parked(server, ws, cid, idle)
+        [parked] = _parked_in_process(op.id)
+        assert parked.executor is None  # an idle subscription that never had an event holds none
+        executors = []
+        for body in ("one", "two", "three"):
+            seq = await api.send(1, cid, body)
+            assert (await op.next())["messageNew"]["seq"] == seq
+            await wait_until(lambda: _operation_tasks() == idle, 10, "the subscription to park again")
+            executors.append(parked.executor)
+        assert executors[0] is not None
+        assert all(executor is executors[0] for executor in executors)
+        await op.stop()
+        await wait_active_subscriptions(server, 0)
+        assert parked.stopped and parked.executor is None  # let go with the operation
     await wait_until(lambda: _operation_tasks() == idle, 10, "no task left")
 
 

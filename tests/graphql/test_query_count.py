@@ -26,7 +26,7 @@ SMALL = 6
 @contextlib.contextmanager
 def recording_statements(server, record: Callable[[Any], None]) -> Iterator[None]:
     """record(asyncpg's LoggedQuery) for every statement the server's pool runs meanwhile, but
-    the outbox relay's (its tasks are named outbox-relay*)."""
+    the background tasks' (the outbox relay's, named outbox-relay*, and the ban list's reload)."""
     database = server.runtime.deps.database
     acquire = database.connection
 
@@ -34,7 +34,7 @@ def recording_statements(server, record: Callable[[Any], None]) -> Iterator[None
     async def recorded() -> AsyncIterator:
         async with acquire() as conn:
             task = asyncio.current_task()
-            if task is not None and task.get_name().startswith("outbox-relay"):
+            if task is not None and task.get_name().startswith(("outbox-relay", "ban-list")):
                 yield conn
                 return
             # asyncpg reports each statement (call_soon) once it has run

@@ -112,9 +112,9 @@ async def test_without_a_conversation_id_cursors_resume_several_conversations_an
 
 
 async def test_resume_while_20_users_send_concurrently_has_no_gap_and_no_duplicate(server, api):
-    """Subscribers start at staggered moments during a burst of concurrent sends, each
-    from the seq it holds at that moment; each must get exactly the seqs after it,
-    in order, once, with no client-side dedupe."""
+    """Subscribers start at staggered moments during a burst of concurrent sends (once that many
+    sends are acknowledged), each from the seq it holds at that moment; each must get exactly the
+    seqs after it, in order, once, with no client-side dedupe."""
     senders = list(range(1, 21))
     per_sender = 15
     total = len(senders) * per_sender
@@ -122,16 +122,21 @@ async def test_resume_while_20_users_send_concurrently_has_no_gap_and_no_duplica
     reader = 100
     await api.add_members(1, cid, [reader])
     sent: list[int] = []
+    acknowledged = asyncio.Condition()
 
     async def sender(user: int) -> None:
         for i in range(per_sender):
-            sent.append(await api.send(user, cid, f"{user}:{i}"))
+            seq = await api.send(user, cid, f"{user}:{i}")
+            async with acknowledged:
+                sent.append(seq)
+                acknowledged.notify_all()
 
-    async def subscribe_later(delay: float) -> tuple[int, list[dict]]:
-        await asyncio.sleep(delay)
-        # What a client that saw the acknowledged sends holds: the complete prefix 1..held
-        # (acknowledgements come out of seq order).
-        acked = set(sent)
+    async def subscribe_after(sends: int) -> tuple[int, list[dict]]:
+        async with acknowledged:
+            await acknowledged.wait_for(lambda: len(sent) >= sends)
+            # What a client that saw the acknowledged sends holds: the complete prefix 1..held
+            # (acknowledgements come out of seq order).
+            acked = set(sent)
         held = 0
         while held + 1 in acked:
             held += 1
@@ -143,13 +148,14 @@ async def test_resume_while_20_users_send_concurrently_has_no_gap_and_no_duplica
             )
             return held, received
 
+    starts = [0, 20, 50, 90, 140, 200, 260]
+
     async def marker() -> None:
         await asyncio.gather(*(sender(u) for u in senders))
-        await asyncio.sleep(0.3)  # let the last subscriber register before the marker
+        await wait_active_subscriptions(server, len(starts), timeout=60)  # every subscriber registered
         assert await api.send(1, cid, "marker") == total + 1
 
-    waits = [0.0, 0.05, 0.15, 0.3, 0.5, 0.8, 1.2]
-    results = await asyncio.wait_for(asyncio.gather(*(subscribe_later(d) for d in waits), marker()), 120)
+    results = await asyncio.wait_for(asyncio.gather(*(subscribe_after(n) for n in starts), marker()), 120)
     assert sorted(sent) == list(range(1, total + 1))
     helds = [held for held, _ in results[:-1]]
     assert len(set(helds)) > 2, f"the subscribers did not start during the burst: {helds}"

@@ -3,7 +3,7 @@
 Operations: the queries (viewer, conversation, Conversation.members,
 Conversation.messages, inbox, messages, sync, searchMessages, pinnedMessages), the mutations
 (createDirectConversation, createGroup, addMembers, removeMember, sendMessage,
-markRead, pinMessage, unpinMessage) and both subscriptions (messageNew, readUpdated, with and without
+markRead, pinMessage, unpinMessage, reportMessage, blockUser, reportUser) and both subscriptions (messageNew, readUpdated, with and without
 conversationId; messageNew resumed from cursors).
 
 Callers: a non-member, a removed member, a MEMBER (not OWNER) removing someone
@@ -180,10 +180,29 @@ OPS: dict[str, Op] = {
         lambda c, u: {"c": c},
         control_caller=OWNER,
     ),
+    "setHistoryVisibility": Op(
+        "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { id hideHistory } }",
+        lambda c, u: {"c": c},
+        control_caller=OWNER,
+    ),
     "Conversation.bans": Op(
         "query($c: ID!) { conversation(id: $c) { bans { userId reason } } }",
         lambda c, u: {"c": c},
         control_caller=OWNER,
+    ),
+    "reportMessage": Op(
+        "mutation($c: ID!, $s: Long!) { reportMessage(conversationId: $c, seq: $s, reason: SPAM) { reportId duplicate } }",
+        lambda c, u: {"c": c, "s": 1},
+    ),
+    "blockUser": Op(
+        "mutation($u: ID!) { blockUser(userId: $u) { userId blocked changed } }",
+        lambda c, u: {"u": str(FRIEND)},
+        targets_conversation=False,
+    ),
+    "reportUser": Op(
+        "mutation($u: ID!) { reportUser(userId: $u, reason: SPAM) { reportId duplicate } }",
+        lambda c, u: {"u": str(FRIEND)},
+        targets_conversation=False,
     ),
 }
 CONVERSATION_OPS = [name for name, op in OPS.items() if op.targets_conversation]
@@ -258,15 +277,17 @@ async def authz(authz_server: Authz, http: httpx.AsyncClient) -> Authz:
 
 
 SNAPSHOT = {
-    "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at, slow_mode_seconds"
+    "conversation": "SELECT id, type, title, last_seq, last_message_at, created_at, slow_mode_seconds, hide_history"
     " FROM conversation ORDER BY id",
-    "conversation_member": "SELECT conversation_id, user_id, role, last_read_seq, joined_at "
+    "conversation_member": "SELECT conversation_id, user_id, role, last_read_seq, joined_at, visible_from_seq "
     "FROM conversation_member ORDER BY conversation_id, user_id",
     "message": "SELECT conversation_id, seq, sender_id, client_msg_id, body, created_at "
     "FROM message ORDER BY conversation_id, seq",
     "direct_pair": "SELECT user_low, user_high, conversation_id FROM direct_pair ORDER BY user_low, user_high",
     "outbox": "SELECT id, msg_key, payload FROM outbox ORDER BY id",
     "conversation_ban": "SELECT conversation_id, user_id, until, banned_by FROM conversation_ban ORDER BY 1, 2",
+    "user_block": "SELECT blocker_id, blocked_id FROM user_block ORDER BY 1, 2",
+    "report": "SELECT id, reporter_id, reported_user_id, conversation_id, seq FROM report ORDER BY id",
 }
 
 

@@ -17,7 +17,7 @@ function readingOlder(element, arrived) {
 }
 
 export function Conversation({ client, viewer, config, conversationId, onBack }) {
-  const { state, loadOlder, send, discard, edit, remove, react, typing } = useConversation(
+  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report } = useConversation(
     client,
     conversationId,
     viewer.userId,
@@ -112,6 +112,13 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
         <span className="members" title={members.map((member) => member.userId).join(", ")}>
           {members.map((member) => member.userId).join(", ")}
         </span>
+        {state.conversation?.slowModeSeconds > 0 && (
+          // Slow mode: a member sends one message every so many seconds; a send too soon is
+          // refused with the wait (LIMIT_EXCEEDED, SLOW_MODE), shown on the unsent message.
+          <span className="slow-mode" data-testid="slow-mode" title="slow mode">
+            slow mode: {state.conversation.slowModeSeconds} s
+          </span>
+        )}
       </header>
       <ol className="messages" ref={list} onScroll={scrolled} data-testid="messages">
         {state.hasOlder && (
@@ -130,6 +137,8 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
             onEdit={(body) => edit(message.seq, body)}
             onDelete={() => remove(message.seq)}
             onReact={(emoji, on) => react(message.seq, emoji, on)}
+            onBlock={(blocked) => block(message.senderId, blocked)}
+            onReport={(reason) => report(message.seq, reason)}
           />
         ))}
         {state.pending.map((pending) => (

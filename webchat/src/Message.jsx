@@ -5,8 +5,11 @@ const THUMBS_UP = "👍";
 // One message: its body ("edited" once edited; a tombstone once deleted), its 👍 toggle
 // with the count, and for the viewer's own messages edit and delete. A reply's quote
 // would go here too, fed by the reducer in conversation.js.
-export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, onDelete, onReact }) {
+export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, onDelete, onReact, onBlock, onReport }) {
   const [editing, setEditing] = useState(false);
+  const [reporting, setReporting] = useState(false);
+  const [reported, setReported] = useState(false);
+  const [shown, setShown] = useState(false); // a blocked sender's message, opened anyway
   const [error, setError] = useState(null);
   // Run an edit, delete or reaction; true when it worked, its error shown when not.
   const attempt = (action) =>
@@ -19,6 +22,24 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
     return (
       <li className={`message deleted ${mine ? "mine" : ""}`} data-testid="message" data-seq={message.seq}>
         <span className="body" data-testid="tombstone">message deleted</span>
+      </li>
+    );
+  }
+  if (!mine && message.senderBlockedByViewer && !shown) {
+    return (
+      <li className="message blocked" data-testid="message" data-seq={message.seq}>
+        <span className="body" data-testid="blocked-message">
+          message from user {message.senderId}, whom you blocked
+        </span>
+        <span className="meta">
+          <button className="link" onClick={() => setShown(true)}>
+            show
+          </button>
+          <button className="link" data-testid="unblock" onClick={() => attempt(() => onBlock(false))}>
+            unblock
+          </button>
+        </span>
+        {error && <span className="error">{error}</span>}
       </li>
     );
   }
@@ -58,6 +79,18 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
             </button>
           </>
         )}
+        {!mine && !reporting && (
+          <>
+            <button className="link" data-testid="report" disabled={reported} onClick={() => setReporting(true)}>
+              {reported ? "reported" : "report"}
+            </button>
+            {!message.senderBlockedByViewer && (
+              <button className="link" data-testid="block" onClick={() => attempt(() => onBlock(true))}>
+                block
+              </button>
+            )}
+          </>
+        )}
         {message.editedAt && (
           <span className="edited" data-testid="edited" title={new Date(message.editedAt).toLocaleString()}>
             edited
@@ -66,8 +99,52 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
         <time dateTime={message.createdAt}>{new Date(message.createdAt).toLocaleTimeString()}</time>
         {mine && <Ticks group={group} seenBy={seenBy} />}
       </span>
+      {reporting && (
+        <ReportForm
+          onCancel={() => setReporting(false)}
+          onReport={(reason) =>
+            attempt(() => onReport(reason)).then((sent) => sent && (setReporting(false), setReported(true)))
+          }
+        />
+      )}
       {error && <span className="error">{error}</span>}
     </li>
+  );
+}
+
+// The reasons a report takes (the API's ReportReason), in words.
+const REASONS = [
+  ["SPAM", "spam"],
+  ["HARASSMENT", "harassment or bullying"],
+  ["HATE", "hate speech"],
+  ["VIOLENCE", "threats or violence"],
+  ["SEXUAL", "sexual content"],
+  ["SELF_HARM", "self-harm"],
+  ["ILLEGAL", "something illegal"],
+  ["IMPERSONATION", "impersonation"],
+  ["OTHER", "something else"],
+];
+
+function ReportForm({ onReport, onCancel }) {
+  const [reason, setReason] = useState("SPAM");
+  function submit(event) {
+    event.preventDefault();
+    onReport(reason);
+  }
+  return (
+    <form className="report" onSubmit={submit} data-testid="report-form">
+      <select name="reason" value={reason} onChange={(e) => setReason(e.target.value)} aria-label="Why report it">
+        {REASONS.map(([value, words]) => (
+          <option key={value} value={value}>
+            {words}
+          </option>
+        ))}
+      </select>
+      <button type="submit">Report</button>
+      <button type="button" className="link" onClick={onCancel}>
+        cancel
+      </button>
+    </form>
   );
 }
 

@@ -11,7 +11,7 @@
 
 export const initialConversation = {
   loaded: false,
-  conversation: null, // { id, type, title }
+  conversation: null, // { id, type, title, slowModeSeconds }
   messages: [], // ascending by seq
   hasOlder: false,
   olderCursor: null,
@@ -59,7 +59,12 @@ export function conversationReducer(state, action) {
       return {
         ...state,
         loaded: true,
-        conversation: { id: conversation.id, type: conversation.type, title: conversation.title },
+        conversation: {
+          id: conversation.id,
+          type: conversation.type,
+          title: conversation.title,
+          slowModeSeconds: conversation.slowModeSeconds,
+        },
         messages,
         hasOlder: conversation.messages.pageInfo.hasPreviousPage,
         olderCursor: conversation.messages.pageInfo.startCursor,
@@ -93,6 +98,13 @@ export function conversationReducer(state, action) {
         changeSeqs: { ...state.changeSeqs, [message.seq]: changeSeq },
       };
     }
+    case "blocked": // the viewer blocked or unblocked a sender: their messages say so
+      return {
+        ...state,
+        messages: state.messages.map((held) =>
+          held.senderId === action.userId ? { ...held, senderBlockedByViewer: action.blocked } : held,
+        ),
+      };
     case "typing":
       return { ...state, typing: { ...state.typing, [action.userId]: action.until } };
     case "typingExpired":

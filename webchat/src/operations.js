@@ -23,14 +23,14 @@ export const INBOX = gql`
 
 // A message as the views show it: its body, whether it was edited or deleted (a
 // tombstone), and its reactions (the count per emoji, and whether the viewer is among them).
-const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt deletedAt reactions { emoji count reactedByViewer }`;
+const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt deletedAt senderBlockedByViewer reactions { emoji count reactedByViewer }`;
 
 // The newest page of a conversation, its members' watermarks (for the "seen" ticks)
 // and its lastSeq and lastChangeSeq (where the live subscriptions resume).
 export const HISTORY = gql`
   query History($c: ID!, $last: Int!) {
     conversation(id: $c) {
-      id type title lastSeq lastChangeSeq lastReadSeq
+      id type title lastSeq lastChangeSeq lastReadSeq slowModeSeconds
       members { userId lastReadSeq }
       messages(last: $last) {
         nodes { ${MESSAGE_FIELDS} }
@@ -89,6 +89,25 @@ export const DELETE = gql`
 export const ADD_REACTION = gql`
   mutation AddReaction($c: ID!, $s: Long!, $e: String!) {
     addReaction(conversationId: $c, seq: $s, emoji: $e) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+// Moderation: block or unblock a user (the viewer's own list), report a message.
+export const BLOCK = gql`
+  mutation Block($u: ID!) {
+    blockUser(userId: $u) { userId blocked }
+  }
+`;
+
+export const UNBLOCK = gql`
+  mutation Unblock($u: ID!) {
+    unblockUser(userId: $u) { userId blocked }
+  }
+`;
+
+export const REPORT_MESSAGE = gql`
+  mutation ReportMessage($c: ID!, $s: Long!, $r: ReportReason!) {
+    reportMessage(conversationId: $c, seq: $s, reason: $r) { reportId duplicate }
   }
 `;
 

@@ -8,6 +8,7 @@ import { conversationReducer, initialConversation } from "./conversation.js";
 import { live } from "./live.js";
 import {
   ADD_REACTION,
+  BLOCK,
   DELETE,
   EDIT,
   HISTORY,
@@ -17,7 +18,9 @@ import {
   OLDER,
   READ_UPDATED,
   REMOVE_REACTION,
+  REPORT_MESSAGE,
   SEND,
+  UNBLOCK,
   TYPING,
   TYPING_EVENTS,
   WATERMARKS,
@@ -196,5 +199,18 @@ export function useConversation(client, conversationId, viewerId) {
     run(client, "mutation", TYPING, { c: conversationId }).catch(() => {});
   }, [client, conversationId]);
 
-  return { state, loadOlder, send, discard, edit, remove, react, typing };
+  // Block or unblock a sender; report a message. A failure is thrown to the view.
+  const block = useCallback(
+    async (userId, blocked) => {
+      await run(client, "mutation", blocked ? BLOCK : UNBLOCK, { u: userId });
+      dispatch({ type: "blocked", userId, blocked });
+    },
+    [client],
+  );
+  const report = useCallback(
+    (seq, reason) => run(client, "mutation", REPORT_MESSAGE, { c: conversationId, s: seq, r: reason }),
+    [client, conversationId],
+  );
+
+  return { state, loadOlder, send, discard, edit, remove, react, typing, block, report };
 }

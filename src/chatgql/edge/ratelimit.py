@@ -262,6 +262,9 @@ OPERATION_LIMITS: dict[str, str] = {
     "createDirectConversation": "direct",
     "addMembers": "add_members",
     "searchMessages": "search",
+    "blockUser": "block",
+    "reportMessage": "report",
+    "reportUser": "report",
 }
 
 

@@ -66,8 +66,9 @@ from websockets.exceptions import InvalidState
 
 from ..compat.strawberry import LegacyWSHandlerBase, TransportWSHandlerBase, forget_cancelled_init_timeout
 from ..edge.ratelimit import Bucket, RateLimiter
-from ..errors import Unauthenticated
+from ..errors import ChatError, Unauthenticated
 from .parked import IDLE, Parked, after, deliver, parkable
+from .persisted import Refused
 from .registry import PARKING
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ FLOOD_CODE = 4429
 FLOOD_REASON = "Too many messages"
 TOKEN_EXPIRED_CODE = 4403
 TOKEN_EXPIRED_REASON = "Token expired"
+BANNED_CODE = 4403
+BANNED_REASON = "Banned"
 SUBSCRIPTION_LIMIT_REASON = "SUBSCRIPTIONS_PER_CONNECTION"
 
 
@@ -193,6 +196,7 @@ class _Session:
     _expiry: asyncio.TimerHandle | None = None
     _ending: asyncio.Task | None = None
     _present: Any = None  # the viewer, counted online (events/presence.py) while the session lasts
+    _watched: str | None = None  # the viewer, whose app-wide ban ends this session (edge/bans.py)
 
     async def _within_budget(self) -> bool:
         """Take one message from the budgets (the socket's, its address's, its user's); past one,
@@ -231,6 +235,10 @@ class _Session:
         if expires is not None and self._expiry is None:
             delay = max(0.0, expires - time.time())
             self._expiry = asyncio.get_running_loop().call_later(delay, self._token_expired)
+        if self._watched is None:
+            with suppress(ChatError):  # no valid token, or banned meanwhile: nothing to watch
+                self._watched = self.context.viewer_id
+                self.view.deps.bans.session_started(self._watched, self._banned)
         presence = self.view.deps.presence
         if presence is not None and self._present is None:
             try:
@@ -240,6 +248,9 @@ class _Session:
             presence.connected(self._present)
 
     def _end_session(self) -> None:
+        if self._watched is not None:
+            self.view.deps.bans.session_ended(self._watched, self._banned)
+            self._watched = None
         if self._present is not None:
             self.view.deps.presence.disconnected(self._present)
             self._present = None
@@ -253,9 +264,14 @@ class _Session:
             # Kept until done: a task nobody refers to may be collected before it runs.
             self._ending = asyncio.ensure_future(self._close_expired())
 
-    async def _close_expired(self) -> None:
+    def _banned(self) -> None:
+        """The viewer was banned app-wide: the session ends now, as when its token expires."""
+        if not self._flooded and self._ending is None:
+            self._ending = asyncio.ensure_future(self._close_expired(BANNED_CODE, BANNED_REASON))
+
+    async def _close_expired(self, code: int = TOKEN_EXPIRED_CODE, reason: str = TOKEN_EXPIRED_REASON) -> None:
         try:
-            await self._close(TOKEN_EXPIRED_CODE, TOKEN_EXPIRED_REASON)
+            await self._close(code, reason)
         except RuntimeError:  # the application closed it meanwhile (Starlette: close after close)
             pass
         finally:
@@ -319,6 +335,26 @@ class _Parking:
         return parked is not None and parked.parked and not parked.stopped
 
 
+class _Documents:
+    """A subscribe (start) payload that names a persisted document gets its text (persisted.py),
+    as an HTTP request does; a refusal is the operation's error message."""
+
+    async def _resolved(self, message: Any, start_type: str) -> bool:
+        """False: the operation was refused (and told so)."""
+        if not isinstance(message, dict) or message.get("type") != start_type or "id" not in message:
+            return True
+        payload = message.get("payload")
+        documents = self.view.documents  # type: ignore[attr-defined]
+        if not isinstance(payload, dict) or documents is None or not self.connection_acknowledged:  # type: ignore[attr-defined]
+            return True  # the protocol's own answer
+        try:
+            await documents.resolve(payload)
+        except Refused as refused:
+            await self._refuse_document(message.get("id"), refused)  # type: ignore[attr-defined]
+            return False
+        return True
+
+
 class _Gone:
     """send_message that says "the socket is gone" one way: Strawberry's WebSocketDisconnected."""
 
@@ -331,7 +367,7 @@ class _Gone:
             raise WebSocketDisconnected from error
 
 
-class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[C, None]):
+class TransportWSHandler(_Documents, _Gone, _Pending, _Session, _Parking, TransportWSHandlerBase[C, None]):
     """graphql-transport-ws; Strawberry's own handler times connection_init out."""
 
     async def handle(self) -> None:
@@ -345,10 +381,13 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
 
     async def handle_message(self, message: Any) -> None:
         try:
-            if await self._within_budget():
+            if await self._within_budget() and await self._resolved(message, "subscribe"):
                 await super().handle_message(message)
         finally:
             _forget(message)
+
+    async def _refuse_document(self, operation_id: Any, refused: Refused) -> None:
+        await self.send_message({"id": operation_id, "type": "error", "payload": [refused.formatted]})
 
     async def handle_connection_init(self, message: Any) -> None:
         try:
@@ -470,7 +509,7 @@ class TransportWSHandler(_Gone, _Pending, _Session, _Parking, TransportWSHandler
         await super().handle_task_exception(error)
 
 
-class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C, None]):
+class LegacyWSHandler(_Documents, _Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C, None]):
     """The legacy graphql-ws protocol, with the deadline Strawberry gives only the other one."""
 
     _init_deadline: asyncio.TimerHandle | None = None
@@ -490,10 +529,13 @@ class LegacyWSHandler(_Gone, _Pending, _Session, _Parking, LegacyWSHandlerBase[C
 
     async def handle_message(self, message: Any) -> None:
         try:
-            if await self._within_budget():
+            if await self._within_budget() and await self._resolved(message, "start"):
                 await super().handle_message(message)
         finally:
             _forget(message)
+
+    async def _refuse_document(self, operation_id: Any, refused: Refused) -> None:
+        await self.send_message({"type": "error", "id": operation_id, "payload": refused.formatted})
 
     async def handle_connection_init(self, message: Any) -> None:
         self._cancel_deadline()

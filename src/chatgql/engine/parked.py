@@ -16,14 +16,14 @@ handler sends nothing more (no `complete`): the operation stays open with no
 task. The next event calls the Parked: the handler starts a task that
 delivers what was buffered (deliver(): each event made into what the resolver
 would have yielded, executed as graphql-core executes a subscription event, on
-one executor built for the wake-up, its result shared with the event's other
+the operation's executor (built at its first wake-up and kept), its result shared with the event's other
 subscribers as before, its errors processed as Strawberry's, then sent as
 `next` / `data`), parks again, and ends. The subscription's failure (overflow,
 delivery delay, the member removed, the stream interrupted) is not delivered
 there: the pipeline is run again, its resolver raises the failure, and the
 operation ends with the error and `complete` an ordinary subscription gets.
-Only the registration, the document and the price the subscription holds on
-its websocket live across wake-ups.
+Only the registration, the document, the executor (once an event came) and the
+price the subscription holds on its websocket live across wake-ups.
 
 Which operations: a subscription whose single root field the API declares
 parkable (registry.PARKABLE: messageNew without `cursors`, as resume replays
@@ -79,13 +79,26 @@ class Parked:
     open). Called (it is what the Dispatcher subscription is parked with) at the next event: it
     calls ready(self), the handler's method that runs the operation again."""
 
-    __slots__ = ("registration", "parked", "stopped", "slot", "operation", "document", "payload", "_ready")
+    __slots__ = (
+        "registration",
+        "parked",
+        "stopped",
+        "slot",
+        "operation",
+        "document",
+        "payload",
+        "executor",
+        "_ready",
+    )
 
     def __init__(self, ready: Callable[[Parked], None], slot: object, operation: Any, document: Any) -> None:
         self._ready = ready
         self.document = document  # the accepted document (prepared.py): every event is executed on it
         # The resolver's event -> root value (set by it at its first run): what it would have yielded.
         self.payload: Callable[[dict, Any], Any] | None = None
+        # The operation's executor, built at its first wake-up with events and kept until it ends (its
+        # document, variables and context do not change): each event gets a copy (deliver()).
+        self.executor: Any = None
         self.slot = slot  # the operation's ws_operation token (its price is held under it)
         # What the handler runs again: graphql-transport-ws, Strawberry's Operation (marked completed
         # while parked: handshake.py); graphql-ws, (id, query, operationName, variables).
@@ -134,6 +147,7 @@ class Parked:
         """The operation is over: out of the Dispatcher (once)."""
         self.stopped = True
         self.parked = False
+        self.executor = None
         registration, self.registration = self.registration, None
         if registration is not None:
             registration.subscription.unpark()
@@ -151,14 +165,15 @@ async def deliver(
     """A parked operation woken by its events: each executed and sent as the operation's pipeline
     would (graphql-core's per-event execution on an executor of the operation, Strawberry's error
     processing, the protocol's `next` / `data`), without building that pipeline again: one executor
-    per wake-up, as graphql-core's subscribe builds one per subscription. Then it parks again (True).
+    per operation, built at its first wake-up with events and kept on the Parked, as graphql-core's
+    subscribe builds one per subscription and copies it per event. Then it parks again (True).
     False: the subscription's failure comes next (or no executor could be built): the caller runs the
     operation's pipeline, whose resolver raises it, and the operation ends as an ordinary one ends."""
     sub = parked.subscription
     if sub is None or parked.payload is None:
         return False
     parked.parked = False
-    executor: Any = None
+    executor: Any = parked.executor
     while True:
         if sub.failing():
             return False
@@ -176,6 +191,7 @@ async def deliver(
             )
             if isinstance(executor, list):
                 return False  # (it was built at the subscribe with the same variables)
+            parked.executor = executor
         event = sub.pop()
         if event is None:
             parked._park(sub)

@@ -1,4 +1,4 @@
-"""chatgql's bus backends, behind broadcaster's public BroadcastBackend interface.
+"""chatgql's bus backends, each a BusBackend (below).
 
 - memory://            one process (the embedded default);
 - redis://host:port    one Redis: SUBSCRIBE/PUBLISH;
@@ -7,14 +7,12 @@
 - chatgql+unix:///path  the hub of `chatgql serve`'s supervisor, for its workers (hub.py,
   which builds on these; bus.py picks it by the scheme).
 
-connect/disconnect/subscribe/unsubscribe/publish/next_published are broadcaster's
-interface (a Broadcast can drive any of these); chatgql's Bus drives them itself,
-without Broadcast's per-subscriber queues. What the interface does not say and
-these backends add:
+The Bus drives them through connect/disconnect/subscribe/unsubscribe/publish/next_published
+(BusBackend), and what they add to that:
 
 - subscribe() returns once Redis confirmed the subscription: from then on
-  nothing published on the channel is missed (broadcaster's own Redis backend
-  returned before, and could miss everything: its start-up race);
+  nothing published on the channel is missed (a backend that returns before
+  can miss everything: a listener woken before its first channel is taken);
 - a listening connection that breaks, reconnects, or is dropped from a channel
   by its node (a slot moved: resharding, failover) is never papered over:
   next_published() raises, and the Bus's feed ends every subscription with the
@@ -29,10 +27,9 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
-
-from broadcaster import BroadcastBackend, Event
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +44,46 @@ CLOSE_SECONDS = 2.0
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
-def backend_for(url: str) -> BroadcastBackend:
+@dataclass(slots=True)
+class BusMessage:
+    """What a backend received: the channel and the message published on it (text)."""
+
+    channel: str
+    message: str
+
+
+class BusBackend(Protocol):
+    """One process's connection to a bus. A backend may also have publish_many(pairs) (in order,
+    one round trip) and listening_groups() (the subscribed channels by the connection they
+    arrive on); the Bus uses them when it has them."""
+
+    @property
+    def received(self) -> int:
+        """Messages received so far (heartbeats included)."""
+        ...
+
+    async def connect(self) -> None: ...
+
+    async def disconnect(self) -> None: ...
+
+    async def subscribe(self, channel: str) -> None:
+        """Returns once the subscription is taken: nothing published after it is missed."""
+        ...
+
+    async def unsubscribe(self, channel: str) -> None: ...
+
+    async def publish(self, channel: str, message: Any) -> None: ...
+
+    async def next_published(self) -> BusMessage:
+        """The next message received; raises BusBroken once messages may have been missed."""
+        ...
+
+    def next_published_nowait(self) -> BusMessage | None:
+        """A message already received, or None."""
+        ...
+
+
+def backend_for(url: str) -> BusBackend:
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         return MemoryBackend(url)
@@ -70,11 +106,11 @@ class _Inbox:
     """What the listeners received, for next_published(); and the first failure."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(QUEUE_SIZE)
+        self.queue: asyncio.Queue[BusMessage | None] = asyncio.Queue(QUEUE_SIZE)
         self.failure: BaseException | None = None
         self.received = 0
 
-    async def put(self, event: Event) -> None:
+    async def put(self, event: BusMessage) -> None:
         self.received += 1
         await self.queue.put(event)
 
@@ -84,7 +120,7 @@ class _Inbox:
         with contextlib.suppress(asyncio.QueueFull):
             self.queue.put_nowait(None)  # wakes a waiting next_published(); full: nobody waits
 
-    async def get(self) -> Event:
+    async def get(self) -> BusMessage:
         if self.failure is not None:
             raise BusBroken(str(self.failure)) from self.failure
         event = await self.queue.get()
@@ -92,7 +128,7 @@ class _Inbox:
             raise BusBroken(str(self.failure)) from self.failure
         return event
 
-    def get_nowait(self) -> Event | None:
+    def get_nowait(self) -> BusMessage | None:
         """What is already received, without waiting (None: nothing yet)."""
         if self.failure is not None:
             raise BusBroken(str(self.failure)) from self.failure
@@ -105,7 +141,7 @@ class _Inbox:
         return event
 
 
-class MemoryBackend(BroadcastBackend):
+class MemoryBackend:
     """One process: publish hands the event to this process's own listeners."""
 
     def __init__(self, url: str) -> None:
@@ -130,12 +166,12 @@ class MemoryBackend(BroadcastBackend):
 
     async def publish(self, channel: str, message: Any) -> None:
         if channel in self._subscribed:
-            await self._inbox.put(Event(channel, message))
+            await self._inbox.put(BusMessage(channel, message))
 
-    async def next_published(self) -> Event:
+    async def next_published(self) -> BusMessage:
         return await self._inbox.get()
 
-    def next_published_nowait(self) -> Event | None:
+    def next_published_nowait(self) -> BusMessage | None:
         return self._inbox.get_nowait()
 
 
@@ -195,7 +231,7 @@ class _Listener:
                     channel = channel.decode()
                 if kind in ("smessage", "message"):
                     data = message["data"]
-                    await self._inbox.put(Event(channel, data.decode() if isinstance(data, bytes) else data))
+                    await self._inbox.put(BusMessage(channel, data.decode() if isinstance(data, bytes) else data))
                 elif kind in ("ssubscribe", "subscribe"):
                     confirmed = self._confirming.pop(channel, None)
                     if confirmed is None:
@@ -253,7 +289,7 @@ def _listening_client_options() -> dict[str, Any]:
     }
 
 
-class RedisBackend(BroadcastBackend):
+class RedisBackend:
     """redis://host:port: one Redis server, SUBSCRIBE/PUBLISH."""
 
     def __init__(self, url: str) -> None:
@@ -301,10 +337,10 @@ class RedisBackend(BroadcastBackend):
                 pipe.publish(channel, message)
             await pipe.execute()
 
-    async def next_published(self) -> Event:
+    async def next_published(self) -> BusMessage:
         return await self._inbox.get()
 
-    def next_published_nowait(self) -> Event | None:
+    def next_published_nowait(self) -> BusMessage | None:
         return self._inbox.get_nowait()
 
     def listening_groups(self) -> list[set[str]]:
@@ -344,7 +380,7 @@ def redis_client(url: str, timeout: float) -> Any:
     return Redis.from_url(url, **options)
 
 
-class RedisClusterBackend(BroadcastBackend):
+class RedisClusterBackend:
     """redis+cluster://host:port,...: Redis Cluster sharded pub/sub.
 
     SPUBLISH goes through redis-py's RedisCluster (it routes by the channel's slot
@@ -428,10 +464,10 @@ class RedisClusterBackend(BroadcastBackend):
                 pipe.spublish(channel, message)
             await pipe.execute()
 
-    async def next_published(self) -> Event:
+    async def next_published(self) -> BusMessage:
         return await self._inbox.get()
 
-    def next_published_nowait(self) -> Event | None:
+    def next_published_nowait(self) -> BusMessage | None:
         return self._inbox.get_nowait()
 
     def listening_groups(self) -> list[set[str]]:

@@ -3,7 +3,7 @@
 memory:// within one process; redis:// (one Redis, one channel carrying every
 event to every API process) or redis+cluster:// (Redis Cluster sharded pub/sub)
 when several API processes serve subscribers. The backends are chatgql's own
-(events/backends.py), behind broadcaster's public BroadcastBackend interface.
+(events/backends.py), each a BusBackend.
 
 On a cluster, events go on per-conversation-bucket channels,
 `chatgql.events.{b}` with b = crc32(conversation id) % buckets (the hash tag
@@ -41,9 +41,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from broadcaster import Event
 
-from .backends import backend_for, is_sharded
+from .backends import BusBackend, BusMessage, backend_for, is_sharded
 from .dispatch import Dispatcher, StreamInterrupted
 from .hub import hub_backend, is_hub
 
@@ -82,7 +81,7 @@ def bucket_of(key: str, buckets: int) -> int:
     return zlib.crc32(key.encode()) % buckets
 
 
-def _backend(url: str) -> Any:
+def _backend(url: str) -> BusBackend:
     """The backend for a bus URL: backends.py's, or the supervisor's hub (hub.py)."""
     return hub_backend(url) if is_hub(url) else backend_for(url)
 
@@ -299,16 +298,15 @@ class Bus:
 
 
 class _Receiver:
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: BusBackend) -> None:
         self._backend = backend
 
-    async def get(self) -> Event:
+    async def get(self) -> BusMessage:
         return await self._backend.next_published()
 
-    def get_nowait(self) -> Event | None:
-        """An event already received, or None (backends without the method: always None)."""
-        poll = getattr(self._backend, "next_published_nowait", None)
-        return poll() if poll is not None else None
+    def get_nowait(self) -> BusMessage | None:
+        """An event already received, or None."""
+        return self._backend.next_published_nowait()
 
 
 async def feed_dispatcher(

@@ -38,14 +38,18 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from ..errors import LimitExceeded, NotFound
+from ..errors import LimitExceeded, NotFound, banned
 from . import types as events
 
 log = logging.getLogger(__name__)
 
 # (conversation id, user ids subscribed here) -> (member_count, member ids): every member's id when
 # member_count <= the threshold, else only the members among the ids given; None: no such conversation.
-MemberLoader = Callable[[int, list[str]], Awaitable[tuple[int, list[str]] | None]]
+# A loader may add a third item: {user id: the first seq they may read} for the members among those
+# ids who may not read the whole history (visible_from_seq > 1).
+MemberLoader = Callable[
+    [int, list[str]], Awaitable[tuple[int, list[str]] | tuple[int, list[str], dict[str, int]] | None]
+]
 
 
 class SubscriberOverflow(LimitExceeded):
@@ -87,6 +91,9 @@ Stamped = tuple[dict, float | None]
 
 # A subscription's failure once raised (the error itself is not kept: see Subscription.take).
 _RAISED = Exception("the subscription ended")
+
+
+_OF_A_MESSAGE = (events.MESSAGE_NEW, events.MESSAGE_CHANGED)  # the channels whose events carry a message's seq
 
 
 class _Ended:
@@ -290,12 +297,14 @@ class Members:
     membership was read; `version` is the dispatcher's subscriber version
     when the subscribed users were last all asked about."""
 
-    __slots__ = ("member_count", "complete", "ids", "asked", "version")
+    __slots__ = ("member_count", "complete", "ids", "late", "asked", "version")
 
-    def __init__(self, member_count: int, complete: bool, ids: set[str]) -> None:
+    def __init__(self, member_count: int, complete: bool, ids: set[str], late: dict[str, int] | None = None) -> None:
         self.member_count = member_count
         self.complete = complete
         self.ids = ids
+        # members (among ids) who joined a group hiding its history: the first seq each may read
+        self.late: dict[str, int] = late if late is not None else {}
         self.asked: set[str] = set()
         self.version = -1
 
@@ -332,13 +341,15 @@ class MembershipCache:
             unknown = list(subscribed())
         generation = self._generation
         loaded = await self._load(conversation_id, unknown)
-        count, ids = loaded if loaded is not None else (0, [])
+        count, ids = (loaded[0], loaded[1]) if loaded is not None else (0, [])
+        late: dict[str, int] = loaded[2] if loaded is not None and len(loaded) > 2 else {}
         if count <= self.whole_up_to:
-            entry = Members(count, True, set(ids))
+            entry = Members(count, True, set(ids), dict(late))
         else:
             entry = found if found is not None and not found.complete else Members(count, False, set())
             entry.member_count = count
             entry.ids.update(ids)
+            entry.late.update(late)
             entry.asked.update(unknown)
             entry.version = version
         if generation == self._generation:
@@ -420,6 +431,9 @@ class Dispatcher:
         # Events older than this (seconds since their commit) are not delivered: the
         # subscriptions they were for end with DeliveryDelayed. 0: no bound.
         self.max_delay = max_delay
+        # Told of every app-wide ban and lifted ban dispatched here (user id, until or None, banned):
+        # the process's ban list.
+        self.on_ban: Callable[[str, str | None, bool], None] | None = None
         # conversation id -> user id -> that user's subscriptions to the conversation
         self._by_conversation: dict[int, dict[str, set[Subscription]]] = {}
         self._by_user: dict[str, set[Subscription]] = {}
@@ -489,6 +503,9 @@ class Dispatcher:
         events.with_text_user_ids(event)  # an event of before 0014_text_user_ids: its numbers as text
         cid = event["conversationId"]
         kind = event["type"]
+        if kind in events.USER_TYPES:
+            self._dispatch_user(event, kind, committed_at)
+            return
         if kind in (events.MEMBERS_ADDED, events.MEMBER_REMOVED):
             self._membership.forget(cid)
             if kind == events.MEMBER_REMOVED:
@@ -523,7 +540,35 @@ class Dispatcher:
         if left is not None:  # the one who left (or was banned) is told too, on every device
             self._offer_user(cid, left, kind, stamped)
             skip = left
+        if members.late and kind in _OF_A_MESSAGE:
+            # a message from before a member's join to a group that hid it (a change of it, or the message itself
+            # when the members were read after the join committed): not theirs to see
+            seq = event["seq"]
+            hidden = {uid for uid, first in members.late.items() if seq < first}
+            if hidden:
+                self._deliver(cid, kind, stamped, members, skip=skip, hidden=hidden)
+                return
         self._deliver(cid, kind, stamped, members, skip=skip)
+
+    def _dispatch_user(self, event: dict, kind: str, committed_at: float | None) -> None:
+        """A user's own event (events.UserEvent): to their all-conversations subscriptions of its kind. A ban
+        ends every subscription of theirs at once; a ban and a lifted ban tell on_ban (the process's ban list)."""
+        user_id = event["userId"]
+        if kind == events.USER_UNBANNED:
+            if self.on_ban is not None:
+                self.on_ban(user_id, None, False)
+            return
+        if kind == events.USER_BANNED:
+            until = event.get("until")
+            if self.on_ban is not None:
+                self.on_ban(user_id, until, True)
+            for by_user in (*self._by_conversation.values(), self._by_user):
+                for sub in list(by_user.get(user_id, ())):
+                    sub.fail(banned(until))
+            return
+        for sub in self._by_user.get(user_id, ()):
+            if sub.event_type == kind:
+                self._offer(sub, (event, committed_at))
 
     def _shed(self, cid: int, kind: str) -> None:
         """An event too old to deliver: end the subscriptions that would have received it, without
@@ -554,8 +599,16 @@ class Dispatcher:
                 if sub.event_type == kind:
                     self._offer(sub, stamped)
 
-    def _deliver(self, cid: int, kind: str, stamped: Stamped, members: Members, skip: str | None = None) -> None:
-        ids = members.ids
+    def _deliver(
+        self,
+        cid: int,
+        kind: str,
+        stamped: Stamped,
+        members: Members,
+        skip: str | None = None,
+        hidden: set[str] | None = None,
+    ) -> None:
+        ids = members.ids if not hidden else members.ids - hidden
         offer = self._offer
         for uid, subs in self._by_conversation.get(cid, {}).items():
             if uid in ids and uid != skip:

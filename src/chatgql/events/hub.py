@@ -48,9 +48,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from broadcaster import BroadcastBackend, Event
-
-from .backends import CONFIRM_SECONDS, BusBroken, _Inbox
+from .backends import CONFIRM_SECONDS, BusBackend, BusBroken, BusMessage, _Inbox
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +274,7 @@ class _Connection:
     """One connection to the hub: frames out, answers matched to requests in order, M frames to
     on_message. `broken` is set (with the reason) when the connection ends."""
 
-    def __init__(self, path: str, on_message: Callable[[Event], Any] | None = None) -> None:
+    def __init__(self, path: str, on_message: Callable[[BusMessage], Any] | None = None) -> None:
         self._path = path
         self._on_message = on_message
         self._writer: asyncio.StreamWriter | None = None
@@ -325,7 +323,7 @@ class _Connection:
                 if kind == b"M":
                     channel, _, message = body[1:].partition(_SEP)
                     if self._on_message is not None:
-                        await self._on_message(Event(channel.decode(), message.decode()))
+                        await self._on_message(BusMessage(channel.decode(), message.decode()))
                 else:
                     answer = self._waiting.popleft()
                     if not answer.done():
@@ -358,8 +356,8 @@ class _Connection:
         self._break(ConnectionAbortedError("closed"))
 
 
-class HubBackend(BroadcastBackend):
-    """A worker's bus backend on the supervisor's hub (broadcaster's interface, like backends.py's)."""
+class HubBackend:
+    """A worker's bus backend on the supervisor's hub (a BusBackend, like backends.py's)."""
 
     def __init__(self, url: str) -> None:
         self._inbox = _Inbox()
@@ -392,23 +390,23 @@ class HubBackend(BroadcastBackend):
         for channel, message in messages:
             self._connection.send(_frame(b"P", channel.encode(), _text(message)))
 
-    async def next_published(self) -> Event:
+    async def next_published(self) -> BusMessage:
         return await self._inbox.get()
 
-    def next_published_nowait(self) -> Event | None:
+    def next_published_nowait(self) -> BusMessage | None:
         return self._inbox.get_nowait()
 
     def listening_groups(self) -> list[set[str]]:
         return [set(self._channels)] if self._channels else []
 
 
-class LocalHubBackend(BroadcastBackend):
+class LocalHubBackend:
     """The supervisor's own bus on the hub it serves: publishing fans out at once, no socket. It
     listens to nothing (the supervisor serves no subscriptions)."""
 
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
-        self._never: asyncio.Future[Event] | None = None
+        self._never: asyncio.Future[BusMessage] | None = None
 
     @property
     def received(self) -> int:
@@ -433,15 +431,15 @@ class LocalHubBackend(BroadcastBackend):
         for channel, message in messages:
             self._hub.publish(channel, message)
 
-    async def next_published(self) -> Event:
+    async def next_published(self) -> BusMessage:
         self._never = self._never or asyncio.get_running_loop().create_future()
         return await self._never
 
-    def next_published_nowait(self) -> Event | None:
+    def next_published_nowait(self) -> BusMessage | None:
         return None
 
 
-def hub_backend(url: str) -> BroadcastBackend:
+def hub_backend(url: str) -> BusBackend:
     hub = _serving.get(_path(url))
     return LocalHubBackend(hub) if hub is not None else HubBackend(url)
 

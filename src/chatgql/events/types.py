@@ -403,6 +403,53 @@ class MessageUnpinned(MessageChange):
     KIND: ClassVar[str] = "UNPINNED"
 
 
+# A user's own events, about no conversation: their conversation id is NO_CONVERSATION (so all of them share
+# one outbox and Kafka key, in one order; they are few), and the dispatcher offers them to that user's
+# all-conversations subscriptions only.
+NO_CONVERSATION = 0
+
+
+class UserEvent(Event):
+    """An event for one user's devices (user_id), about no conversation."""
+
+    __slots__ = ()
+    user_id: str
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockChanged(UserEvent):
+    """user_id blocked (blocked: true) or unblocked other_id; for user_id's own devices."""
+
+    TYPE: ClassVar[str] = "block.changed"
+    conversation_id: int = NO_CONVERSATION
+    user_id: UserId
+    other_id: UserId
+    blocked: bool
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserBanned(UserEvent):
+    """The operator banned user_id app-wide (until: when it ends; None: until lifted): every live session
+    of theirs ends at once, in every process."""
+
+    TYPE: ClassVar[str] = "user.banned"
+    conversation_id: int = NO_CONVERSATION
+    user_id: UserId
+    until: datetime | None = None
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserUnbanned(UserEvent):
+    """The operator lifted user_id's app-wide ban: every process accepts their token again."""
+
+    TYPE: ClassVar[str] = "user.unbanned"
+    conversation_id: int = NO_CONVERSATION
+    user_id: UserId
+
+
 # Every change kind, derived from the registry (GraphQL's MessageChangeKind is derived from it too):
 # a new kind is its class above, registered.
 CHANGE_KINDS: dict[str, type[MessageChange]] = {
@@ -422,8 +469,13 @@ MEMBERSHIP_UPDATED = MembershipUpdated.TYPE
 CONVERSATION_UPDATED = ConversationUpdated.TYPE
 DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE
+BLOCK_CHANGED = BlockChanged.TYPE
+USER_BANNED = UserBanned.TYPE
+USER_UNBANNED = UserUnbanned.TYPE
 # Kinds for their own member only (Event.OWN), derived from the registry.
 OWN_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if cls.OWN)
+# Kinds about no conversation, for one user (UserEvent).
+USER_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if issubclass(cls, UserEvent))
 # The keys the store fills in of the events its statements write (Event.store_keys()), once.
 MESSAGE_KEYS = MessageNew.store_keys()
 READ_KEYS = ReadUpdated.store_keys()

@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket
 
 from ..db import Database
 from ..edge.auth import token_expiry, user_from_authorization
+from ..edge.bans import BanList
 from ..edge.jwks import KeySet
 from ..edge.ratelimit import Limiters, SharedStore, shared_store
 from ..errors import Unauthenticated
@@ -52,6 +53,7 @@ class Deps:
     membership_policy: MembershipPolicy = field(init=False)
     # What a time-based feature reads as now (an expiry), passed to its service: a test sets its own clock.
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    bans: BanList = field(init=False)  # the app-wide bans this process knows (edge/bans.py)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -60,6 +62,7 @@ class Deps:
         )
         self.limits = Limiters(s, store)
         self.membership_policy = load_policy(s.membership_policy, s)
+        self.bans = BanList()
 
 
 @dataclass
@@ -114,6 +117,7 @@ class Context:
         if self.token_expires_at is not None and time.time() >= self.token_expires_at:
             self._viewer = Unauthenticated("the token has expired: connect again with a new one")
             raise self._viewer
+        self.deps.bans.check(self._viewer)
         return self._viewer
 
     _loaders: Loaders | None = field(default=None, repr=False)

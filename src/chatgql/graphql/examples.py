@@ -91,6 +91,13 @@ query Sync($cursors: [SyncCursor!]!) {
 """,
         {"cursors": [{"conversationId": "1", "afterSeq": 0}]},
     ),
+    Example(
+        """# Moderation: who you blocked; blockUser(userId:) and reportMessage(conversationId:, seq:, reason:) act.
+query Blocked {
+  viewer { blockedUsers(first: 20) { userId blockedAt } }
+}
+"""
+    ),
 ]
 
 # The Headers tab of every example. The page signs in for you in development (its Sign-in

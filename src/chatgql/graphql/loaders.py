@@ -18,7 +18,7 @@ from strawberry.dataloader import DataLoader
 
 from ..db import Database, Row
 from ..services.checks import PageRequest
-from ..store import changes, conversations, delivery, mentions, messages, reactions
+from ..store import blocks, changes, conversations, delivery, mentions, messages, reactions
 from ..store.reads import first_unread
 
 
@@ -153,6 +153,7 @@ class Loaders:
         self.reacted_by = _Loader(reads._load_reacted_by)
         self.replies = _Loader(reads._load_replies)
         self.attachments = _Loader(reads._load_attachments)
+        self.blocked_by_viewer = _Loader(reads._load_blocked_by_viewer)
 
     def forget_conversation(self, conversation_id: int) -> None:
         """Drop what this request cached about a conversation it just changed."""
@@ -292,6 +293,12 @@ class _Reads:
         by_id = {row["id"]: row for row in rows}
         return [by_id.get(cid) for cid in ids]
 
+    async def _load_blocked_by_viewer(self, user_ids: Sequence[str]) -> list[bool]:
+        """Whether the viewer blocked each of these users."""
+        async with self._database.connection() as conn:
+            found = await blocks.blocked_by(conn, self._viewer_id, user_ids)
+        return [uid in found for uid in user_ids]
+
     async def _load_member_counts(self, ids: Sequence[int]) -> list[int]:
         async with self._database.connection() as conn:
             counts = await conversations.member_counts(conn, ids)
@@ -307,7 +314,7 @@ class _Reads:
 
     async def _load_messages(self, keys: Sequence[tuple[int, int]]) -> list[Row | None]:
         async with self._database.connection() as conn:
-            rows = await messages.by_keys(conn, keys)
+            rows = await messages.by_keys(conn, keys, self._viewer_id)
         by_key = {(row["conversation_id"], row["seq"]): row for row in rows}
         return [by_key.get(key) for key in keys]
 
@@ -349,7 +356,7 @@ class _Reads:
     async def _load_replies(self, keys: Sequence[tuple[int, int, int, int]]) -> list[list[Row]]:
         """(conversation_id, reply_to_seq, after_seq, limit) -> the replies, ascending."""
         async with self._database.connection() as conn:
-            rows = await messages.reply_pages(conn, keys)
+            rows = await messages.reply_pages(conn, keys, self._viewer_id)
         found: list[list[Row]] = [[] for _ in keys]
         for row in rows:
             found[row["i"] - 1].append(row)

@@ -17,7 +17,6 @@ from ..services.messages import do_send_message
 from ..services.reads import do_mark_read
 from . import ids
 from .groups import GroupMutation
-from .moderation import ModerationMutation
 from .queries import load_conversation
 from .readstate import ReadStateMutation
 from .scalars import Long
@@ -39,7 +38,7 @@ async def reload_conversation(info: Info, conversation_id: int) -> Conversation:
 
 
 @strawberry.type
-class Mutation(ReadStateMutation, GroupMutation, ModerationMutation):
+class Mutation(ReadStateMutation, GroupMutation):
     @strawberry.mutation(description="Idempotent: both people calling it at once get the same conversation.")
     async def create_direct_conversation(self, info: Info, user_id: ID) -> Conversation:
         ctx = info.context

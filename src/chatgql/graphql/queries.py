@@ -177,7 +177,16 @@ class Query:
     ) -> MessageConnection:
         _ = info.context.viewer_id
         conversation = await load_conversation(info, check_id(conversation_id, "conversationId"))
-        return await load_message_page(info, int(conversation.id), conversation.last_seq, first, after, last, before)
+        return await load_message_page(
+            info,
+            int(conversation.id),
+            conversation.last_seq,
+            first,
+            after,
+            last,
+            before,
+            visible_from=conversation.visible_from_seq,
+        )
 
     search_messages: MessageSearchConnection = strawberry.field(
         resolver=resolve_search_messages,

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Awaitable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 import strawberry
@@ -35,27 +36,26 @@ from ..engine.handshake import LegacyWSHandler, MessageBudgets, PendingSockets, 
 from ..engine.http import JSON, GraphQLOverHTTP, refusal_body, request_media_type_refusal, response_media_type
 from ..engine.limits import OperationLimits, check_document
 from ..engine.operation import ChatOperation
+from ..engine.persisted import PersistedDocuments, Refused
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
-from ..errors import Unauthenticated
-from . import (
-    pins,
-    pricing,  # noqa: F401 (declares the API's fields' prices in the registry)
-    threads,
-)
+from ..errors import Forbidden, Unauthenticated
+from ..services.documents import find_document, is_listed
+from . import pricing  # noqa: F401 (declares the API's fields' prices in the registry)
 from .context import Context, Deps
 from .errors import redact, to_contract_errors
+from .features import feature_modules
 from .graphiql import GraphiQLFiles
 from .mutations import Mutation
 from .queries import Query
 from .scalars import SCALARS
 from .subscriptions import Subscription
 
-# The feature modules: each holds a feature's GraphQL fields (classes named Query, Mutation and
-# Subscription, those it has), its types, and what it declares of them (rate limits, prices), so a
-# feature's API is one module; the roots below take their fields after the house's own.
-FEATURES: tuple[object, ...] = (pins, threads)
+# The feature modules (graphql/features/): each holds a feature's GraphQL fields (classes named Query,
+# Mutation and Subscription, those it has), its types, and what it declares of them (rate limits,
+# prices), so a feature's API is one module; the roots below take their fields after the house's own.
+FEATURES = feature_modules()
 
 
 def root(name: str, base: type) -> type:
@@ -194,6 +194,11 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         self.core_schema = strawberry_compat.core_schema(schema)
         self.graphiql = GraphiQLFiles(dev_sign_in=settings.dev_sign_in_enabled) if settings.graphiql_enabled else None
         self.pending = PendingSockets(settings.max_unauthenticated_ws_per_address)
+        self.documents = PersistedDocuments(
+            lambda document_id: find_document(deps.database, document_id),
+            lambda text: is_listed(deps.database, text),
+            allowlist=settings.documents_allowlist,
+        )
         self.budgets = MessageBudgets(settings)
 
     async def render_graphql_ide(self, request: Request) -> Response:
@@ -213,8 +218,8 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         await context.fetch_keys()
         try:
             _ = context.viewer_id
-        except Unauthenticated as error:
-            raise ConnectionRejectionError({"message": error.message, "code": error.code}) from None
+        except (Unauthenticated, Forbidden) as error:  # Forbidden: banned (edge/bans.py)
+            raise ConnectionRejectionError({"message": error.message, "code": error.code, **error.extensions}) from None
         return await super().on_ws_connect(context)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -225,12 +230,17 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         receive = _capped(receive, self.deps.settings.max_request_bytes)
         try:
             response = None
-            if scope["method"] == "POST" and self.prepared:
-                scope = _json_body_scope(scope)
+            if scope["method"] == "POST":
+                if self.prepared:
+                    scope = _json_body_scope(scope)
                 body = await _read_body(receive)
-                response = await self._run_accepted(scope, body)
+                data, response = await self._resolve_body(scope, body)
+                if response is None and self.prepared:
+                    response = await self._run_accepted(scope, body, data)
                 if response is None:
-                    receive = _replay(body)
+                    receive = _replay(body if data is None else orjson.dumps(data))
+            elif scope["method"] == "GET":
+                scope, response = await self._resolve_query_string(scope)
             if response is None:
                 response = await self.run(Request(scope=scope, receive=receive))
         except ClientDisconnect:
@@ -246,19 +256,65 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             )
         await response(scope, receive, send)
 
-    async def _run_accepted(self, scope: Scope, body: bytes) -> Response | None:
+    async def _resolve_body(self, scope: Scope, body: bytes) -> tuple[Any, Response | None]:
+        """The JSON of a POST body whose requests name persisted documents (engine/persisted.py),
+        with their texts in (None: the body stands as it is); the refusal when one may not run."""
+        if not self.documents.applies(body):
+            return None, None
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            if self.documents.allowlist:  # not read here, so not let through
+                return None, self._refusal(scope, Refused("not JSON this server reads", "BAD_USER_INPUT"))
+            return None, None  # refused by the ordinary path as it is
+        try:
+            for request in data if isinstance(data, list) else [data]:
+                if isinstance(request, dict):
+                    await self.documents.resolve(request)
+        except Refused as refused:
+            return None, self._refusal(scope, refused)
+        return data, None
+
+    async def _resolve_query_string(self, scope: Scope) -> tuple[Scope, Response | None]:
+        """A GET's parameters, as _resolve_body does a POST's body."""
+        query_string: bytes = scope.get("query_string", b"")
+        if not self.documents.applies(query_string):
+            return scope, None
+        params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+        request: dict[str, Any] = dict(params)
+        if "extensions" in params:
+            try:
+                request["extensions"] = orjson.loads(params["extensions"])
+            except orjson.JSONDecodeError:
+                if self.documents.allowlist:
+                    return scope, self._refusal(scope, Refused("extensions is not JSON", "BAD_USER_INPUT"))
+                return scope, None  # the ordinary path refuses it
+        try:
+            await self.documents.resolve(request)
+        except Refused as refused:
+            return scope, self._refusal(scope, refused)
+        if "extensions" in request:
+            request["extensions"] = orjson.dumps(request["extensions"]).decode()
+        return {**scope, "query_string": urlencode(request).encode("latin-1")}, None
+
+    def _refusal(self, scope: Scope, refused: Refused) -> Response:
+        error = GraphQLError(refused.message, extensions=refused.extensions)
+        return self.graphql_response(ExecutionResult(data=None, errors=[error]), _header(scope, b"accept"))
+
+    async def _run_accepted(self, scope: Scope, body: bytes, data: Any = None) -> Response | None:
         """A POST of a document accepted before: execute it directly (prepared.py), by plan (plan/).
         None: not that case; the request goes the ordinary way. scope: as _json_body_scope passed it
-        (its Content-Type is application/json)."""
+        (its Content-Type is application/json); data: the body's JSON if it was read already."""
         accept = _header(scope, b"accept")
         if accept is not None and ("multipart/mixed" in accept or "text/event-stream" in accept):
             return None
         if body.count(b"{") + body.count(b"[") > _MAX_BRACKETS:
             return None  # possibly nested deep: how deep JSON may go is the ordinary path's to say
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
+        if data is None:
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return None
         if not isinstance(data, dict):
             return None
         query, variables, operation_name = data.get("query"), data.get("variables"), data.get("operationName")

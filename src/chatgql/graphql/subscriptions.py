@@ -48,6 +48,7 @@ from strawberry.types import Info
 from ..engine.registry import PARKABLE, PARKING, PER_EVENT
 from ..errors import BadUserInput, conversation_not_found
 from ..events.types import (
+    BLOCK_CHANGED,
     CONVERSATION_UPDATED,
     DELIVERY_UPDATED,
     MEMBERSHIP_UPDATED,
@@ -55,6 +56,7 @@ from ..events.types import (
     MESSAGE_NEW,
     READ_UPDATED,
     TYPING,
+    BlockChanged,
     ConversationUpdated,
     DeliveryUpdated,
     MembershipUpdated,
@@ -66,6 +68,7 @@ from ..events.types import (
 from ..services.changes import read_change_replay
 from ..services.checks import check_id
 from ..services.history import read_replay
+from .features.reporting import BlockChangedEvent
 from .groups import ConversationChange, ConversationUpdatedEvent
 from .loaders import EventReads, SeenKey
 from .readstate import DeliveryUpdatedEvent, MembershipUpdatedEvent, TypingEvent
@@ -342,6 +345,15 @@ class Subscription:
         async with await _events(info, conversation_id, TYPING) as subscription:
             async for event in subscription:
                 yield TypingEvent.of(Typing.from_wire(event))
+
+    @strawberry.subscription(
+        description="The viewer blocked or unblocked someone, on any of their devices (blockUser, unblockUser)."
+    )
+    async def block_changed(self, info: Info) -> AsyncGenerator[BlockChangedEvent, None]:
+        async with await _events(info, None, BLOCK_CHANGED) as subscription:
+            async for event in subscription:
+                change = BlockChanged.from_wire(event)
+                yield BlockChangedEvent(user_id=ID(change.other_id), blocked=change.blocked)
 
 
 # messageNew parks while idle when run by a websocket handler (its resolver iterates PARKING's events);

@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 from .. import db
 from ..db import Database
 from ..db.embedded import EmbeddedWatch
+from ..edge.bans import keep_ban_list
 from ..edge.demo import demo_routes
 from ..edge.jwks import KeySet
 from ..engine import validation
@@ -44,6 +45,8 @@ from ..events.wakeup import RelayWakeup
 from ..events.webhooks import Deliverer, check_resolved, parse_kinds, parse_secret
 from ..graphql.context import Deps
 from ..graphql.graphiql import ASSETS_PATH
+from ..graphql.operator import PATH as OPERATOR_PATH
+from ..graphql.operator import OperatorGraphQL
 from ..graphql.schema import ChatGraphQL
 from ..runtime import collector
 from ..services.beforesend import BeforeSendHook
@@ -234,10 +237,14 @@ async def running(
         if api:
             big = settings.big_group_threshold
 
-            async def load_members(conversation_id: int, subscribed: list[str]) -> tuple[int, list[str]] | None:
+            async def load_members(
+                conversation_id: int, subscribed: list[str]
+            ) -> tuple[int, list[str], dict[str, int]] | None:
                 async with database.connection() as conn:
                     row = await conversations.live_members(conn, conversation_id, big, subscribed)
-                return None if row is None else (row["member_count"], row["user_ids"])
+                if row is None:
+                    return None
+                return row["member_count"], row["user_ids"], dict(zip(row["late_ids"], row["late_from"], strict=True))
 
             dispatcher = Dispatcher(
                 MembershipCache(load_members, whole_up_to=big),
@@ -248,6 +255,7 @@ async def running(
                 max_delay=settings.max_delivery_delay_seconds,
             )
             runtime.deps.dispatcher = live = dispatcher
+            dispatcher.on_ban = runtime.deps.bans.learn
             metrics.track(metrics.subscriptions_active, lambda: dispatcher.active)
             metrics.track(metrics.subscribers_delayed, lambda: dispatcher.delayed)
             metrics.track(metrics.events_shed, lambda: dispatcher.shed)
@@ -260,6 +268,7 @@ async def running(
                 await runtime.bus_ready.wait()
             # Mass disconnects leave glibc holding what the connections used (see heap.py).
             await _task(stack, HeapTrimmer().run(), "heap-trim")
+            await _task(stack, keep_ban_list(database, runtime.deps.bans, settings.ban_refresh_seconds), "ban-list")
             if settings.oidc_issuer is not None:
                 runtime.deps.keys = await stack.enter_async_context(
                     KeySet(
@@ -509,11 +518,16 @@ def create_app(settings: Settings) -> Starlette:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     graphiql = [Route(f"{ASSETS_PATH}/{{name}}", graphql.graphiql.asset)] if graphql.graphiql else []
+    operator = []
+    if settings.operator_token is not None:
+        view = OperatorGraphQL(settings.operator_token.get_secret_value(), lambda: deps.database)
+        operator = [Route(OPERATOR_PATH, view, methods=["POST"])]
     return ChatApp(
         graphql,
         routes=[
             *graphiql,
             *demo_routes(settings),
+            *operator,
             Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql),
             Route("/healthz", healthz),

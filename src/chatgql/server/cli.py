@@ -1,4 +1,6 @@
-"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | token | export-schema`."""
+"""`chatgql serve | migrate | relay | consume | webhooks | erase-user | retention run | reports | ban | unban |
+documents load | token |
+export-schema`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -262,6 +265,127 @@ def retention(args: argparse.Namespace) -> None:
     print(f"erased {_erase(settings, args, run_retention, bound)} messages sent before {bound.isoformat()}")
 
 
+def _json(row: Any) -> str:
+    import json
+
+    return json.dumps(
+        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in dict(row).items()}, ensure_ascii=False
+    )
+
+
+def _until(text: str | None) -> datetime | None:
+    """--until: an ISO-8601 time with its offset, in the future."""
+    if text is None:
+        return None
+    try:
+        until = datetime.fromisoformat(text)
+    except ValueError:
+        raise SystemExit(f"chatgql: --until must be an ISO-8601 time, got {text!r}") from None
+    if until.tzinfo is None or until <= datetime.now(UTC):
+        raise SystemExit("chatgql: --until must be in the future, with its UTC offset")
+    return until
+
+
+def _moderate(settings: Settings, work: Callable[[Database], Awaitable[Any]]) -> Any:
+    """Run one of the operator's moderation calls; a refusal (a coded error) is a message and exit status 2."""
+    from ..errors import ChatError
+
+    async def run(database: Database) -> Any:
+        try:
+            return await work(database)
+        except ChatError as error:
+            print(f"chatgql: {error.code}: {error.message}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return asyncio.run(_with_database(settings, run))
+
+
+def reports(args: argparse.Namespace) -> None:
+    """List the reports, resolve one with an action, or print the audit of the operator's actions."""
+    from ..services import operator as moderation
+
+    settings = _settings()
+    if args.action == "list":
+        wanted = moderation.ReportFilter(status=args.status, conversation_id=args.conversation, user_id=args.user)
+        rows = _moderate(settings, lambda db: moderation.list_reports(db, wanted, args.after, args.limit))
+    elif args.action == "audit":
+        rows = _moderate(settings, lambda db: moderation.audit_log(db, args.after, args.limit))
+    else:
+        until = _until(args.until)
+        rows = [
+            _moderate(
+                settings,
+                lambda db: moderation.do_resolve_report(db, args.by, args.report_id, args.do, args.reason, until=until),
+            )
+        ]
+    for row in rows:
+        print(_json(row))
+
+
+def ban(args: argparse.Namespace) -> None:
+    """Ban a user app-wide, or from one group (--conversation)."""
+    from ..services import operator as moderation
+
+    settings = _settings()
+    until = _until(args.until)
+    if args.conversation is None:
+        _moderate(settings, lambda db: moderation.do_ban_user(db, args.by, args.user_id, until, args.reason))
+        print(f"banned {args.user_id} until {until.isoformat() if until else 'lifted'}")
+    else:
+        _moderate(
+            settings,
+            lambda db: moderation.do_ban_from_conversation(
+                db, args.by, args.conversation, args.user_id, until, args.reason
+            ),
+        )
+        print(
+            f"banned {args.user_id} from conversation {args.conversation} until {until.isoformat() if until else 'lifted'}"
+        )
+
+
+def unban(args: argparse.Namespace) -> None:
+    from ..services import operator as moderation
+
+    settings = _settings()
+    lifted = _moderate(settings, lambda db: moderation.do_unban_user(db, args.by, args.user_id, args.reason))
+    print(f"unbanned {args.user_id}" if lifted else f"{args.user_id} was not banned")
+
+
+def documents(args: argparse.Namespace) -> None:
+    """`chatgql documents load MANIFEST`: the documents of a client's manifest, each checked against
+    the schema, into the persisted_document table (again: nothing changes)."""
+    import json
+
+    from graphql import GraphQLError, parse, validate
+
+    from ..compat import strawberry as strawberry_compat
+    from ..errors import Conflict
+    from ..graphql.schema import schema
+    from ..services.documents import do_load_documents, read_manifest
+
+    settings = _settings()
+    try:
+        loaded = read_manifest(json.loads(Path(args.manifest).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        print(f"chatgql: {args.manifest}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    core_schema = strawberry_compat.core_schema(schema)
+    for document_id, body, _ in loaded:
+        try:
+            problems = validate(core_schema, parse(body, max_tokens=settings.max_tokens))
+        except GraphQLError as error:
+            problems = [error]
+        if problems:
+            print(f"chatgql: document {document_id}: {problems[0].message}", file=sys.stderr)
+            raise SystemExit(2)
+    try:
+        added = asyncio.run(_with_database(settings, lambda database: do_load_documents(database, loaded)))
+    except Conflict as error:
+        print(f"chatgql: {error.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"{added} documents added, {len(loaded) - added} already loaded")
+
+
 def token(args: argparse.Namespace) -> None:
     from ..edge.auth import issue_token
     from ..errors import BadUserInput
@@ -310,7 +434,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-consumer", action="store_true", help="do not run the Kafka consumer in this process")
     p.add_argument("--no-webhooks", action="store_true", help="do not run the webhook deliverer in this process")
     p.add_argument(
-        "--workers", type=int, help="API processes sharing the port (CHATGQL_WORKERS; default: one per core)"
+        "--workers",
+        type=int,
+        help="API processes sharing the port (CHATGQL_WORKERS; default: one per core but one, at least one)",
     )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
@@ -341,6 +467,44 @@ def main(argv: list[str] | None = None) -> None:
     again.add_argument("ids", nargs="*", type=int, metavar="ID")
     again.add_argument("--all", action="store_true", help="every dead letter")
     p.set_defaults(func=webhooks)
+
+    p = commands.add_parser("reports", help="moderation: list reports, resolve one, the audit of actions")
+    actions = p.add_subparsers(dest="action", required=True)
+    listed = actions.add_parser("list", help="reports as JSON lines, by id ascending")
+    listed.add_argument("--status", choices=["OPEN", "RESOLVED"])
+    listed.add_argument("--conversation", type=positive, help="of this conversation only")
+    listed.add_argument("--user", help="of this reported user only")
+    listed.add_argument("--after", type=int, default=0, help="after this report id")
+    listed.add_argument("--limit", type=positive, default=100)
+    audit = actions.add_parser("audit", help="the operator's actions as JSON lines (who, when, what, why)")
+    audit.add_argument("--after", type=int, default=0)
+    audit.add_argument("--limit", type=positive, default=100)
+    resolve = actions.add_parser("resolve", help="resolve an open report with an action (audited)")
+    resolve.add_argument("report_id", type=positive, metavar="REPORT_ID")
+    resolve.add_argument(
+        "--action", dest="do", required=True, choices=["DISMISS", "DELETE_MESSAGE", "BAN_FROM_CONVERSATION", "BAN_APP"]
+    )
+    resolve.add_argument("--reason", required=True, help="why (kept in the audit)")
+    resolve.add_argument("--by", required=True, help="who acts (kept in the audit)")
+    resolve.add_argument("--until", help="a ban's end, ISO-8601 with offset (default: until lifted)")
+    p.set_defaults(func=reports)
+
+    for name, func, what in (
+        ("ban", ban, "ban USER_ID app-wide (or from a group: --conversation)"),
+        ("unban", unban, "lift USER_ID's app-wide ban"),
+    ):
+        p = commands.add_parser(name, help=what)
+        p.add_argument("user_id", metavar="USER_ID")
+        p.add_argument("--reason", required=True, help="why (kept in the audit)")
+        p.add_argument("--by", required=True, help="who acts (kept in the audit)")
+        if func is ban:
+            p.add_argument("--until", help="when the ban ends, ISO-8601 with offset (default: until lifted)")
+            p.add_argument("--conversation", type=positive, help="ban from this group only")
+        p.set_defaults(func=func)
+    p = commands.add_parser("documents", help="persisted documents: `load MANIFEST` (the allowlist)")
+    p.add_argument("action", choices=["load"], help="load: add a manifest's documents (Apollo's, or {id: text})")
+    p.add_argument("manifest", metavar="MANIFEST")
+    p.set_defaults(func=documents)
 
     p = commands.add_parser("token", help="print a bearer token for USER_ID (local use)")
     p.add_argument("user_id", metavar="USER_ID")

@@ -16,7 +16,7 @@ from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, NotFound, conversation_not_found
 from ..events.types import MEMBER_BANNED, MEMBER_UNBANNED, ConversationUpdated, Event, MemberRemoved
 from ..store import bans, conversations, groups, outbox
-from .groups import ADMIN, MANAGERS, OWNER, lock_group_txn
+from .groups import ADMIN, MANAGERS, OWNER, lock_group_as_manager_txn
 
 MAX_REASON_CHARS = 500
 
@@ -50,9 +50,7 @@ async def do_ban_member(
     if user_id == viewer_id:
         raise BadUserInput("nobody bans themselves (leaveGroup leaves)")
     async with database.transaction() as conn:
-        conv = await lock_group_txn(conn, conversation_id, viewer_id, "ban anyone")
-        if conv.role not in MANAGERS:
-            raise Forbidden("only the OWNER or an ADMIN may ban", reason="NOT_GROUP_ADMIN")
+        conv = await lock_group_as_manager_txn(conn, conversation_id, viewer_id, "ban anyone", "ban")
         if until is not None and until <= conv.now:
             raise BadUserInput("until must be in the future")
         role = await groups.role_txn(conn, conversation_id, user_id)
@@ -82,9 +80,7 @@ async def do_unban_member(database: Database, viewer_id: str, conversation_id: i
     """Lift a ban (the user may be added again; they are not added back). No ban holding: NOT_FOUND.
     The members are told (conversationUpdated, MEMBER_UNBANNED)."""
     async with database.transaction() as conn:
-        conv = await lock_group_txn(conn, conversation_id, viewer_id, "unban anyone")
-        if conv.role not in MANAGERS:
-            raise Forbidden("only the OWNER or an ADMIN may unban", reason="NOT_GROUP_ADMIN")
+        conv = await lock_group_as_manager_txn(conn, conversation_id, viewer_id, "unban anyone", "unban")
         if not await bans.unban_txn(conn, conversation_id, user_id):
             raise NotFound(f"user {user_id} is not banned from conversation {conversation_id}")
         event = ConversationUpdated(

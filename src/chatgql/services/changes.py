@@ -62,7 +62,8 @@ async def _locked_message(conn: Connection, conversation_id: int, seq: int, view
     conv = await conversations.lock_for_member_txn(conn, conversation_id, viewer_id)
     if conv is None or conv.role is None:
         raise conversation_not_found(conversation_id)
-    message = await changes.lock_message_txn(conn, conversation_id, seq)
+    # a message from before the viewer's join to a group that hid it: as if there were none
+    message = await changes.lock_message_txn(conn, conversation_id, seq) if seq >= conv.visible_from_seq else None
     if message is None:
         raise message_not_found(conversation_id, seq)
     return conv, message
@@ -221,7 +222,7 @@ async def read_changes(
         visible = await visible_conversations(conn, viewer_id, cursors)
         too_long = {c for c, a in cursors if too_far_behind(a, visible[c].last_change_seq, max_catch_up)}
         wanted = [(c, a, limit + 1) for c, a in cursors if c not in too_long and visible[c].last_change_seq > a]
-        rows = await changes.after_many(conn, wanted) if wanted else []
+        rows = await changes.after_many(conn, wanted, viewer_id) if wanted else []
     found: dict[int, list[Row]] = defaultdict(list)
     for row in rows:
         found[row["conversation_id"]].append(row)
@@ -255,6 +256,6 @@ async def read_change_replay(
     async with database.connection() as conn:
         visible = await visible_conversations(conn, viewer_id, cursors)
         ranges = replay_ranges([(c, a, visible[c].last_change_seq) for c, a in cursors], bound, max_catch_up)
-        rows = await changes.after_many(conn, [(c, a, last - a) for c, a, last in ranges]) if ranges else []
+        rows = await changes.after_many(conn, [(c, a, last - a) for c, a, last in ranges], viewer_id) if ranges else []
     held = {c: max(a, visible[c].last_change_seq) for c, a in cursors}
     return ChangeReplay(list(rows), held)

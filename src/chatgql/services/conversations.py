@@ -10,6 +10,7 @@ from ..errors import BadUserInput, Forbidden, LimitExceeded, NotFound, conversat
 from ..events.types import Event, MemberRemoved, MembersAdded
 from ..store import conversations, outbox
 from .bans import check_not_banned_txn
+from .blocks import check_direct_allowed_txn, check_not_blocked_txn
 from .groups import do_leave_group
 from .policy import ALLOW_ALL, MembershipPolicy, check_may_add
 
@@ -36,17 +37,22 @@ async def do_create_direct_conversation(
 
     Two people calling at once get the same conversation: direct_pair's key
     decides; the loser's transaction rolls back and it reads the winner's.
+    A block between the two, either way, is FORBIDDEN (reason BLOCKED), whether the conversation
+    exists or not: checked under the pair's lock, which a block takes too (services/blocks.py).
     """
     if other_id == viewer_id:
         raise BadUserInput("a direct conversation needs another user")
     low, high = sorted((viewer_id, other_id))
     async with database.connection() as conn:
         existing = await conversations.find_direct(conn, low, high)
+        if existing is not None:
+            await check_not_blocked_txn(conn, viewer_id, [other_id])
     if existing is not None:
         return existing
     await check_may_add(policy, viewer_id, [other_id], DIRECT)
     try:
         async with database.transaction() as conn:
+            await check_direct_allowed_txn(conn, viewer_id, other_id)
             created = await conversations.insert_conversation(conn, DIRECT, None)
             await conversations.insert_members(conn, created.id, [(low, MEMBER), (high, MEMBER)])
             if not await conversations.claim_direct_pair(conn, low, high, created.id):
@@ -80,6 +86,7 @@ async def do_create_group(
         raise LimitExceeded(f"a group has at most {max_members} members")
     await check_may_add(policy, viewer_id, others, GROUP)
     async with database.transaction() as conn:
+        await check_not_blocked_txn(conn, viewer_id, others)
         if max_per_day > 0:
             await _check_groups_per_day_txn(conn, viewer_id, max_per_day)
         created = await conversations.insert_conversation(conn, GROUP, title, created_by=viewer_id)
@@ -141,7 +148,8 @@ async def do_add_members(
 ) -> None:
     """Any member may add people to a group (if the policy allows); ids already present are ignored.
 
-    New members start with nothing unread: their watermark is the current lastSeq. Someone a ban
+    New members start with nothing unread: their watermark is the current lastSeq. In a group that hides
+    its history (services/moderation.py) they read only what is sent from then on. Someone a ban
     keeps out (services/bans.py) is refused: FORBIDDEN, reason USER_BANNED, nobody added.
     Costs O(len(user_ids)), whatever the group's size (bigger groups are built batch by batch).
     """
@@ -153,12 +161,18 @@ async def do_add_members(
         new = [uid for uid in user_ids if uid not in present]
         if not new:
             return
+        await check_not_blocked_txn(conn, viewer_id, new)
         await check_not_banned_txn(conn, conversation_id, new)
         # the stored count (kept by triggers: 0007), read under the lock: O(batch), not O(members)
         if conv.member_count + len(new) > max_members:
             raise LimitExceeded(f"a group has at most {max_members} members")
         added = await conversations.insert_members(
-            conn, conversation_id, [(uid, MEMBER) for uid in new], last_read_seq=conv.last_seq
+            conn,
+            conversation_id,
+            [(uid, MEMBER) for uid in new],
+            last_read_seq=conv.last_seq,
+            # a group hiding its history: they read from their join on
+            visible_from_seq=conv.last_seq + 1 if conv.hide_history else 1,
         )
         await _emit_txn(database, conn, MembersAdded(conversation_id=conversation_id, user_ids=added))
 

@@ -35,6 +35,14 @@ async def lock_group_txn(conn: Connection, conversation_id: int, viewer_id: str,
     return conv
 
 
+async def lock_group_as_manager_txn(conn: Connection, conversation_id: int, viewer_id: str, what: str, may: str) -> Row:
+    """lock_group_txn, and FORBIDDEN (reason NOT_GROUP_ADMIN) unless the viewer is the OWNER or an ADMIN."""
+    conv = await lock_group_txn(conn, conversation_id, viewer_id, what)
+    if conv.role not in MANAGERS:
+        raise Forbidden(f"only the OWNER or an ADMIN may {may}", reason="NOT_GROUP_ADMIN")
+    return conv
+
+
 async def do_rename_group(database: Database, viewer_id: str, conversation_id: int, title: str) -> None:
     """The OWNER or an ADMIN renames a group (title already checked)."""
     async with database.transaction() as conn:

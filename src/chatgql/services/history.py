@@ -60,6 +60,12 @@ def check_cursors(cursors: Sequence[tuple[int, int]], max_cursors: int, *, withi
         check_seq(after, field)
 
 
+def from_visible(cursors: Sequence[tuple[int, int]], visible: dict[int, Row]) -> list[tuple[int, int]]:
+    """The message cursors, each raised to just below the first seq the viewer may read there (a member added
+    to a group hiding its history reads nothing before their join)."""
+    return [(cid, max(after, visible[cid].visible_from_seq - 1)) for cid, after in cursors]
+
+
 async def visible_conversations(conn: Connection, viewer_id: str, cursors: Sequence[tuple[int, int]]) -> dict[int, Row]:
     """The cursors' conversations as the viewer sees them (store.conversations.for_viewer), by id;
     NOT_FOUND for the first one the viewer is not a member of."""
@@ -98,9 +104,16 @@ async def read_sync(
         return []
     async with database.connection() as conn:
         visible = await visible_conversations(conn, viewer_id, cursors)
-        too_long = {cid for cid, after in cursors if too_far_behind(after, visible[cid].last_seq, max_catch_up)}
+        held = from_visible(cursors, visible)
+        too_long = {cid for cid, after in held if too_far_behind(after, visible[cid].last_seq, max_catch_up)}
         # Too far behind: read from limit below lastSeq, the newest page.
-        reads = [(cid, max(0, visible[cid].last_seq - limit) if cid in too_long else after) for cid, after in cursors]
+        reads = [
+            (
+                cid,
+                max(0, visible[cid].last_seq - limit, visible[cid].visible_from_seq - 1) if cid in too_long else after,
+            )
+            for cid, after in held
+        ]
         rows = await messages.after_many(conn, reads, limit + 1)
     by_conversation: dict[int, list[Row]] = defaultdict(list)
     for row in rows:
@@ -168,7 +181,9 @@ async def read_replay(
         return Replay([], {})
     async with database.connection() as conn:
         visible = await visible_conversations(conn, viewer_id, cursors)
-        ranges = replay_ranges([(c, a, visible[c].last_seq) for c, a in cursors], bound, max_catch_up)
+        ranges = replay_ranges(
+            [(c, a, visible[c].last_seq) for c, a in from_visible(cursors, visible)], bound, max_catch_up
+        )
         pages = await messages.pages(conn, [(cid, after, last + 1, last - after, False) for cid, after, last in ranges])
     held = {cid: max(after, visible[cid].last_seq) for cid, after in cursors}
     return Replay([row for page in pages for row in page], held)

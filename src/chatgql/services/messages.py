@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from ..db import Database, Row
-from ..errors import BadUserInput, Conflict, LimitExceeded, conversation_not_found
+from ..errors import BadUserInput, Conflict, LimitExceeded, banned, blocked, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
 from ..store import messages, threads
@@ -100,6 +100,10 @@ async def do_send_message(
     outcome = row["outcome"]
     if outcome == "not_found":
         raise conversation_not_found(conversation_id)
+    if outcome == "blocked":
+        raise blocked()
+    if outcome == "banned":
+        raise banned(None)
     if outcome == "slow_mode":  # seq: the whole seconds left to wait
         raise LimitExceeded(
             f"slow mode: the next message may be sent in {row['seq']} s",

@@ -56,7 +56,8 @@ async def do_pin(
             raise conversation_not_found(conversation_id)
         if conv.type == "GROUP" and conv.role not in GROUP_ADMINS:
             raise Forbidden("only a group's OWNER or an ADMIN may pin or unpin", reason="PIN_NOT_ALLOWED")
-        message = await changes.lock_message_txn(conn, conversation_id, seq)
+        # a message from before the viewer's join to a group that hid it: as if there were none
+        message = await changes.lock_message_txn(conn, conversation_id, seq) if seq >= conv.visible_from_seq else None
         if message is None:
             raise message_not_found(conversation_id, seq)
         if message["deleted_at"] is not None:
@@ -87,8 +88,9 @@ async def do_pin(
 
 async def read_pins(database: Database, viewer_id: str, conversation_id: int, now: datetime) -> list[Row]:
     """The conversation's live pins, newest first, each with its message (store.pins.pinned's rows);
-    NOT_FOUND unless the viewer is a member."""
+    NOT_FOUND unless the viewer is a member. The pins of messages the viewer may not read (sent before they
+    joined a group hiding its history) are left out."""
     async with database.connection() as conn:
         if not await conversations.member_rows(conn, [(conversation_id, viewer_id)]):
             raise conversation_not_found(conversation_id)
-        return await pins.pinned(conn, conversation_id, now)
+        return await pins.pinned(conn, conversation_id, now, viewer_id)

@@ -1,6 +1,6 @@
 """Who may put whom into a conversation: the hook a deployment fills in.
 
-chatgql knows nothing about who blocks or trusts whom. Before anyone is put
+Beyond the users' own blocks (services/blocks.py), chatgql knows nothing about who trusts whom. Before anyone is put
 into a conversation by someone else (createGroup, addMembers, and
 createDirectConversation when it creates the conversation), the services ask
 the MembershipPolicy. chatgql's own allows everything; a deployment replaces

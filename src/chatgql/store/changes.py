@@ -11,7 +11,7 @@ from datetime import datetime
 
 from ..db import Connection, Row
 from . import mentions, reactions
-from .messages import MESSAGE_COLUMNS
+from .messages import MESSAGE_COLUMNS, visible_to
 
 
 async def lock_message_txn(conn: Connection, conversation_id: int, seq: int) -> Row | None:
@@ -169,16 +169,17 @@ async def edit_histories(conn: Connection, keys: Sequence[tuple[int, int]]) -> l
     )
 
 
-async def after_many(conn: Connection, cursors: Sequence[tuple[int, int, int]]) -> list[Row]:
+async def after_many(conn: Connection, cursors: Sequence[tuple[int, int, int]], viewer_id: str) -> list[Row]:
     """For each (conversation_id, after_change_seq, limit): the changes with change_seq > after, ascending,
-    at most limit, each with the message as it is now: rows (change_seq, kind, changed_by, reason, message columns...)."""
+    at most limit, each with the message as it is now: rows (change_seq, kind, changed_by, reason, message columns...).
+    Only changes to messages viewer_id may read (messages.visible_to: none from before a late join)."""
     return await conn.fetch(
         f"""
         SELECT ch.change_seq, ch.kind, ch.user_id AS changed_by, ch.reason, m.*
           FROM unnest($1::bigint[], $2::bigint[], $3::int[]) AS k(cid, after_change, lim)
          CROSS JOIN LATERAL (
             SELECT change_seq, seq, kind, user_id, reason FROM message_change
-             WHERE conversation_id = k.cid AND change_seq > k.after_change
+             WHERE conversation_id = k.cid AND change_seq > k.after_change AND {visible_to("$4")}
              ORDER BY change_seq
              LIMIT k.lim
          ) ch
@@ -192,6 +193,7 @@ async def after_many(conn: Connection, cursors: Sequence[tuple[int, int, int]]) 
         [c[0] for c in cursors],
         [c[1] for c in cursors],
         [c[2] for c in cursors],
+        viewer_id,
     )
 
 

@@ -14,7 +14,8 @@ from ..db import Connection, Row
 from ..models import MEMBER_FIELDS, MESSAGE_FIELDS, MESSAGE_PLAIN_FIELDS, MessageRecord
 
 _CONVERSATION_COLUMNS = (
-    "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq, c.slow_mode_seconds"
+    "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at, c.last_change_seq, c.slow_mode_seconds,"
+    " c.hide_history"
 )
 
 # The member's own state (0011), as SQL over conversation_member m joined with conversation c:
@@ -56,14 +57,15 @@ UNREAD_DELETED = (
 UNREAD = f"(c.last_seq - {OWN_READ} - {UNREAD_DELETED})"
 VIEWER_COLUMNS = (
     f"m.last_read_seq, m.role, {OWN_READ} AS own_read, {MUTED} AS muted, m.muted_until,"
-    f" {ARCHIVED} AS archived, m.keep_archived, m.pinned_at, m.receipts_private, {UNREAD_DELETED} AS unread_deleted"
+    f" {ARCHIVED} AS archived, m.keep_archived, m.pinned_at, m.receipts_private, {UNREAD_DELETED} AS unread_deleted,"
+    " m.visible_from_seq"
 )
 # What an inbox page reads when its nodes select none of the membership's settings (muted, archived,
 # lastChangeSeq, privateReceipts...: graphql/types/conversation.py Conversation.PLAIN_FIELDS): the unread count and
 # the pin only. Fewer columns to decode per row (speed: the inbox page, bench/results/perf.md).
 _INBOX_PLAIN_COLUMNS = (
     "c.id, c.type, c.title, c.last_seq, c.last_message_at, c.created_at,"
-    f" {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted, m.pinned_at"
+    f" {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted, m.pinned_at, m.visible_from_seq"
 )
 
 
@@ -86,13 +88,13 @@ InboxKey = tuple[datetime, int, datetime | None]
 async def lock_for_member_txn(conn: Connection, conversation_id: int, user_id: str) -> Row | None:
     """Lock the conversation row (sends and membership changes queue up on it).
 
-    Returns (type, title, last_seq, member_count, now, role) where role is the caller's
-    role or None when the caller is not a member; None when the conversation does
-    not exist.
+    Returns (type, title, last_seq, member_count, hide_history, now, role, visible_from_seq) where
+    role is the caller's role or None when the caller is not a member (visible_from_seq: the first
+    seq the caller may read); None when the conversation does not exist.
     """
     return await conn.fetchrow(
         """
-        SELECT c.type, c.title, c.last_seq, c.member_count, m.role,
+        SELECT c.type, c.title, c.last_seq, c.member_count, c.hide_history, m.role, m.visible_from_seq,
                -- taken under the lock, never before the previous message's time
                greatest(clock_timestamp(), c.last_message_at) AS now
           FROM conversation c
@@ -145,14 +147,16 @@ async def insert_members(
     conversation_id: int,
     members: Sequence[tuple[str, str]],
     last_read_seq: int = 0,
+    visible_from_seq: int = 1,
 ) -> list[str]:
-    """Add (user_id, role) pairs; ids already present are skipped. Returns the ids added."""
+    """Add (user_id, role) pairs; ids already present are skipped. Returns the ids added.
+    visible_from_seq: the first seq they may read (1: the whole history)."""
     if not members:
         return []
     rows = await conn.fetch(
         """
-        INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq, receipts_private)
-        SELECT $1, u.user_id, u.role, $4, coalesce(s.private_receipts, false)
+        INSERT INTO conversation_member (conversation_id, user_id, role, last_read_seq, receipts_private, visible_from_seq)
+        SELECT $1, u.user_id, u.role, $4, coalesce(s.private_receipts, false), $5
           FROM unnest($2::text[], $3::text[]) AS u(user_id, role)
           LEFT JOIN user_setting s ON s.user_id = u.user_id  -- private read receipts by default (0011b)
         ON CONFLICT (conversation_id, user_id) DO NOTHING
@@ -162,6 +166,7 @@ async def insert_members(
         [uid for uid, _ in members],
         [role for _, role in members],
         last_read_seq,
+        visible_from_seq,
     )
     return sorted(row.user_id for row in rows)
 
@@ -325,7 +330,7 @@ async def inbox_page_with_last_messages(
           -- scans every partition; tests/store/test_partitioning.py)
           LEFT JOIN LATERAL (
             SELECT {", ".join(columns)} FROM message
-             WHERE conversation_id = p.id AND seq = p.last_seq
+             WHERE conversation_id = p.id AND seq = p.last_seq AND p.last_seq >= p.visible_from_seq
              LIMIT 1
           ) lm ON true
          ORDER BY p.pinned_at, p.activity_at DESC, p.id DESC
@@ -359,7 +364,7 @@ async def inbox_page_json(
           -- as inbox_page_with_last_messages: one index probe of one partition per conversation
           LEFT JOIN LATERAL (
             SELECT {", ".join(last_message_fields(lifecycle))} FROM message
-             WHERE conversation_id = p.id AND seq = p.last_seq
+             WHERE conversation_id = p.id AND seq = p.last_seq AND p.last_seq >= p.visible_from_seq
              LIMIT 1
           ) lm ON true
          ORDER BY p.pinned_at, p.activity_at DESC, p.id DESC
@@ -430,6 +435,7 @@ INBOX_JSON_VALUES = {
     "last_change_seq": "p.last_change_seq",
     "private_receipts": "p.receipts_private",
     "slow_mode_seconds": "p.slow_mode_seconds",
+    "hide_history": "p.hide_history",
 }
 
 
@@ -639,21 +645,34 @@ async def seen_by_pages(conn: Connection, keys: Sequence[tuple[int, int, str, st
 
 
 async def live_members(conn: Connection, conversation_id: int, whole_up_to: int, among: Sequence[str]) -> Row | None:
-    """(member_count, user_ids) for the live path: every member's id when the conversation has at most
-    whole_up_to members; above that only the members among `among` (the users subscribed in this
-    process), so the answer is bounded by subscribers, never by members. None: no such conversation."""
+    """(member_count, user_ids, late_ids, late_from) for the live path: every member's id when the conversation
+    has at most whole_up_to members; above that only the members among `among` (the users subscribed in this
+    process), so the answer is bounded by subscribers, never by members. late_ids / late_from: those of them
+    who may not read the whole history, and the first seq each may read (visible_from_seq). None: no such
+    conversation."""
     return await conn.fetchrow(
-        """
+        f"""
         SELECT c.member_count,
                CASE WHEN c.member_count <= $2
                     THEN ARRAY(SELECT m.user_id FROM conversation_member m WHERE m.conversation_id = c.id)
                     ELSE ARRAY(SELECT m.user_id FROM conversation_member m
                                 WHERE m.conversation_id = c.id AND m.user_id = ANY($3::text[]))
-               END AS user_ids
+               END AS user_ids,
+               {_late_members("m.user_id")} AS late_ids,
+               {_late_members("m.visible_from_seq")} AS late_from
           FROM conversation c
          WHERE c.id = $1
         """,
         conversation_id,
         whole_up_to,
         list(among),
+    )
+
+
+def _late_members(column: str) -> str:
+    """live_members' array of `column` of the members with visible_from_seq > 1, by user id."""
+    late = "FROM conversation_member m WHERE m.conversation_id = c.id AND m.visible_from_seq > 1"
+    return (
+        f"CASE WHEN c.member_count <= $2 THEN ARRAY(SELECT {column} {late} ORDER BY m.user_id)"
+        f" ELSE ARRAY(SELECT {column} {late} AND m.user_id = ANY($3::text[]) ORDER BY m.user_id) END"
     )

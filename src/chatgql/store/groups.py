@@ -37,3 +37,16 @@ async def set_slow_mode_txn(conn: Connection, conversation_id: int, seconds: int
         )
         is not None
     )
+
+
+async def set_hide_history_txn(conn: Connection, conversation_id: int, hide: bool) -> bool:
+    """Set whether members added from now on read the earlier history (hide: they do not); False when it
+    already was that."""
+    return (
+        await conn.fetchval(
+            "UPDATE conversation SET hide_history = $2 WHERE id = $1 AND hide_history <> $2 RETURNING true",
+            conversation_id,
+            hide,
+        )
+        is not None
+    )

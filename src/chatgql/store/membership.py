@@ -70,14 +70,15 @@ async def is_member(conn: Connection, conversation_id: int, user_id: str) -> boo
 
 
 async def mark_unread_txn(conn: Connection, conversation_id: int, user_id: str, from_seq: int) -> Row | None:
-    """The member's own unread starts again at from_seq (never later than it starts now): own_read_seq
+    """The member's own unread starts again at from_seq (never later than it starts now, nor before the first
+    seq the member may read, visible_from_seq): own_read_seq
     = min(from_seq - 1, own read position), valid while the public watermark stays where it is
     (own_read_below). The watermark others see does not move. Returns the member's row
     (VIEWER_COLUMNS, with last_seq); None when not a member or from_seq > lastSeq."""
     return await conn.fetchrow(
         f"""
         UPDATE conversation_member m SET
-               own_read_seq = NULLIF(LEAST($3::bigint - 1, {OWN_READ}), m.last_read_seq),
+               own_read_seq = NULLIF(LEAST(GREATEST($3::bigint, m.visible_from_seq) - 1, {OWN_READ}), m.last_read_seq),
                own_read_below = m.last_read_seq
           FROM conversation c
          WHERE c.id = m.conversation_id AND m.conversation_id = $1 AND m.user_id = $2 AND $3::bigint <= c.last_seq

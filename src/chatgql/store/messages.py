@@ -15,6 +15,16 @@ MESSAGE_COLUMNS = ", ".join(MESSAGE_FIELDS)
 _NO_BOUND = 2**63 - 1
 
 
+def visible_to(viewer: str, conversation: str = "k.cid", seq: str = "seq") -> str:
+    """The condition that a message's seq is one the viewer (a parameter, $n) may read in `conversation`: at or
+    above their membership's visible_from_seq (history hidden from a late joiner); any seq when not a member
+    (whether they may read the conversation at all is the caller's check)."""
+    return (
+        f"{seq} >= coalesce((SELECT visible_from_seq FROM conversation_member"
+        f" WHERE conversation_id = {conversation} AND user_id = {viewer}), 1)"
+    )
+
+
 async def send(
     conn: Connection,
     *,
@@ -139,24 +149,26 @@ async def _page(
     )
 
 
-async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]]) -> list[Row]:
-    """Messages by (conversation_id, seq).
+async def by_keys(conn: Connection, keys: Sequence[tuple[int, int]], viewer_id: str | None = None) -> list[Row]:
+    """Messages by (conversation_id, seq); with viewer_id, only those that member may read (visible_to).
 
     One probe per key, each in the one partition of its conversation: the LIMIT
     (a no-op, the key is unique) keeps the LATERAL subquery from being flattened
     into a join that the planner may answer by scanning every partition.
     """
+    visible = "" if viewer_id is None else f" AND {visible_to('$3')}"
     return await conn.fetch(
         f"""
         SELECT m.* FROM unnest($1::bigint[], $2::bigint[]) AS k(cid, seq)
         CROSS JOIN LATERAL (
             SELECT {MESSAGE_COLUMNS} FROM message
-             WHERE conversation_id = k.cid AND seq = k.seq
+             WHERE conversation_id = k.cid AND seq = k.seq{visible}
              LIMIT 1
         ) m
         """,
         [k[0] for k in keys],
         [k[1] for k in keys],
+        *(() if viewer_id is None else (viewer_id,)),
     )
 
 
@@ -182,13 +194,13 @@ async def after_many(conn: Connection, cursors: Sequence[tuple[int, int]], limit
 async def set_reply_txn(conn: Connection, conversation_id: int, seq: int, reply_to_seq: int) -> bool:
     """Make message seq a reply to reply_to_seq (an earlier message of the conversation), counting it on the
     quoted one, whose lastReplyAt becomes the reply's createdAt (inside the send's transaction). False when
-    there is no such earlier message: nothing written."""
+    there is no such earlier message, or none its sender may read (visible_to): nothing written."""
     counted = await conn.fetchval(
-        """
+        f"""
         UPDATE message p SET reply_count = p.reply_count + 1, last_reply_at = r.created_at
           FROM message r
          WHERE p.conversation_id = $1 AND p.seq = $3 AND p.seq < $2
-           AND r.conversation_id = $1 AND r.seq = $2
+           AND r.conversation_id = $1 AND r.seq = $2 AND {visible_to("r.sender_id", "$1", "p.seq")}
         RETURNING p.seq
         """,
         conversation_id,
@@ -206,16 +218,20 @@ async def set_reply_txn(conn: Connection, conversation_id: int, seq: int, reply_
     return True
 
 
-async def reply_pages(conn: Connection, keys: Sequence[tuple[int, int, int, int]]) -> list[Row]:
+async def reply_pages(
+    conn: Connection, keys: Sequence[tuple[int, int, int, int]], viewer_id: str | None = None
+) -> list[Row]:
     """(conversation_id, reply_to_seq, after_seq, limit) -> rows (i, message columns...): the replies to a message
-    with seq > after, ascending, at most limit; one statement (message_reply_idx, one partition per key)."""
+    with seq > after, ascending, at most limit; one statement (message_reply_idx, one partition per key).
+    viewer_id: only those that member may read (visible_to)."""
+    visible = "" if viewer_id is None else f" AND {visible_to('$5')}"
     return await conn.fetch(
         f"""
         SELECT k.i, m.* FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[])
                              WITH ORDINALITY AS k(cid, root, after_seq, lim, i)
         CROSS JOIN LATERAL (
             SELECT {MESSAGE_COLUMNS} FROM message
-             WHERE conversation_id = k.cid AND reply_to_seq = k.root AND seq > k.after_seq
+             WHERE conversation_id = k.cid AND reply_to_seq = k.root AND seq > k.after_seq{visible}
              ORDER BY seq
              LIMIT k.lim
         ) m
@@ -225,6 +241,7 @@ async def reply_pages(conn: Connection, keys: Sequence[tuple[int, int, int, int]
         [k[1] for k in keys],
         [k[2] for k in keys],
         [k[3] for k in keys],
+        *(() if viewer_id is None else (viewer_id,)),
     )
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from ..db import Connection, Row
 from ..models import MESSAGE_FIELDS
+from .messages import visible_to
 
 _PIN_COLUMNS = "p.pinned_by, p.pinned_at, p.expires_at"
 _LIVE = "(p.expires_at IS NULL OR p.expires_at > $2)"
@@ -70,18 +71,20 @@ async def unpin_txn(conn: Connection, conversation_id: int, seq: int) -> None:
     await conn.execute("DELETE FROM pinned_message WHERE conversation_id = $1 AND seq = $2", conversation_id, seq)
 
 
-async def pinned(conn: Connection, conversation_id: int, now: datetime) -> list[Row]:
+async def pinned(conn: Connection, conversation_id: int, now: datetime, viewer_id: str) -> list[Row]:
     """The live pins with their messages, newest pin first: rows (pinned_by, pinned_at, expires_at,
-    message columns...). One range of the primary key, at most the cap's rows and those not pruned yet."""
+    message columns...), of the messages viewer_id may read (messages.visible_to). One range of the primary
+    key, at most the cap's rows and those not pruned yet."""
     columns = ", ".join(f"m.{name}" for name in MESSAGE_FIELDS)
     return await conn.fetch(
         f"""
         SELECT {_PIN_COLUMNS}, {columns}
           FROM pinned_message p
           JOIN message m ON m.conversation_id = $1 AND m.seq = p.seq
-         WHERE p.conversation_id = $1 AND {_LIVE} AND m.deleted_at IS NULL
+         WHERE p.conversation_id = $1 AND {_LIVE} AND m.deleted_at IS NULL AND {visible_to("$3", "$1", "p.seq")}
          ORDER BY p.pinned_at DESC, p.seq DESC
         """,
         conversation_id,
         now,
+        viewer_id,
     )

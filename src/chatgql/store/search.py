@@ -21,6 +21,7 @@ _NO_BOUND = 2**63 - 1
 _OLDER = f"""
     SELECT {MESSAGE_COLUMNS} FROM message
      WHERE conversation_id = cm.conversation_id AND deleted_at IS NULL AND {_WORDS} @@ $2::tsquery
+       AND seq >= cm.visible_from_seq
        AND seq < CASE WHEN cm.conversation_id = $4 THEN $5 ELSE {_NO_BOUND} END
        AND (created_at, conversation_id, seq) < (coalesce($3::timestamptz, 'infinity'), $4, $5)
      ORDER BY seq DESC
@@ -29,6 +30,7 @@ _OLDER = f"""
 _NEWER = f"""
     SELECT 1 FROM message
      WHERE conversation_id = cm.conversation_id AND deleted_at IS NULL AND {_WORDS} @@ $2::tsquery
+       AND seq >= cm.visible_from_seq
        AND seq >= CASE WHEN cm.conversation_id = $4 THEN $5 ELSE 0 END
        AND (created_at, conversation_id, seq) >= ($3, $4, $5)
      LIMIT 1
@@ -60,7 +62,8 @@ async def hits(
 ) -> list[Row]:
     """At most limit messages matching tsquery (parse_query's) in the conversations viewer_id is a member
     of (or in conversation_id only, when the viewer is a member), newest first, older than the hit key
-    before (exclusive) when given. Tombstones are never found."""
+    before (exclusive) when given. Tombstones are never found, nor messages from before the viewer's join to a
+    group that hid its history (visible_from_seq)."""
     at, cid, seq = before if before is not None else (None, _NO_BOUND, _NO_BOUND)
     only = "" if conversation_id is None else "AND cm.conversation_id = $7"
     return await conn.fetch(

@@ -87,8 +87,15 @@ class Conversation(Node):
         description="A MEMBER may send one message every this many seconds (0: no slow mode); the OWNER and "
         "ADMINs are exempt (setSlowMode).",
     )
+    hide_history: bool = strawberry.field(
+        default=False,
+        description="Members added from now on read only the messages sent after they joined, not the earlier "
+        "history (setHistoryVisibility); those already in keep what they read.",
+    )
     # Set by an inbox page that read every node's last message with the page (see Query.inbox).
     preloaded_last_message: strawberry.Private[Any] = _NOT_LOADED
+    # The first seq the viewer may read (a member added while the group hid its history: from their join on).
+    visible_from_seq: strawberry.Private[int] = 1
 
     # The fields that read none of the membership's settings: an inbox page whose nodes select only
     # these reads the page without those columns (Query.inbox, store.conversations.inbox_page): the values
@@ -120,6 +127,7 @@ class Conversation(Node):
             unread_count=Long(unread if unread > 0 else 0),
             pinned_at=row["pinned_at"],
         )
+        conversation.visible_from_seq = row["visible_from_seq"]
         if settings:
             muted, archived = row["muted"], row["archived"]
             conversation.last_change_seq = row["last_change_seq"]
@@ -129,6 +137,7 @@ class Conversation(Node):
             conversation.kept_archived = archived and row["keep_archived"]
             conversation.private_receipts = row["receipts_private"]
             conversation.slow_mode_seconds = row["slow_mode_seconds"]
+            conversation.hide_history = row["hide_history"]
         return conversation
 
     @strawberry.field(description="The viewer pinned it (pinnedAt is not null).")
@@ -206,7 +215,9 @@ class Conversation(Node):
         last: PageLast = strawberry.UNSET,
         before: PageBefore = strawberry.UNSET,
     ) -> MessageConnection:
-        return await load_message_page(info, int(self.id), self.last_seq, first, after, last, before)
+        return await load_message_page(
+            info, int(self.id), self.last_seq, first, after, last, before, visible_from=self.visible_from_seq
+        )
 
 
 @strawberry.type

@@ -264,6 +264,13 @@ class Message(Node):
         ]
 
     @strawberry.field(
+        description="True when the viewer blocked its sender (blockUser): a client may collapse it. Messages of "
+        "blocked users stay in the groups the viewer shares with them, and count in unreadCount as any other."
+    )
+    async def sender_blocked_by_viewer(self, info: Info) -> bool:
+        return bool(await self._loaders(info).blocked_by_viewer.load(str(self.sender_id)))
+
+    @strawberry.field(
         description="The members this message mentions (sendMessage(mentions:)), ascending in text order."
     )
     async def mentions(self, info: Info) -> list[ID]:
@@ -361,16 +368,17 @@ class MessageConnection:
 
     @classmethod
     def from_page(
-        cls, rows: list[Any], page: PageRequest, last_seq: int, gap_too_long: bool = False
+        cls, rows: list[Any], page: PageRequest, last_seq: int, gap_too_long: bool = False, *, visible_from: int = 1
     ) -> MessageConnection:
-        """rows: the page as fetched (limit + 1 rows at most, newest first when from_end)."""
+        """rows: the page as fetched (limit + 1 rows at most, newest first when from_end). visible_from: the first
+        seq the viewer may read (none before it counts as a previous page)."""
         more = len(rows) > page.limit
         rows = rows[: page.limit]
         if page.from_end:
             rows.reverse()
             has_previous, has_next = more, page.before is not None and page.before <= last_seq
         else:
-            has_previous, has_next = page.after > 0 and last_seq > 0, more
+            has_previous, has_next = page.after >= visible_from and last_seq >= visible_from, more
         nodes = [Message.from_row(row) for row in rows]
         return cls(
             edges=[MessageEdge(cursor=str(node.seq), node=node) for node in nodes],
@@ -429,9 +437,14 @@ async def load_message_page(
     after: str | None,
     last: int | None,
     before: str | None,
+    *,
+    visible_from: int = 1,
 ) -> MessageConnection:
-    page = check_message_page(given(first), given(after), given(last), given(before))
+    """visible_from: the first seq the viewer may read (a member added while the group hid its history):
+    the page reads nothing below it."""
+    asked = check_message_page(given(first), given(after), given(last), given(before))
+    page = dataclasses.replace(asked, after=visible_from - 1) if asked.after < visible_from - 1 else asked
     # Catching up from a seq the client holds: flagged when far behind, never moved.
     behind = given(after) is not None and far_behind(page, last_seq, info.context.settings.max_catch_up)
     rows = await info.context.loaders.message_page.load(PageKey(conversation_id, page))
-    return MessageConnection.from_page(list(rows), page, last_seq, behind)
+    return MessageConnection.from_page(list(rows), asked, last_seq, behind, visible_from=visible_from)

@@ -63,6 +63,9 @@ else:  # one value per change kind the events define (events.types.CHANGE_KINDS)
 class ChangeReason(enum.Enum):
     ERASE = strawberry.enum_value("ERASE", description="An erase of all of the sender's messages (chatgql erase-user).")
     RETENTION = strawberry.enum_value("RETENTION", description="The retention policy (CHATGQL_RETENTION_DAYS).")
+    MODERATION = strawberry.enum_value(
+        "MODERATION", description="The operator deleted a reported message (chatgql reports resolve)."
+    )
 
 
 @strawberry.type(

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
+from ...services.blocks import blocked_page
+from ...services.checks import check_member_page
 from ...services.membership import private_receipts_of
 from .. import ids
 from ..scalars import Long
-from .common import Node
+from .common import Node, given
+
+
+@strawberry.type(description="A user the viewer blocked (Viewer.blockedUsers).")
+class BlockedUser:
+    user_id: ID
+    blocked_at: datetime
 
 
 @strawberry.type
@@ -23,6 +33,17 @@ class Viewer(Node):
     @strawberry.field(description="The viewer's default for private read receipts (updateViewerSettings).")
     async def private_receipts(self, info: Info) -> bool:
         return await private_receipts_of(info.context.database, str(self.user_id))
+
+    @strawberry.field(
+        description="The users the viewer blocked (blockUser), ascending by id in text order: at most `first` "
+        "(default 50, capped by CHATGQL_MEMBERS_PAGE_MAX), after `after`; page with after = the last userId."
+    )
+    async def blocked_users(
+        self, info: Info, first: int | None = 50, after: ID | None = strawberry.UNSET
+    ) -> list[BlockedUser]:
+        after_id, limit = check_member_page(first, given(after), default=50, cap=info.context.settings.members_page_max)
+        rows = await blocked_page(info.context.database, str(self.user_id), after_id, limit)
+        return [BlockedUser(user_id=ID(row["blocked_id"]), blocked_at=row["created_at"]) for row in rows]
 
     @strawberry.field(description="Sum of unreadCount over the viewer's conversations that are not muted.")
     async def total_unread(self, info: Info) -> Long:

@@ -1,7 +1,8 @@
-"""A group's moderation in the API: banMember, unbanMember (Conversation.bans lists them), setSlowMode.
+"""A group's moderation in the API: banMember, unbanMember (Conversation.bans lists them), setSlowMode,
+setHistoryVisibility.
 
-Mutation inherits ModerationMutation's fields (kept apart from mutations.py); the live event is
-conversationUpdated (MEMBER_BANNED, MEMBER_UNBANNED, SETTINGS_CHANGED). Who may do what:
+schema.py lists this module among its FEATURES (the roots take its Mutation fields); the live
+event is conversationUpdated (MEMBER_BANNED, MEMBER_UNBANNED, SETTINGS_CHANGED). Who may do what:
 services/bans.py, services/moderation.py."""
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..services import bans, moderation
-from ..services.checks import check_id, check_user_id
-from .queries import load_conversation
-from .types import Conversation, RemoveMemberPayload
-from .types.ban import ConversationBan
+from ...services import bans, moderation
+from ...services.checks import check_id, check_user_id
+from ..queries import load_conversation
+from ..types import Conversation, RemoveMemberPayload
+from ..types.ban import ConversationBan
 
 
 @strawberry.type
-class ModerationMutation:
+class Mutation:
     @strawberry.mutation(
         description="The OWNER or an ADMIN bans a user from a group (an ADMIN bans MEMBERs only; nobody bans the "
         "OWNER or themselves: FORBIDDEN, BAD_USER_INPUT). A member is removed at once (their subscriptions to it "
@@ -63,5 +64,18 @@ class ModerationMutation:
         ctx = info.context
         cid = check_id(conversation_id, "conversationId")
         await moderation.do_set_slow_mode(ctx.database, ctx.viewer_id, cid, moderation.check_slow_mode(seconds))
+        ctx.forget_conversation(cid)
+        return await load_conversation(info, cid)
+
+    @strawberry.mutation(
+        description="The OWNER or an ADMIN sets whether members added from now on read the group's earlier "
+        "history: hideHistory true, they read only the messages sent after they joined (history, search, sync, "
+        "replies, pins, node ids and live changes alike; their unread starts at their join). Members keep what "
+        "they were given when it changes later. The members are told (conversationUpdated, SETTINGS_CHANGED)."
+    )
+    async def set_history_visibility(self, info: Info, conversation_id: ID, hide_history: bool) -> Conversation:
+        ctx = info.context
+        cid = check_id(conversation_id, "conversationId")
+        await moderation.do_set_history_visibility(ctx.database, ctx.viewer_id, cid, hide_history)
         ctx.forget_conversation(cid)
         return await load_conversation(info, cid)

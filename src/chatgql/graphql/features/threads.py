@@ -1,5 +1,5 @@
 """Threads in the API: Query.thread, markThreadRead, followThread and unfollowThread, with their rate
-limits. schema.py lists this module among its FEATURES (the roots take its Query and Mutation fields).
+limits. schema.py merges this module (graphql/features/) into the roots.
 A thread is named by its root's Message id (a reply's id names its root's thread). What a thread is,
 and who follows it: docs/guide/threads.md; services/threads.py."""
 
@@ -11,13 +11,13 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..db import Row
-from ..edge.ratelimit import declare_limits
-from ..errors import BadUserInput
-from ..services.threads import do_follow, do_mark_thread_read, read_thread
-from . import ids
-from .scalars import Long
-from .types import Message
+from ...db import Row
+from ...edge.ratelimit import declare_limits
+from ...errors import BadUserInput
+from ...services.threads import do_follow, do_mark_thread_read, read_thread
+from .. import ids
+from ..scalars import Long
+from ..types import Message
 
 declare_limits({"markThreadRead": "read", "followThread": "read", "unfollowThread": "read"})
 

@@ -1,7 +1,7 @@
 """threads: a thread's own sequence and read state, and who follows it
 
-Revision ID: 0021_threads
-Revises: 0020_send_verdicts
+Revision ID: 0025_threads
+Revises: 0024_history_visibility
 Create Date: 2026-12-07
 
 A reply opens or continues the thread of its root (docs/guide/threads.md). Each thread numbers its
@@ -17,8 +17,8 @@ member's read position. New tables and a column with a default: nothing rewritte
 
 from alembic import op
 
-revision = "0021_threads"
-down_revision = "0020_send_verdicts"
+revision = "0025_threads"
+down_revision = "0024_history_visibility"
 branch_labels = None
 depends_on = None
 

@@ -13,13 +13,13 @@ import strawberry
 from strawberry import ID
 from strawberry.types import Info
 
-from ..db import Row
-from ..edge.ratelimit import declare_limits
-from ..engine.registry import PRICING, Pricing, at_most
-from ..services.checks import check_id, check_seq
-from ..services.pins import MAX_PINS, PinResult, do_pin, read_pins
-from .scalars import Long
-from .types import Message
+from ...db import Row
+from ...edge.ratelimit import declare_limits
+from ...engine.registry import PRICING, Pricing, at_most
+from ...services.checks import check_id, check_seq
+from ...services.pins import MAX_PINS, PinResult, do_pin, read_pins
+from ..scalars import Long
+from ..types import Message
 
 declare_limits({"pinMessage": "send", "unpinMessage": "send"})
 PRICING.declare(Pricing(lists={("Query", "pinnedMessages"): at_most(MAX_PINS)}))
