@@ -361,10 +361,12 @@ thread_reply = Table(
     Column("root_seq", BigInteger, nullable=False),
     Column("reply_seq", BigInteger, nullable=False),
     Column("thread_only", Boolean, nullable=False),
+    Column("deleted", Boolean, nullable=False, server_default="false"),
     PrimaryKeyConstraint("conversation_id", "seq"),
     UniqueConstraint("conversation_id", "root_seq", "reply_seq", name="thread_reply_root_reply_seq_key"),
     CheckConstraint("reply_seq > 0", name="thread_reply_reply_seq_check"),
     Index("thread_reply_thread_only_idx", "conversation_id", "seq", postgresql_where=text("thread_only")),
+    Index("thread_reply_deleted_idx", "conversation_id", "root_seq", "reply_seq", postgresql_where=text("deleted")),
 )
 
 # a member's thread watermark, and whether they follow the thread (0025_threads)
@@ -376,6 +378,7 @@ thread_member = Table(
     Column("user_id", USER_ID_TYPE, nullable=False),
     Column("last_read_reply_seq", BigInteger, nullable=False, server_default="0"),
     Column("following", Boolean, nullable=False, server_default="true"),
+    Column("first_reply_seq", BigInteger),
     PrimaryKeyConstraint("conversation_id", "root_seq", "user_id"),
     CheckConstraint("last_read_reply_seq >= 0", name="thread_member_last_read_reply_seq_check"),
     Index("thread_member_following_idx", "user_id", postgresql_where=text("following")),

@@ -103,7 +103,8 @@ async def test_a_refused_reply_files_nothing(api, engine):
 
 
 THREAD_FIELDS = (
-    "conversationId rootSeq replyCount lastReplySeq lastReadReplySeq unreadCount following participants"
+    "conversationId rootSeq replyCount lastReplySeq lastReadReplySeq unreadCount firstUnreadReplySeq following"
+    " participants"
     " root { seq } lastReply { seq body }"
 )
 THREAD = f"query($r: ID!) {{ thread(rootId: $r) {{ {THREAD_FIELDS} }} }}"
@@ -128,6 +129,7 @@ async def test_a_thread_has_its_own_watermark_and_marking_it_read_is_monotonic_a
         "lastReplySeq": 0,
         "lastReadReplySeq": 0,
         "unreadCount": 0,
+        "firstUnreadReplySeq": None,
         "following": False,
         "participants": ["1"],
         "root": {"seq": 1},
@@ -244,3 +246,152 @@ async def test_thread_only_without_reply_to_is_bad_user_input(api, engine):
     variables = {"c": cid, "m": str(uuid.uuid4()), "b": "x", "r": None, "t": True}
     assert error_code(await api.error(THREAD_ONLY, variables, user=1)) == "BAD_USER_INPUT"
     assert (await counts(api, 1, cid))["lastSeq"] == 0
+
+
+MENTION_REPLY = """
+mutation($c: ID!, $m: UUID!, $r: ID, $who: [ID!]) {
+  sendMessage(conversationId: $c, clientMsgId: $m, body: "hey", replyTo: $r, mentions: $who) { message { seq } }
+}
+"""
+
+
+async def mention_reply(api: ChatApi, user: int, cid: str, root: str | None, who: list[str]) -> int:
+    variables = {"c": cid, "m": str(uuid.uuid4()), "r": root, "who": who}
+    return (await api.data(MENTION_REPLY, variables, user=user))["sendMessage"]["message"]["seq"]
+
+
+async def test_a_member_mentioned_in_a_reply_follows_the_thread_again_after_an_unfollow(api):
+    cid = await api.create_group(1, [2, 3, 4])
+    await mention_reply(api, 1, cid, None, ["4"])  # 1: a root that mentions 4 (not a reply: no thread)
+    root = await message_id(api, 1, cid, 1)
+    await mention_reply(api, 2, cid, root, ["3"])
+    seen = await thread(api, 3, root)
+    assert (seen["following"], seen["unreadCount"], seen["firstUnreadReplySeq"]) == (True, 1, 1)
+    assert seen["participants"] == ["1", "2"]  # mentioned is not replied
+    assert (await thread(api, 4, root))["following"] is False
+    await api.data(UNFOLLOW, {"r": root}, user=3)
+    await reply(api, 2, cid, root, "no mention")
+    assert (await thread(api, 3, root))["following"] is False
+    await mention_reply(api, 2, cid, root, ["3"])
+    assert (await thread(api, 3, root))["following"] is True
+
+
+REPLIES = f"""
+query($r: ID!, $a: String, $n: Int) {{
+  thread(rootId: $r) {{ {THREAD_FIELDS} replies(first: $n, after: $a) {{ replySeq message {{ seq deletedAt }} }} }}
+}}
+"""
+
+
+async def test_a_deleted_reply_leaves_a_tombstone_at_its_reply_seq_and_leaves_the_threads_unread(api):
+    cid = await api.create_group(1, [2, 3])
+    await api.send(1, cid, "root")  # 1
+    root = await message_id(api, 1, cid, 1)
+    for i in range(4):
+        await reply(api, 2, cid, root, f"r{i}")  # seqs 2..5, replySeqs 1..4
+    await api.data(MARK, {"r": root, "s": 1}, user=3)
+    await api.data(DELETE, {"c": cid, "s": 3}, user=2)  # replySeq 2
+    seen = (await api.data(REPLIES, {"r": root, "n": 50}, user=3))["thread"]
+    assert (seen["lastReplySeq"], seen["replyCount"], seen["unreadCount"], seen["firstUnreadReplySeq"]) == (4, 3, 2, 3)
+    assert [(r["replySeq"], r["message"]["seq"], r["message"]["deletedAt"] is not None) for r in seen["replies"]] == [
+        (1, 2, False),
+        (2, 3, True),  # the tombstone keeps its place
+        (3, 4, False),
+        (4, 5, False),
+    ]
+    page = (await api.data(REPLIES, {"r": root, "n": 2, "a": "2"}, user=3))["thread"]["replies"]
+    assert [r["replySeq"] for r in page] == [3, 4]
+    await api.data(DELETE, {"c": cid, "s": 5}, user=2)  # the newest reply
+    seen = await thread(api, 3, root)
+    assert (seen["unreadCount"], seen["lastReply"]) == (1, {"seq": 4, "body": "r2"})
+    await api.data(DELETE, {"c": cid, "s": 4}, user=1)  # the owner deletes another's reply (moderation)
+    seen = await thread(api, 3, root)
+    assert (seen["unreadCount"], seen["firstUnreadReplySeq"], seen["replyCount"]) == (0, None, 1)
+    # the replier's own watermark is past every deletion: nothing goes negative
+    assert (await thread(api, 2, root))["unreadCount"] == 0
+    # a reply after the deletes takes the next reply seq (the tombstones keep theirs)
+    await reply(api, 1, cid, root, "r4")
+    seen = await thread(api, 3, root)
+    assert (seen["lastReplySeq"], seen["unreadCount"], seen["firstUnreadReplySeq"]) == (5, 1, 5)
+    assert error_code(await api.error(REPLIES, {"r": root, "n": 0}, user=3)) == "BAD_USER_INPUT"
+
+
+MY_THREADS = """
+query($n: Int, $a: String) {
+  myThreads(first: $n, after: $a) {
+    nodes { conversationId rootSeq unreadCount firstUnreadReplySeq }
+    pageInfo { hasNextPage endCursor }
+  }
+  viewer { threadUnread unreadThreads }
+}
+"""
+
+
+async def my_threads(api: ChatApi, user: int, n: int = 50, after: str | None = None) -> dict:
+    return await api.data(MY_THREADS, {"n": n, "a": after}, user=user)
+
+
+async def test_my_threads_lists_the_followed_threads_newest_activity_first_with_the_viewers_totals(api):
+    one = await api.create_group(1, [2, 3])
+    two = await api.create_group(2, [1, 3])
+    await api.send(1, one, "root a")  # one:1
+    await api.send(2, two, "root b")  # two:1
+    await api.send(3, one, "root c")  # one:2
+    a, b, c = (
+        await message_id(api, 1, one, 1),
+        await message_id(api, 1, two, 1),
+        await message_id(api, 1, one, 2),
+    )
+    await reply(api, 2, one, a, "a1")
+    await mention_reply(api, 3, two, b, ["1"])  # 1 follows b: mentioned
+    await reply(api, 2, two, b, "b2")
+    await reply(api, 2, one, c, "c1")  # user 1 does not follow c
+    await reply(api, 3, one, a, "a2")  # a: the newest activity
+    seen = await my_threads(api, 1)
+    assert seen["myThreads"]["nodes"] == [
+        {"conversationId": one, "rootSeq": 1, "unreadCount": 2, "firstUnreadReplySeq": 1},
+        {"conversationId": two, "rootSeq": 1, "unreadCount": 2, "firstUnreadReplySeq": 1},
+    ]
+    assert seen["viewer"] == {"threadUnread": 4, "unreadThreads": 2}
+    # pages of one visit each thread once
+    first = (await my_threads(api, 1, n=1))["myThreads"]
+    assert first["pageInfo"]["hasNextPage"] is True and first["nodes"][0]["rootSeq"] == 1
+    second = (await my_threads(api, 1, n=1, after=first["pageInfo"]["endCursor"]))["myThreads"]
+    assert [n["conversationId"] for n in second["nodes"]] == [two] and second["pageInfo"]["hasNextPage"] is False
+    # reading, following and unfollowing move the totals; a thread not followed counts nowhere
+    await api.data(MARK, {"r": a, "s": 1}, user=1)
+    await api.data(FOLLOW, {"r": c}, user=1)
+    await api.data(UNFOLLOW, {"r": b}, user=1)
+    seen = await my_threads(api, 1)
+    assert [(n["conversationId"], n["rootSeq"], n["unreadCount"]) for n in seen["myThreads"]["nodes"]] == [
+        (one, 1, 1),
+        (one, 2, 1),
+    ]
+    assert seen["viewer"] == {"threadUnread": 2, "unreadThreads": 2}
+    # leaving a conversation takes its threads out
+    await api.data("mutation($c: ID!) { leaveGroup(conversationId: $c) { conversationId } }", {"c": one}, user=1)
+    seen = await my_threads(api, 1)
+    assert seen["myThreads"]["nodes"] == [] and seen["viewer"] == {"threadUnread": 0, "unreadThreads": 0}
+    assert error_code(await api.error(MY_THREADS, {"n": 5, "a": "nonsense"}, user=1)) == "BAD_USER_INPUT"
+    assert error_code(await api.error(MY_THREADS, {"n": 5}, user=None)) == "UNAUTHENTICATED"
+
+
+HIDE_HISTORY = "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { id } }"
+
+
+async def test_a_late_member_who_may_not_read_the_root_gets_not_found_for_its_thread(api):
+    cid = await api.create_group(1, [2])
+    await api.send(1, cid, "old root")  # 1
+    old = await message_id(api, 1, cid, 1)
+    await api.data(HIDE_HISTORY, {"c": cid}, user=1)
+    await api.add_members(1, cid, [3])
+    await api.send(1, cid, "new root")  # 2
+    new = await message_id(api, 1, cid, 2)
+    await mention_reply(api, 2, cid, old, ["3"])  # 3 is mentioned in a thread whose root they may not read
+    await mention_reply(api, 2, cid, new, ["3"])
+    assert error_code(await api.error(THREAD, {"r": old}, user=3)) == "NOT_FOUND"
+    assert error_code(await api.error(FOLLOW, {"r": old}, user=3)) == "NOT_FOUND"
+    assert (await thread(api, 3, new))["unreadCount"] == 1
+    seen = await my_threads(api, 3)
+    assert [n["rootSeq"] for n in seen["myThreads"]["nodes"]] == [2]
+    assert seen["viewer"] == {"threadUnread": 1, "unreadThreads": 1}

@@ -215,7 +215,13 @@ async def _extras_txn(
                         reason="REPLY_TO_NOT_FOUND",
                     )
                 await threads.add_reply_txn(
-                    conn, conversation_id, row.seq, reply_to, item.sender_id, thread_only=thread_only
+                    conn,
+                    conversation_id,
+                    row.seq,
+                    reply_to,
+                    item.sender_id,
+                    thread_only=thread_only,
+                    mentioned=mentioned,
                 )
             database.events_written(conn)
     return row

@@ -1,32 +1,45 @@
-"""Threads: a thread as its viewer sees it, markThreadRead, following (docs/guide/threads.md).
+"""Threads: a thread as its viewer sees it, its replies, markThreadRead, following, the viewer's followed
+threads and their totals (docs/guide/threads.md).
 
 A thread is its conversation's: someone not in the conversation gets NOT_FOUND for its root, as for
-the conversation. A message that is a reply names its root's thread. Each call is one transaction.
+the conversation, and so does a member for a root older than the history they may read. A message that
+is a reply names its root's thread. Each call is one transaction.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from ..db import Connection, Database, Row
 from ..errors import conversation_not_found
-from ..store import membership, threads
+from ..store import threads
 from .changes import message_not_found
 from .checks import check_seq
 
 
 async def _root_txn(conn: Connection, viewer_id: str, conversation_id: int, seq: int) -> int:
-    if not await membership.is_member(conn, conversation_id, viewer_id):
+    found = await threads.root_for(conn, conversation_id, seq, viewer_id)
+    if found is None:
         raise conversation_not_found(conversation_id)
-    root = await threads.root_of(conn, conversation_id, seq)
-    if root is None:
+    if found["root_seq"] is None or found["root_seq"] < found["visible_from_seq"]:
         raise message_not_found(conversation_id, seq)
-    return root
+    return found["root_seq"]
 
 
 async def read_thread(database: Database, viewer_id: str, conversation_id: int, seq: int) -> Row:
-    """The thread of message seq (its root's when it is a reply) as the viewer sees it (store.threads.thread_of)."""
+    """The thread of message seq (its root's when it is a reply) as the viewer sees it (store.threads.threads_of)."""
     async with database.transaction() as conn:
         root = await _root_txn(conn, viewer_id, conversation_id, seq)
         return await threads.thread_of(conn, conversation_id, root, viewer_id)
+
+
+async def read_replies(
+    database: Database, viewer_id: str, conversation_id: int, root_seq: int, after_reply_seq: int, limit: int
+) -> list[Row]:
+    """A page of the thread's replies (store.threads.reply_page), checked as read_thread is."""
+    async with database.transaction() as conn:
+        root = await _root_txn(conn, viewer_id, conversation_id, root_seq)
+        return await threads.reply_page(conn, conversation_id, root, after_reply_seq, limit)
 
 
 async def do_mark_thread_read(
@@ -48,3 +61,21 @@ async def do_follow(database: Database, viewer_id: str, conversation_id: int, se
         root = await _root_txn(conn, viewer_id, conversation_id, seq)
         await threads.follow_txn(conn, conversation_id, root, viewer_id, follow)
         return await threads.thread_of(conn, conversation_id, root, viewer_id)
+
+
+async def read_followed(
+    database: Database, viewer_id: str, after: tuple[datetime, int, int] | None, limit: int
+) -> list[tuple[int, Row]]:
+    """A page of the threads the viewer follows, newest activity first (store.threads.followed_page), each as
+    (conversation_id, the thread as the viewer sees it)."""
+    async with database.transaction() as conn:
+        page = await threads.followed_page(conn, viewer_id, after, limit)
+        keys = [(row["conversation_id"], row["root_seq"]) for row in page]
+        rows = await threads.threads_of(conn, keys, viewer_id) if keys else []
+    return [(keys[row["i"] - 1][0], row) for row in rows]
+
+
+async def read_thread_totals(database: Database, viewer_id: str) -> Row:
+    """(thread_unread, unread_threads) over the threads the viewer follows (store.threads.followed_totals)."""
+    async with database.connection() as conn:
+        return await threads.followed_totals(conn, viewer_id)

@@ -1,11 +1,13 @@
-"""Threads in the API: Query.thread, markThreadRead, followThread and unfollowThread, with their rate
-limits. schema.py merges this module (graphql/features/) into the roots.
+"""Threads in the API: Query.thread and myThreads, markThreadRead, followThread and unfollowThread, with
+their rate limits. schema.py merges this module (graphql/features/) into the roots; Viewer.threadUnread and
+unreadThreads are the viewer's (types/viewer.py).
 A thread is named by its root's Message id (a reply's id names its root's thread). What a thread is,
 and who follows it: docs/guide/threads.md; services/threads.py."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import base64
+from datetime import UTC, datetime
 
 import strawberry
 from strawberry import ID
@@ -14,10 +16,11 @@ from strawberry.types import Info
 from ...db import Row
 from ...edge.ratelimit import declare_limits
 from ...errors import BadUserInput
-from ...services.threads import do_follow, do_mark_thread_read, read_thread
+from ...services.checks import check_page_size, check_seq_cursor
+from ...services.threads import do_follow, do_mark_thread_read, read_followed, read_replies, read_thread
 from .. import ids
 from ..scalars import Long
-from ..types import Message
+from ..types import Message, PageInfo
 
 declare_limits({"markThreadRead": "read", "followThread": "read", "unfollowThread": "read"})
 
@@ -31,11 +34,19 @@ class Thread:
         description="The thread's own counter: the replySeq of its newest reply (replies are numbered 1, 2, 3... "
         "per thread, gap-free, beside the conversation seq every reply also takes); 0 without a reply."
     )
-    last_reply_at: datetime | None
+    last_reply_at: datetime | None = strawberry.field(
+        description="When its newest reply was sent (deleting it does not move this): the order of myThreads."
+    )
     last_read_reply_seq: Long = strawberry.field(
         description="The viewer's thread watermark (markThreadRead; their own reply reads up to it)."
     )
-    unread_count: Long = strawberry.field(description="lastReplySeq - lastReadReplySeq.")
+    unread_count: Long = strawberry.field(
+        description="lastReplySeq - lastReadReplySeq, less the deleted replies above lastReadReplySeq."
+    )
+    first_unread_reply_seq: Long | None = strawberry.field(
+        description="The replySeq of the viewer's first unread reply (the first above lastReadReplySeq that is not "
+        "deleted); null when none."
+    )
     following: bool = strawberry.field(
         description="The viewer follows it: they wrote its root, replied in it, or followed it (followThread), "
         "and did not unfollow it since."
@@ -47,7 +58,7 @@ class Thread:
 
     @classmethod
     def of(cls, conversation_id: int, row: Row) -> Thread:
-        unread = row["last_reply_seq"] - row["last_read_reply_seq"]
+        first_unread = row["first_unread_reply_seq"]
         return cls(
             conversation_id=ID(str(conversation_id)),
             root_seq=Long(row["root_seq"]),
@@ -55,7 +66,8 @@ class Thread:
             last_reply_seq=Long(row["last_reply_seq"]),
             last_reply_at=row["last_reply_at"],
             last_read_reply_seq=Long(row["last_read_reply_seq"]),
-            unread_count=Long(unread if unread > 0 else 0),
+            unread_count=Long(row["unread_count"]),
+            first_unread_reply_seq=None if first_unread is None else Long(first_unread),
             following=row["following"],
             participants=[ID(p) for p in row["participants"]],
             last_reply_message_seq=row["last_reply"],
@@ -66,12 +78,59 @@ class Thread:
         row = await info.context.loaders.message.load((int(self.conversation_id), self.root_seq))
         return Message.from_row(row)
 
-    @strawberry.field(description="Its newest reply; null without one.")
+    @strawberry.field(
+        description="Its replies in replySeq order, tombstones of deleted ones included: at most `first` (1..200, "
+        'default 50) with replySeq > `after` (a replySeq in decimal; "0" or none: from the first). Page with after '
+        "= the last one's replySeq until fewer than `first` come back."
+    )
+    async def replies(self, info: Info, first: int | None = 50, after: str | None = None) -> list[ThreadReply]:
+        limit = check_page_size(first, "first")
+        after_seq = check_seq_cursor(after, "after") or 0
+        if after_seq >= self.last_reply_seq:
+            return []
+        ctx = info.context
+        rows = await read_replies(
+            ctx.database, ctx.viewer_id, int(self.conversation_id), self.root_seq, after_seq, limit
+        )
+        return [ThreadReply(reply_seq=Long(row["reply_seq"]), message=Message.from_row(row)) for row in rows]
+
+    @strawberry.field(description="Its newest reply that is not deleted; null without one.")
     async def last_reply(self, info: Info) -> Message | None:
         if self.last_reply_message_seq is None:
             return None
         row = await info.context.loaders.message.load((int(self.conversation_id), self.last_reply_message_seq))
         return None if row is None else Message.from_row(row)
+
+
+@strawberry.type(description="A reply in its thread: its replySeq there, and the message.")
+class ThreadReply:
+    reply_seq: Long
+    message: Message
+
+
+@strawberry.type(
+    description="The threads the viewer follows (see Query.myThreads for the order). Cursors are opaque; paging "
+    "with after = the previous page's endCursor until hasNextPage is false visits every thread once."
+)
+class ThreadConnection:
+    nodes: list[Thread]
+    page_info: PageInfo
+
+
+def _cursor(at: datetime, conversation_id: int, root_seq: int) -> str:
+    raw = f"{at.isoformat()}|{conversation_id}|{root_seq}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _parse_cursor(cursor: str) -> tuple[datetime, int, int]:
+    try:
+        at, cid, seq = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().split("|")
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None or not (0 < int(cid) < 2**63 and 0 < int(seq) < 2**63):
+            raise ValueError
+        return when.astimezone(UTC), int(cid), int(seq)
+    except (ValueError, UnicodeDecodeError, OverflowError):
+        raise BadUserInput("after is not a thread cursor") from None
 
 
 def _root(root_id: ID) -> tuple[int, int]:
@@ -92,6 +151,27 @@ class Query:
     async def thread(self, info: Info, root_id: ID) -> Thread:
         cid, seq = _root(root_id)
         return Thread.of(cid, await read_thread(info.context.database, info.context.viewer_id, cid, seq))
+
+    @strawberry.field(
+        description="The threads the viewer follows that have a reply, across their conversations, newest activity "
+        "first (lastReplyAt, then conversationId, then rootSeq, descending), each with the viewer's unread: at "
+        "most `first` (1..200, default 50), after `after` (the previous page's endCursor)."
+    )
+    async def my_threads(self, info: Info, first: int | None = 50, after: str | None = None) -> ThreadConnection:
+        ctx = info.context
+        limit = check_page_size(first, "first")
+        after_key = None if after is None else _parse_cursor(after)
+        found = await read_followed(ctx.database, ctx.viewer_id, after_key, limit + 1)
+        page = found[:limit]
+        cursors = [_cursor(row["last_reply_at"], cid, row["root_seq"]) for cid, row in page]
+        info_ = PageInfo(
+            has_next_page=len(found) > limit,
+            has_previous_page=after is not None,
+            start_cursor=cursors[0] if cursors else None,
+            end_cursor=cursors[-1] if cursors else None,
+        )
+        nodes = [Thread.of(cid, row) for cid, row in page]
+        return ThreadConnection(nodes=nodes, page_info=info_)
 
 
 @strawberry.type
