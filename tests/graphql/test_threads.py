@@ -12,7 +12,7 @@ from sqlalchemy import text
 from chatgql.graphql import ids
 
 from ..conftest import error_code
-from ..support.live import ChatApi
+from ..support.live import ChatApi, wait_active_subscriptions, ws_connect
 from .test_replies import REPLY, message_id, reply
 
 
@@ -395,3 +395,61 @@ async def test_a_late_member_who_may_not_read_the_root_gets_not_found_for_its_th
     seen = await my_threads(api, 3)
     assert [n["rootSeq"] for n in seen["myThreads"]["nodes"]] == [2]
     assert seen["viewer"] == {"threadUnread": 1, "unreadThreads": 1}
+
+
+THREAD_EVENTS = """
+subscription($c: ID) { threadUpdated(conversationId: $c) {
+  conversationId rootSeq rootId change lastReplySeq lastReadReplySeq unreadCount following } }
+"""
+
+
+async def test_thread_updates_reach_each_follower_and_the_viewers_own_devices_only(api, server):
+    cid = await api.create_group(1, [2, 3])
+    await api.send(2, cid, "root")  # 1: 2 follows it
+    root = await message_id(api, 1, cid, 1)
+    phone, laptop, other = await asyncio.gather(ws_connect(server, 2), ws_connect(server, 2), ws_connect(server, 3))
+    try:
+        ops = [
+            await phone.subscribe(THREAD_EVENTS, {"c": cid}),
+            await laptop.subscribe(THREAD_EVENTS, {}),
+            await other.subscribe(THREAD_EVENTS, {}),
+        ]
+        await wait_active_subscriptions(server, 3)
+        await reply(api, 1, cid, root, "r1")  # 3 does not follow: told nothing
+        expected = {
+            "conversationId": cid,
+            "rootSeq": 1,
+            "rootId": root,
+            "change": "REPLY",
+            "lastReplySeq": 1,
+            "lastReadReplySeq": 0,
+            "unreadCount": 1,
+            "following": True,
+        }
+        for op in ops[:2]:
+            assert (await op.next())["threadUpdated"] == expected
+        await api.data(MARK, {"r": root, "s": 1}, user=2)
+        for op in ops[:2]:
+            event = (await op.next())["threadUpdated"]
+            assert (event["change"], event["lastReadReplySeq"], event["unreadCount"]) == ("READ", 1, 0)
+        await api.data(FOLLOW, {"r": root}, user=3)  # 3's first event is their own follow
+        event = (await ops[2].next())["threadUpdated"]
+        assert (event["change"], event["following"], event["unreadCount"]) == ("FOLLOW", True, 1)
+        await api.data(UNFOLLOW, {"r": root}, user=2)
+        for op in ops[:2]:
+            assert (await op.next())["threadUpdated"]["change"] == "UNFOLLOW"
+        await reply(api, 1, cid, root, "r2")  # 3 follows now, 2 does not
+        event = (await ops[2].next())["threadUpdated"]
+        assert (event["change"], event["lastReplySeq"], event["unreadCount"]) == ("REPLY", 2, 2)
+        await api.data(FOLLOW, {"r": root}, user=2)
+        for op in ops[:2]:  # 2's next event is their follow, not the reply they no longer followed
+            assert (await op.next())["threadUpdated"]["change"] == "FOLLOW"
+        # a non-member may not subscribe to the conversation's threads
+        stranger = await ws_connect(server, 4)
+        try:
+            refused = await stranger.subscribe(THREAD_EVENTS, {"c": cid})
+            assert (await refused.error()).code == "NOT_FOUND"
+        finally:
+            await stranger.close()
+    finally:
+        await asyncio.gather(phone.close(), laptop.close(), other.close())

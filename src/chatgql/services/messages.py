@@ -16,6 +16,7 @@ from .beforesend import BeforeSendHook, Decision, VerdictTaken, decide, keep_dec
 from .checks import Attachment
 from .groupcommit import STORED, SendBatcher, SendItem, send_alone, send_item
 from .mentions import mentions_txn
+from .threads import reply_events_txn
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +215,7 @@ async def _extras_txn(
                         f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
                         reason="REPLY_TO_NOT_FOUND",
                     )
-                await threads.add_reply_txn(
+                filed = await threads.add_reply_txn(
                     conn,
                     conversation_id,
                     row.seq,
@@ -223,5 +224,6 @@ async def _extras_txn(
                     thread_only=thread_only,
                     mentioned=mentioned,
                 )
+                await reply_events_txn(conn, conversation_id, filed["root_seq"])
             database.events_written(conn)
     return row

@@ -8,11 +8,14 @@ is a reply names its root's thread. Each call is one transaction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from ..db import Connection, Database, Row
 from ..errors import conversation_not_found
-from ..store import threads
+from ..events.types import THREAD_FOLLOW, THREAD_READ, THREAD_REPLY, THREAD_UNFOLLOW, ThreadUpdated
+from ..store import outbox, threads
 from .changes import message_not_found
 from .checks import check_seq
 
@@ -24,6 +27,31 @@ async def _root_txn(conn: Connection, viewer_id: str, conversation_id: int, seq:
     if found["root_seq"] is None or found["root_seq"] < found["visible_from_seq"]:
         raise message_not_found(conversation_id, seq)
     return found["root_seq"]
+
+
+def _event(
+    conversation_id: int, user_id: str, change: str, row: Mapping[str, Any], following: bool
+) -> tuple[str, dict]:
+    return ThreadUpdated(
+        conversation_id=conversation_id,
+        user_id=user_id,
+        root_seq=row["root_seq"],
+        change=change,
+        last_reply_seq=row["last_reply_seq"],
+        last_read_reply_seq=row["last_read_reply_seq"],
+        unread_count=row["unread_count"],
+        following=following,
+    ).outbox_row()
+
+
+async def reply_events_txn(conn: Connection, conversation_id: int, root_seq: int) -> None:
+    """Tell each follower of the thread (thread.updated, REPLY: their own devices) its state after a reply,
+    in the reply's transaction."""
+    rows = await threads.follower_states_txn(conn, conversation_id, root_seq)
+    await outbox.append(
+        conn,
+        [_event(conversation_id, row["user_id"], THREAD_REPLY, {**row, "root_seq": root_seq}, True) for row in rows],
+    )
 
 
 async def read_thread(database: Database, viewer_id: str, conversation_id: int, seq: int) -> Row:
@@ -46,21 +74,29 @@ async def do_mark_thread_read(
     database: Database, viewer_id: str, conversation_id: int, seq: int, reply_seq: int
 ) -> Row:
     """Raise the viewer's thread watermark to reply_seq (clamped to the thread's last reply; never lowered;
-    the conversation's watermark does not move). Returns the thread after it."""
+    the conversation's watermark does not move), and tell the viewer's devices (thread.updated, READ). Returns
+    the thread after it."""
     check_seq(reply_seq, "replySeq")
     async with database.transaction() as conn:
         root = await _root_txn(conn, viewer_id, conversation_id, seq)
         await threads.mark_read_txn(conn, conversation_id, root, viewer_id, reply_seq)
-        return await threads.thread_of(conn, conversation_id, root, viewer_id)
+        row = await threads.thread_of(conn, conversation_id, root, viewer_id)
+        await outbox.append(conn, [_event(conversation_id, viewer_id, THREAD_READ, row, row["following"])])
+        database.events_written(conn)
+        return row
 
 
 async def do_follow(database: Database, viewer_id: str, conversation_id: int, seq: int, *, follow: bool) -> Row:
-    """Follow the thread, or stop following it (a later reply of the viewer follows it again). Returns the
-    thread after it."""
+    """Follow the thread, or stop following it (a later reply of the viewer follows it again), and tell the
+    viewer's devices (thread.updated, FOLLOW or UNFOLLOW). Returns the thread after it."""
     async with database.transaction() as conn:
         root = await _root_txn(conn, viewer_id, conversation_id, seq)
         await threads.follow_txn(conn, conversation_id, root, viewer_id, follow)
-        return await threads.thread_of(conn, conversation_id, root, viewer_id)
+        row = await threads.thread_of(conn, conversation_id, root, viewer_id)
+        change = THREAD_FOLLOW if follow else THREAD_UNFOLLOW
+        await outbox.append(conn, [_event(conversation_id, viewer_id, change, row, row["following"])])
+        database.events_written(conn)
+        return row
 
 
 async def read_followed(

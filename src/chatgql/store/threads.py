@@ -252,3 +252,24 @@ async def follow_txn(conn: Connection, conversation_id: int, root_seq: int, user
         user_id,
         following,
     )
+
+
+async def follower_states_txn(conn: Connection, conversation_id: int, root_seq: int) -> list[Row]:
+    """(user_id, last_reply_seq, last_read_reply_seq, unread_count) of each member who follows the thread and may
+    read its root, by user id (a reply's transaction, after the reply is filed)."""
+    return await conn.fetch(
+        """
+        SELECT tm.user_id, t.last_reply_seq, tm.last_read_reply_seq,
+               greatest(t.last_reply_seq - tm.last_read_reply_seq
+                 - (SELECT count(*) FROM thread_reply d
+                     WHERE d.conversation_id = $1 AND d.root_seq = $2 AND d.deleted
+                       AND d.reply_seq > tm.last_read_reply_seq), 0) AS unread_count
+          FROM thread t
+          JOIN thread_member tm ON tm.conversation_id = t.conversation_id AND tm.root_seq = t.root_seq
+          JOIN conversation_member cm ON cm.conversation_id = tm.conversation_id AND cm.user_id = tm.user_id
+         WHERE t.conversation_id = $1 AND t.root_seq = $2 AND tm.following AND cm.visible_from_seq <= $2
+         ORDER BY tm.user_id
+        """,
+        conversation_id,
+        root_seq,
+    )

@@ -7,6 +7,7 @@ and who follows it: docs/guide/threads.md; services/threads.py."""
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 
 import strawberry
@@ -15,14 +16,26 @@ from strawberry.types import Info
 
 from ...db import Row
 from ...edge.ratelimit import declare_limits
-from ...errors import BadUserInput
-from ...services.checks import check_page_size, check_seq_cursor
+from ...engine.registry import PRICING, Bound, Pricing, at_most, count
+from ...errors import BadUserInput, conversation_not_found
+from ...events.types import THREAD_UPDATED, ThreadUpdated
+from ...services.checks import DEFAULT_PAGE, MAX_PAGE, check_id, check_page_size, check_seq_cursor
 from ...services.threads import do_follow, do_mark_thread_read, read_followed, read_replies, read_thread
 from .. import ids
 from ..scalars import Long
 from ..types import Message, PageInfo
 
 declare_limits({"markThreadRead": "read", "followThread": "read", "unfollowThread": "read"})
+PRICING.declare(
+    Pricing(
+        lists={
+            ("Thread", "replies"): count("first", default=DEFAULT_PAGE, cap=MAX_PAGE),
+            ("Thread", "participants"): at_most("max_group_members"),
+        },
+        pages={("Query", "myThreads"): count("first", default=DEFAULT_PAGE, cap=MAX_PAGE)},
+        bounds={"max_group_members": Bound(1000, lambda s: s.max_group_members)},
+    )
+)
 
 
 @strawberry.type(description="A thread: the replies to a root message, with their own gap-free replySeq.")
@@ -202,3 +215,50 @@ class Mutation:
         cid, seq = _root(root_id)
         await ctx.deps.limits.check("unfollowThread", ctx.viewer_id)
         return Thread.of(cid, await do_follow(ctx.database, ctx.viewer_id, cid, seq, follow=False))
+
+
+@strawberry.type(
+    description="A thread changed for the subscriber (docs/guide/threads.md): a reply in a thread they follow "
+    "(change REPLY), or their own markThreadRead (READ), followThread (FOLLOW) or unfollowThread (UNFOLLOW) on any "
+    "of their devices: their thread state after it. Nobody else gets it."
+)
+class ThreadUpdatedEvent:
+    conversation_id: ID
+    root_seq: Long
+    root_id: ID = strawberry.field(description="The root's Message id: thread(rootId:) reads the thread whole.")
+    change: str = strawberry.field(description="REPLY, READ, FOLLOW or UNFOLLOW.")
+    last_reply_seq: Long
+    last_read_reply_seq: Long
+    unread_count: Long
+    following: bool
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(
+        description="The viewer's threads, in one conversation or in all of theirs: a reply in a thread they follow, "
+        "and their own thread reads and follows from any of their devices (ThreadUpdatedEvent)."
+    )
+    async def thread_updated(
+        self, info: Info, conversation_id: ID | None = None
+    ) -> AsyncGenerator[ThreadUpdatedEvent, None]:
+        ctx = info.context
+        viewer = ctx.viewer_id
+        cid = None
+        if conversation_id is not None:
+            cid = check_id(conversation_id, "conversationId")
+            if await ctx.fresh_loaders().conversation.load(cid) is None:  # asked afresh: the connection may be old
+                raise conversation_not_found(cid)
+        async with ctx.deps.dispatcher.subscribe(viewer, cid, THREAD_UPDATED) as subscription:
+            async for event in subscription:
+                own = ThreadUpdated.from_wire(event)
+                yield ThreadUpdatedEvent(
+                    conversation_id=ID(str(own.conversation_id)),
+                    root_seq=Long(own.root_seq),
+                    root_id=ID(ids.message_id(own.conversation_id, own.root_seq)),
+                    change=own.change,
+                    last_reply_seq=Long(own.last_reply_seq),
+                    last_read_reply_seq=Long(own.last_read_reply_seq),
+                    unread_count=Long(own.unread_count),
+                    following=own.following,
+                )
