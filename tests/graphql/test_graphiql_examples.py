@@ -28,7 +28,7 @@ SHOTS = REPO / "tests" / "out" / "graphiql"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 QUERY_EDITOR = ".graphiql-query-editor .CodeMirror"
 RESULT = ".result-window .CodeMirror"
-OPERATIONS = ["Inbox", "StartGroup", "History", "Send", "MarkRead", "Live", "Resume", "Sync", "Blocked"]
+OPERATIONS = ["Inbox", "StartGroup", "History", "Send", "MarkRead", "Live", "Resume", "Sync", "MyThreads", "Blocked"]
 
 
 def _config(page: str) -> dict:
