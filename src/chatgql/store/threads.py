@@ -223,13 +223,14 @@ async def reply_page(
 
 async def mark_read_txn(conn: Connection, conversation_id: int, root_seq: int, user_id: str, reply_seq: int) -> None:
     """Raise user_id's thread watermark to reply_seq (clamped to the thread's last reply; never lowered).
-    A member who does not follow the thread reads it without following it."""
+    A member who does not follow the thread reads it without following it; a root with no reply yet has
+    nothing to read (no row: its author still follows it at its first reply)."""
     await conn.execute(
         """
         INSERT INTO thread_member AS tm (conversation_id, root_seq, user_id, last_read_reply_seq, following)
-        SELECT $1, $2, $3, least($4::bigint, coalesce(t.last_reply_seq, 0)), false
-          FROM (SELECT 1) one
-          LEFT JOIN thread t ON t.conversation_id = $1 AND t.root_seq = $2
+        SELECT $1, $2, $3, least($4::bigint, t.last_reply_seq), false
+          FROM thread t
+         WHERE t.conversation_id = $1 AND t.root_seq = $2
         ON CONFLICT (conversation_id, root_seq, user_id) DO UPDATE
            SET last_read_reply_seq = greatest(tm.last_read_reply_seq, excluded.last_read_reply_seq)
         """,
