@@ -41,7 +41,7 @@ TABLES = (
     "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
     " message_reaction_count, message_edit, message_change, message, message_mention, pinned_message, scheduled_message, user_setting,"
     " conversation_member, conversation, conversation_ban, send_verdict, user_block, user_ban, report, moderation_action,"
-    " persisted_document, saved_message, saved_version"
+    " persisted_document, saved_message, saved_version, thread, thread_reply, thread_member"
 )
 
 

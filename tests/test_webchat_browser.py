@@ -34,6 +34,7 @@ import base64
 import json
 import re
 import shutil
+import uuid
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -43,6 +44,7 @@ from playwright.async_api import BrowserContext, Page, Route, WebSocketRoute, as
 from chatgql.edge.demo import webchat_documents
 
 from .conftest import REPO, GraphQLClient, RunningServer, make_settings, scratch_database
+from .support.live import ChatApi
 from .support.recipes import run_node_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -496,3 +498,65 @@ async def test_the_web_chat_on_an_allowlist_server_sends_its_documents_by_id_onl
             assert not one_request.get("query"), one_request  # no text: the id alone
             kinds["websocket" if "query" in one_request else "http"] += 1
     assert kinds["http"] >= 5 and kinds["websocket"] >= 2, kinds
+
+
+async def test_threads_in_the_web_chat_their_unread_my_threads_and_a_live_reply(server: RunningServer, http):
+    """A thread in the web chat (docs/guide/threads.md): "Threads" lists the one the viewer follows with its
+    unread; opening it shows the root and its replies and reads it (the badge goes); a reply from its box goes
+    to the thread only; another member's reply shows live; a message's "thread" link opens its thread."""
+    assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
+    expect.set_options(timeout=WAIT_MS)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    api = ChatApi.of(server, http)
+    author, replier = "71001", "71002"
+    cid = await api.create_group(author, [replier], title="thread test")
+    await api.send(author, cid, "root of the thread")
+    root = (
+        await api.data(
+            "query($c: ID!) { messages(conversationId: $c, first: 1) { nodes { id } } }", {"c": cid}, user=author
+        )
+    )["messages"]["nodes"][0]["id"]
+    reply = """
+    mutation($c: ID!, $m: UUID!, $b: String!, $r: ID!) {
+      sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r, threadOnly: true) { message { seq } } }
+    """
+    await api.data(reply, {"c": cid, "m": str(uuid.uuid4()), "b": "first reply", "r": root}, user=replier)
+    page_errors: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page(viewport={"width": 960, "height": 600})
+            page.on("pageerror", lambda error: page_errors.append(str(error.stack)))
+            await _sign_in(page, urljoin(server.url, "/demo"), author)
+            threads = page.get_by_test_id("my-threads")
+            await expect(threads.get_by_test_id("thread-unread")).to_have_text("1")
+            await expect(threads.get_by_test_id("thread-row")).to_contain_text("root of the thread")
+            await threads.get_by_test_id("thread-row").click()
+            pane = page.get_by_test_id("thread")
+            await expect(pane.get_by_test_id("thread-message")).to_have_count(2)
+            await expect(pane.get_by_test_id("thread-message").nth(1)).to_contain_text("first reply")
+            await expect(threads.get_by_test_id("thread-unread")).to_have_count(0)  # opening it read it
+            await page.fill("input[name=threadReply]", "my answer")
+            await page.click(".thread .composer button[type=submit]")
+            await expect(pane.get_by_test_id("thread-message")).to_have_count(3)
+            await api.data(reply, {"c": cid, "m": str(uuid.uuid4()), "b": "live reply", "r": root}, user=replier)
+            await expect(pane.get_by_test_id("thread-message")).to_have_count(4)  # threadUpdated, live
+            await expect(pane.get_by_test_id("thread-message").nth(3)).to_contain_text("live reply")
+            # the open thread reads the live reply too: the list shows it, with no unread left
+            await expect(threads.get_by_test_id("thread-row")).to_contain_text("3 replies")
+            await expect(threads.get_by_test_id("thread-unread")).to_have_count(0)
+            await page.screenshot(path=str(SHOTS / "threads.png"))
+            await page.get_by_test_id("thread-back").click()
+            await expect(page.get_by_test_id("conversation")).to_be_visible()
+            await page.locator("[data-testid=message][data-seq='1'] [data-testid=open-thread]").click()
+            await expect(page.get_by_test_id("thread")).to_have_attribute("data-root-id", root)
+        finally:
+            await browser.close()
+    assert page_errors == []
+    seen = await api.data(
+        "query($r: ID!) { thread(rootId: $r) { lastReplySeq unreadCount } }", {"r": root}, user=author
+    )
+    assert seen["thread"] == {"lastReplySeq": 3, "unreadCount": 0}
+    # the thread-only replies stay out of the conversation's unread
+    counts = await api.data("query($c: ID!) { conversation(id: $c) { lastSeq unreadCount } }", {"c": cid}, user=author)
+    assert counts["conversation"]["unreadCount"] == 0

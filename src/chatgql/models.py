@@ -62,6 +62,8 @@ conversation = Table(
     Column("message_ttl_seconds", Integer, nullable=False, server_default="0"),
     # members added from now on read only the messages sent after they joined (0024_history_visibility)
     Column("hide_history", Boolean, nullable=False, server_default="false"),
+    # thread-only replies so far: out of the conversation's unread (0025_threads)
+    Column("thread_only_count", BigInteger, nullable=False, server_default="0"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
     CheckConstraint("message_ttl_seconds >= 0", name="conversation_message_ttl_seconds_check"),
@@ -383,6 +385,51 @@ conversation_ban = Table(
     Column("reason", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("conversation_id", "user_id"),
+)
+
+# a thread: its own gap-free counter of replies, on its root (0025_threads)
+thread = Table(
+    "thread",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("root_seq", BigInteger, nullable=False),
+    Column("last_reply_seq", BigInteger, nullable=False, server_default="0"),
+    Column("last_reply_at", DateTime(timezone=True)),
+    PrimaryKeyConstraint("conversation_id", "root_seq"),
+    CheckConstraint("root_seq > 0", name="thread_root_seq_check"),
+    CheckConstraint("last_reply_seq >= 0", name="thread_last_reply_seq_check"),
+)
+
+# a reply's thread, its number there, and whether it is thread-only (0025_threads)
+thread_reply = Table(
+    "thread_reply",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("root_seq", BigInteger, nullable=False),
+    Column("reply_seq", BigInteger, nullable=False),
+    Column("thread_only", Boolean, nullable=False),
+    Column("deleted", Boolean, nullable=False, server_default="false"),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+    UniqueConstraint("conversation_id", "root_seq", "reply_seq", name="thread_reply_root_reply_seq_key"),
+    CheckConstraint("reply_seq > 0", name="thread_reply_reply_seq_check"),
+    Index("thread_reply_thread_only_idx", "conversation_id", "seq", postgresql_where=text("thread_only")),
+    Index("thread_reply_deleted_idx", "conversation_id", "root_seq", "reply_seq", postgresql_where=text("deleted")),
+)
+
+# a member's thread watermark, and whether they follow the thread (0025_threads)
+thread_member = Table(
+    "thread_member",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("root_seq", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
+    Column("last_read_reply_seq", BigInteger, nullable=False, server_default="0"),
+    Column("following", Boolean, nullable=False, server_default="true"),
+    Column("first_reply_seq", BigInteger),
+    PrimaryKeyConstraint("conversation_id", "root_seq", "user_id"),
+    CheckConstraint("last_read_reply_seq >= 0", name="thread_member_last_read_reply_seq_check"),
+    Index("thread_member_following_idx", "user_id", postgresql_where=text("following")),
 )
 
 # what the before-send hook decided for a clientMsgId it rejected or rewrote (0020_send_verdicts)

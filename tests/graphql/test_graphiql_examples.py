@@ -39,6 +39,7 @@ OPERATIONS = [
     "Sync",
     "Quotes",
     "Saved",
+    "MyThreads",
     "Blocked",
     "Scheduled",
     "Disappearing",

@@ -1,12 +1,14 @@
 """The read-state rules written once as a small model, and the real API driven against it.
 
-A Hypothesis state machine sends, reads, marks unread, delivers, deletes, edits (with their
-mentions), mutes, switches private receipts (per conversation and as the user's default),
-leaves and rejoins, over three users in two fresh groups per example (user 0 owns both and never
-leaves), through GraphQL over HTTP against the session's server on real PostgreSQL. Every
-mutation's answer is compared with the model and with a query read right after it; after every
-step each user's conversations, inbox rows and viewer totals are compared with the model, and no
-count may be below 0, and totalUnread must be the sum of the unmuted conversations' unreadCount.
+A Hypothesis state machine sends, replies (to the thread only, or also to the conversation), reads,
+marks unread, delivers, deletes, edits (with their mentions), mutes, switches private receipts (per
+conversation and as the user's default), leaves and rejoins, reads threads (on one device or two at
+once), follows and unfollows them, over three users in two fresh groups per
+example (user 0 owns both and never leaves), through GraphQL over HTTP against the session's server
+on real PostgreSQL. Every mutation's answer is compared with the model and with a query read right
+after it; after every step each user's conversations, inbox rows, viewer totals, followed threads
+(myThreads) and thread totals are compared with the model, and no count may be below 0, and totalUnread must be the sum of the unmuted conversations'
+unreadCount.
 
 Each example starts from a first state drawn at once (private defaults, messages, reads, deletes,
 rewinds and reads again, each checked as a step is), and read, markUnread and delete come twice as
@@ -19,9 +21,16 @@ The rules, as the docs state them (docs/guide/read-state.md):
   lastReadSeq and unreadCount say); markRead raises both (only the own one with private
   receipts), never lowers either; markUnread(fromSeq) lowers the own one to fromSeq - 1 at most;
   a send raises the sender's watermark and own position to their message;
-- unreadCount: the messages above the own read position that are not deleted (firstUnreadSeq: the
+- unreadCount: the messages above the own read position that are neither deleted nor thread-only
+  replies (firstUnreadSeq: the
   first of them, null when none); unreadMentions: of
   those, the ones that mention the viewer as the message mentions now (an edit replaces them);
+- threads (docs/guide/threads.md): a reply joins its root's thread (the root of the message it quotes),
+  numbered gap-free there; a member's thread watermark is raised by markThreadRead (clamped, never
+  lowered) and by their own reply; thread unreadCount: the replies above it not deleted
+  (firstUnreadReplySeq: the first); the root's author and each replier follow (an unfollow holds for
+  the author, a reply follows again); myThreads: the followed threads with a reply in the member's
+  conversations, newest reply first; threadUnread/unreadThreads: their sum and how many are unread;
 - delivered: the higher of the delivered mark and the watermark; private receipts freeze both;
 - leaving drops the membership; being added again starts with nothing unread, the user's default.
 
@@ -42,6 +51,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+from chatgql.graphql.ids import message_id
 from tests.support.live import ChatApi
 
 from .test_fuzz import SETTINGS
@@ -63,6 +73,10 @@ mutation($c: ID!, $m: UUID!, $b: String!, $mentions: [ID!], $all: Boolean) {
   sendMessage(conversationId: $c, clientMsgId: $m, body: $b, mentions: $mentions, mentionEveryone: $all) {
     message { seq mentions } } }
 """
+REPLY = """
+mutation($c: ID!, $m: UUID!, $b: String!, $r: ID!, $t: Boolean!) {
+  sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r, threadOnly: $t) { message { seq } } }
+"""
 READ = """
 mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { conversationId lastReadSeq advanced unreadCount } }
 """
@@ -80,8 +94,13 @@ mutation($c: ID!, $s: Long!, $b: String!, $mentions: [ID!]) {
 """
 LEAVE = "mutation($c: ID!) { leaveGroup(conversationId: $c) { userId } }"
 ADD = "mutation($c: ID!, $u: [ID!]!) { addMembers(conversationId: $c, userIds: $u) { id } }"
-VIEWER = "viewer { totalUnread unreadConversations totalUnreadMentions privateReceipts }"
+VIEWER = "viewer { totalUnread unreadConversations totalUnreadMentions privateReceipts threadUnread unreadThreads }"
 INBOX = "inbox(first: 20) { nodes { id lastReadSeq unreadCount firstUnreadSeq } }"
+THREAD = "rootSeq lastReplySeq lastReadReplySeq unreadCount firstUnreadReplySeq replyCount following"
+MY_THREADS = f"myThreads(first: 50) {{ nodes {{ conversationId {THREAD} }} }}"
+MARK_THREAD = f"mutation($r: ID!, $s: Long!) {{ markThreadRead(rootId: $r, replySeq: $s) {{ {THREAD} }} }}"
+FOLLOW = f"mutation($r: ID!) {{ followThread(rootId: $r) {{ {THREAD} }} }}"
+UNFOLLOW = f"mutation($r: ID!) {{ unfollowThread(rootId: $r) {{ {THREAD} }} }}"
 
 _example_users = itertools.count(7_000_000, USERS)  # fresh users per example: their totals start at 0
 
@@ -103,6 +122,21 @@ class Msg:
     sender: int
     mentions: frozenset[int]
     deleted: bool = False
+    thread_only: bool = False  # a reply sent to its thread only: not in the conversation's unread
+    root: int | None = None  # a reply: its thread's root seq
+
+
+@dataclass
+class ThreadMember:
+    read: int = 0  # the thread watermark (a reply seq)
+    following: bool = True
+
+
+@dataclass
+class Thread:
+    replies: list[int] = field(default_factory=list)  # reply seq - 1 -> the reply's conversation seq
+    members: dict[int, ThreadMember] = field(default_factory=dict)
+    activity: int = 0  # when its newest reply was sent (a counter over the whole example)
 
 
 @dataclass
@@ -110,6 +144,7 @@ class Conv:
     id: str
     messages: dict[int, Msg] = field(default_factory=dict)  # seq -> message
     members: dict[int, Member] = field(default_factory=dict)
+    threads: dict[int, Thread] = field(default_factory=dict)  # root seq -> its thread (with a reply)
 
     @property
     def last_seq(self) -> int:
@@ -117,15 +152,36 @@ class Conv:
 
     def unread(self, who: int, above: int | None = None) -> int:
         start = self.members[who].own if above is None else above
-        return sum(1 for seq, msg in self.messages.items() if seq > start and not msg.deleted)
+        return sum(1 for seq, msg in self.messages.items() if seq > start and not msg.deleted and not msg.thread_only)
 
     def first_unread(self, who: int) -> int | None:
         own = self.members[who].own
-        return min((seq for seq, msg in self.messages.items() if seq > own and not msg.deleted), default=None)
+        unread = (seq for seq, msg in self.messages.items() if seq > own and not msg.deleted and not msg.thread_only)
+        return min(unread, default=None)
 
     def unread_mentions(self, who: int) -> int:
         own = self.members[who].own
         return sum(1 for seq, msg in self.messages.items() if seq > own and not msg.deleted and who in msg.mentions)
+
+    def root_of(self, seq: int) -> int:
+        root = self.messages[seq].root
+        return seq if root is None else root
+
+    def thread(self, root: int, who: int) -> dict:
+        """What thread(rootId:) answers to who (a thread without a reply: no Thread yet)."""
+        thread = self.threads.get(root, Thread())
+        member = thread.members.get(who)
+        read = 0 if member is None else member.read
+        unread = [n for n, seq in enumerate(thread.replies, 1) if n > read and not self.messages[seq].deleted]
+        return {
+            "rootSeq": root,
+            "lastReplySeq": len(thread.replies),
+            "lastReadReplySeq": read,
+            "unreadCount": len(unread),
+            "firstUnreadReplySeq": min(unread, default=None),
+            "replyCount": sum(not self.messages[seq].deleted for seq in thread.replies),
+            "following": member is not None and member.following,
+        }
 
 
 class ReadStateModel:
@@ -160,14 +216,28 @@ class ReadStateModel:
             "lastMessage": last_message,
         }
 
+    def my_threads(self, who: int) -> list[dict]:
+        """myThreads: the followed threads with a reply in who's conversations, newest reply first."""
+        followed = [
+            (thread.activity, {"conversationId": c.id, **c.thread(root, who)})
+            for c in self.convs
+            if who in c.members
+            for root, thread in c.threads.items()
+            if thread.replies and who in thread.members and thread.members[who].following
+        ]
+        return [node for _, node in sorted(followed, key=lambda pair: -pair[0])]
+
     def viewer(self, who: int) -> dict:
         mine = [(c, c.members[who]) for c in self.convs if who in c.members]
         unmuted = [c.unread(who) for c, m in mine if not m.muted]
+        threads = [node["unreadCount"] for node in self.my_threads(who)]
         return {
             "totalUnread": sum(unmuted),
             "unreadConversations": sum(n > 0 for n in unmuted),
             "totalUnreadMentions": sum(c.unread_mentions(who) for c, _ in mine),
             "privateReceipts": self.default_private[who],
+            "threadUnread": sum(threads),
+            "unreadThreads": sum(n > 0 for n in threads),
         }
 
 
@@ -222,6 +292,7 @@ class ReadStateMachine(RuleBasedStateMachine):
         base = next(_example_users)
         self.users = [str(base + i) for i in range(USERS)]
         self.bodies = itertools.count()
+        self.activity = itertools.count(1)
         ids = [self.call(self.api.create_group(self.users[0], self.users[1:])) for _ in range(CONVS)]
         self.model = ReadStateModel(ids)
         for conv in self.model.convs:
@@ -281,6 +352,91 @@ class ReadStateMachine(RuleBasedStateMachine):
         sender.public = sender.own = seq
         message = body["data"]["sendMessage"]["message"]
         assert message == {"seq": seq, "mentions": sorted(self.users[u] for u in named)}
+
+    @rule(c=CONV, who=WHO, to=st.integers(1, 6), thread_only=st.booleans())
+    def reply(self, c: int, who: int, to: int, thread_only: bool) -> None:
+        """A reply (sendMessage(replyTo:)), sent to its thread only or also to the conversation."""
+        conv = self.model.convs[c]
+        variables = {
+            "c": conv.id,
+            "m": str(uuid.uuid4()),
+            "b": f"m{next(self.bodies)}",
+            "r": message_id(int(conv.id), to),
+        }
+        body = self.run(REPLY, {**variables, "t": thread_only}, who)
+        if who not in conv.members:
+            return self.refused(body, "NOT_FOUND")
+        if to > conv.last_seq:
+            return self.refused(body, "BAD_USER_INPUT")
+        assert "errors" not in body, body
+        seq = conv.last_seq + 1
+        root = conv.root_of(to)
+        conv.messages[seq] = Msg(who, frozenset(), thread_only=thread_only, root=root)
+        sender = conv.members[who]
+        sender.public = sender.own = seq
+        assert body["data"]["sendMessage"]["message"] == {"seq": seq}
+        thread = conv.threads.setdefault(root, Thread())
+        thread.replies.append(seq)
+        thread.activity = next(self.activity)
+        thread.members.setdefault(conv.messages[root].sender, ThreadMember())  # the root's author follows
+        replier = thread.members.setdefault(who, ThreadMember())
+        replier.read, replier.following = len(thread.replies), True  # a reply reads up to it, and follows again
+
+    def thread_call(self, query: str, c: int, who: int, to: int, variables: dict) -> tuple[Conv, int, dict] | None:
+        """Run a thread mutation on the thread of message `to`: None when refused as the model says."""
+        conv = self.model.convs[c]
+        body = self.run(query, {"r": message_id(int(conv.id), to), **variables}, who)
+        if who not in conv.members or to not in conv.messages:
+            self.refused(body, "NOT_FOUND")
+            return None
+        assert "errors" not in body, body
+        return conv, conv.root_of(to), next(iter(body["data"].values()))
+
+    @rule(c=CONV, who=WHO, to=st.integers(1, 7), reply_seq=st.integers(0, 4))
+    def read_thread(self, c: int, who: int, to: int, reply_seq: int) -> None:
+        """markThreadRead: the watermark rises to reply_seq clamped to the thread's last reply, never lowers."""
+        done = self.thread_call(MARK_THREAD, c, who, to, {"s": reply_seq})
+        if done is None:
+            return
+        conv, root, answer = done
+        thread = conv.threads.get(root)
+        if thread is not None:
+            member = thread.members.setdefault(who, ThreadMember(following=False))  # reading does not follow
+            member.read = max(member.read, min(reply_seq, len(thread.replies)))
+        assert answer == conv.thread(root, who)
+
+    @rule(c=CONV, who=WHO, to=st.integers(1, 7), seqs=st.tuples(st.integers(0, 4), st.integers(0, 4)))
+    def read_thread_on_two_devices(self, c: int, who: int, to: int, seqs: tuple[int, int]) -> None:
+        """Two of who's devices mark the same thread read at once: the higher one wins."""
+        conv = self.model.convs[c]
+        if who not in conv.members or to not in conv.messages:
+            return
+        root_id = message_id(int(conv.id), to)
+
+        async def both() -> list[dict]:
+            return await asyncio.gather(
+                *(self.api.execute(MARK_THREAD, {"r": root_id, "s": s}, user=self.users[who]) for s in seqs)
+            )
+
+        bodies = self.call(both())
+        assert all("errors" not in body for body in bodies), bodies
+        root = conv.root_of(to)
+        thread = conv.threads.get(root)
+        if thread is not None:
+            member = thread.members.setdefault(who, ThreadMember(following=False))
+            member.read = max(member.read, min(max(seqs), len(thread.replies)))
+        for body in bodies:  # each answer is at or below the final state, never above it
+            assert body["data"]["markThreadRead"]["lastReadReplySeq"] <= conv.thread(root, who)["lastReadReplySeq"]
+
+    @rule(c=CONV, who=WHO, to=st.integers(1, 7), follow=st.booleans())
+    def follow_thread(self, c: int, who: int, to: int, follow: bool) -> None:
+        done = self.thread_call(FOLLOW if follow else UNFOLLOW, c, who, to, {})
+        if done is None:
+            return
+        conv, root, answer = done
+        thread = conv.threads.setdefault(root, Thread())
+        thread.members.setdefault(who, ThreadMember()).following = follow
+        assert answer == conv.thread(root, who)
 
     @rule(c=CONV, who=WHO, seq=SEQ)
     def read(self, c: int, who: int, seq: int) -> None:
@@ -457,12 +613,13 @@ class ReadStateMachine(RuleBasedStateMachine):
         for who in range(USERS):
             mine = [c for c in self.model.convs if who in c.members]
             fields = " ".join(f"c{i}: conversation(id: {c.id!r}) {{ {CONVERSATION} }}" for i, c in enumerate(mine))
-            data = self.ok(f"{{ {fields} {VIEWER} {INBOX} }}".replace("'", '"'), None, who)
+            data = self.ok(f"{{ {fields} {VIEWER} {INBOX} {MY_THREADS} }}".replace("'", '"'), None, who)
             got = [data[f"c{i}"] for i in range(len(mine))]
             viewer = data["viewer"]
             counts = [c["unreadCount"] for c in got] + [c["unreadMentions"] for c in got]
             counts += [n["unreadCount"] for n in data["inbox"]["nodes"]]
             counts += [viewer["totalUnread"], viewer["unreadConversations"], viewer["totalUnreadMentions"]]
+            counts += [n["unreadCount"] for n in data["myThreads"]["nodes"]]
             assert min(counts) >= 0, ("a count below 0", who, data)
             assert viewer["totalUnread"] == sum(c["unreadCount"] for c in got if not c["muted"]), (who, data)
             rows = {n["id"]: n for n in data["inbox"]["nodes"]}
@@ -474,6 +631,7 @@ class ReadStateMachine(RuleBasedStateMachine):
                 )
             assert got == [self.model.conversation(c, who) for c in mine], (who, self.users[who])
             assert viewer == self.model.viewer(who), (who, self.users[who])
+            assert data["myThreads"]["nodes"] == self.model.my_threads(who), (who, self.users[who])
             assert sorted(rows) == sorted(c.id for c in mine), (who, rows)
 
 

@@ -4,6 +4,7 @@ import { Conversation } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
 import { VIEWER } from "./operations.js";
 import { SignIn } from "./SignIn.jsx";
+import { MyThreads, ThreadPane } from "./Threads.jsx";
 import { saveToken, savedToken } from "./devToken.js";
 import { openConversationId, rememberOpenConversation } from "./openConversation.js";
 import { useInbox } from "./useInbox.js";
@@ -72,6 +73,12 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
     document.title = `${total ? `(${total}) ` : ""}chatgql web chat · user ${viewer.userId}`;
   }, [total, viewer.userId]);
   const open = inbox.conversations.find((conversation) => conversation.id === openId);
+  // An open thread (its root's Message id) takes the conversation's pane; its back button returns to it.
+  const [threadRootId, setThreadRootId] = useState(null);
+  const openThread = (conversationId, rootId) => {
+    if (conversationId !== openId) onOpen(conversationId);
+    setThreadRootId(rootId);
+  };
   return (
     // On a narrow screen one pane at a time: the inbox, or the open conversation with a back button.
     <div className={`chat ${openId ? "has-open" : ""}`}>
@@ -85,9 +92,25 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
             sign out
           </button>
         </header>
-        <Inbox client={client} viewer={viewer} config={config} inbox={inbox} openId={openId} onOpen={onOpen} />
+        <Inbox
+          client={client}
+          viewer={viewer}
+          config={config}
+          inbox={inbox}
+          openId={openId}
+          onOpen={(id) => (setThreadRootId(null), onOpen(id))}
+        />
+        <MyThreads client={client} openRootId={threadRootId} onOpenThread={openThread} />
       </aside>
-      {openId ? (
+      {openId && threadRootId ? (
+        <ThreadPane
+          key={threadRootId}
+          client={client}
+          viewer={viewer}
+          rootId={threadRootId}
+          onBack={() => setThreadRootId(null)}
+        />
+      ) : openId ? (
         <Conversation
           key={openId}
           client={client}
@@ -96,6 +119,7 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
           conversationId={openId}
           summary={open}
           onBack={() => onOpen(null)}
+          onOpenThread={(rootId) => setThreadRootId(rootId)}
         />
       ) : (
         <section className="empty">Pick a conversation, or start one.</section>

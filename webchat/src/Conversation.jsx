@@ -16,7 +16,7 @@ function readingOlder(element, arrived) {
   return element.scrollHeight - element.scrollTop - element.clientHeight > added;
 }
 
-export function Conversation({ client, viewer, config, conversationId, onBack }) {
+export function Conversation({ client, viewer, config, conversationId, onBack, onOpenThread }) {
   const { state, loadOlder, send, discard, edit, remove, react, typing, block, report } = useConversation(
     client,
     conversationId,
@@ -139,6 +139,7 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
             onReact={(emoji, on) => react(message.seq, emoji, on)}
             onBlock={(blocked) => block(message.senderId, blocked)}
             onReport={(reason) => report(message.seq, reason)}
+            onThread={onOpenThread && (() => onOpenThread(message.id))}
           />
         ))}
         {state.pending.map((pending) => (

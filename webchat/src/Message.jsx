@@ -5,7 +5,7 @@ const THUMBS_UP = "👍";
 // One message: its body ("edited" once edited; a tombstone once deleted), its 👍 toggle
 // with the count, and for the viewer's own messages edit and delete. A reply's quote
 // would go here too, fed by the reducer in conversation.js.
-export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, onDelete, onReact, onBlock, onReport }) {
+export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, onDelete, onReact, onBlock, onReport, onThread }) {
   const [editing, setEditing] = useState(false);
   const [reporting, setReporting] = useState(false);
   const [reported, setReported] = useState(false);
@@ -69,6 +69,11 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
           {THUMBS_UP}
           {thumbs ? ` ${thumbs.count}` : ""}
         </button>
+        {onThread && (
+          <button className="link" data-testid="open-thread" onClick={onThread}>
+            thread
+          </button>
+        )}
         {mine && !editing && (
           <>
             <button className="link" onClick={() => setEditing(true)}>

@@ -190,3 +190,54 @@ export const INBOX_READS = gql`
     readUpdated { conversationId userId lastReadSeq }
   }
 `;
+
+// Threads (docs/guide/threads.md): the viewer's followed threads with their unread, one thread with its
+// replies, a reply sent to the thread only, reading a thread, and the live thread updates.
+export const MY_THREADS = gql`
+  query MyThreads {
+    viewer { threadUnread unreadThreads }
+    myThreads(first: 50) {
+      nodes { conversationId rootSeq unreadCount lastReplySeq root { id senderId body } lastReply { senderId body } }
+    }
+  }
+`;
+
+export const THREAD = gql`
+  query Thread($r: ID!) {
+    thread(rootId: $r) {
+      conversationId rootSeq lastReplySeq lastReadReplySeq unreadCount following
+      root { ${MESSAGE_FIELDS} }
+      replies(first: 200) { replySeq message { ${MESSAGE_FIELDS} } }
+    }
+  }
+`;
+
+export const SEND_THREAD_REPLY = gql`
+  mutation SendThreadReply($c: ID!, $m: UUID!, $b: String!, $r: ID!) {
+    sendMessage(conversationId: $c, clientMsgId: $m, body: $b, replyTo: $r, threadOnly: true) { message { seq } }
+  }
+`;
+
+export const MARK_THREAD_READ = gql`
+  mutation MarkThreadRead($r: ID!, $s: Long!) {
+    markThreadRead(rootId: $r, replySeq: $s) { lastReadReplySeq unreadCount }
+  }
+`;
+
+export const FOLLOW_THREAD = gql`
+  mutation FollowThread($r: ID!) {
+    followThread(rootId: $r) { following }
+  }
+`;
+
+export const UNFOLLOW_THREAD = gql`
+  mutation UnfollowThread($r: ID!) {
+    unfollowThread(rootId: $r) { following }
+  }
+`;
+
+export const THREAD_UPDATED = gql`
+  subscription ThreadUpdated {
+    threadUpdated { conversationId rootSeq rootId change lastReplySeq unreadCount }
+  }
+`;

@@ -326,6 +326,27 @@ class ReminderDue(Event):
 
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadUpdated(Event):
+    """A thread changed for a member (docs/guide/threads.md): a reply in a thread they follow (REPLY), or their
+    own markThreadRead (READ), followThread (FOLLOW) or unfollowThread (UNFOLLOW): their thread state after it."""
+
+    TYPE: ClassVar[str] = "thread.updated"
+    OWN: ClassVar[bool] = True
+    conversation_id: int
+    user_id: UserId
+    root_seq: int
+    change: str
+    last_reply_seq: int
+    last_read_reply_seq: int
+    unread_count: int
+    following: bool
+
+
+THREAD_REPLY, THREAD_READ, THREAD_FOLLOW, THREAD_UNFOLLOW = "REPLY", "READ", "FOLLOW", "UNFOLLOW"
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationUpdated(Event):
     """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), a member
     left (MEMBER_LEFT: delivered to the one who left too), was banned (MEMBER_BANNED: delivered to
@@ -502,6 +523,7 @@ READ_UPDATED = ReadUpdated.TYPE
 MEMBERS_ADDED = MembersAdded.TYPE
 MEMBER_REMOVED = MemberRemoved.TYPE
 MEMBERSHIP_UPDATED = MembershipUpdated.TYPE
+THREAD_UPDATED = ThreadUpdated.TYPE
 CONVERSATION_UPDATED = ConversationUpdated.TYPE
 DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE

@@ -113,6 +113,17 @@ query Saved($after: String) {
         {"after": None},
     ),
     Example(
+        """# Threads: those you follow, newest activity first, with their unread; markThreadRead(rootId:, replySeq:) reads one.
+query MyThreads {
+  viewer { threadUnread unreadThreads }
+  myThreads(first: 20) {
+    nodes { rootSeq conversationId replyCount unreadCount firstUnreadReplySeq root { body } lastReply { senderId body } }
+    pageInfo { hasNextPage endCursor }
+  }
+}
+"""
+    ),
+    Example(
         """# Moderation: who you blocked; blockUser(userId:) and reportMessage(conversationId:, seq:, reason:) act.
 query Blocked {
   viewer { blockedUsers(first: 20) { userId blockedAt } }

@@ -117,6 +117,14 @@ class Mutation(ReadStateMutation, GroupMutation):
                 "(reason REPLY_ACROSS_CONVERSATIONS); no such earlier message: BAD_USER_INPUT."
             ),
         ] = None,
+        thread_only: Annotated[
+            bool,
+            strawberry.argument(
+                description="With replyTo: send the reply to its thread only (docs/guide/threads.md): it counts in "
+                "the thread's unread, not in the conversation's unreadCount nor firstUnreadSeq. Without it a reply "
+                "counts in both. Without replyTo: BAD_USER_INPUT."
+            ),
+        ] = False,
         attachments: Annotated[
             list[AttachmentInput] | None,
             strawberry.argument(
@@ -156,6 +164,8 @@ class Mutation(ReadStateMutation, GroupMutation):
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         quoted = None if reply_to is None else _reply_to_seq(reply_to, cid)
         quoting = None if quote is None else message_key(quote, "quote")
+        if thread_only and quoted is None:
+            raise BadUserInput("threadOnly goes with replyTo")
         files = (  # none: nothing to check (no list, no call)
             check_attachments(
                 [(a.url, a.mime_type, a.name, a.size_bytes, a.width, a.height) for a in attachments],
@@ -179,6 +189,7 @@ class Mutation(ReadStateMutation, GroupMutation):
             body,
             batcher=ctx.deps.send_batcher,
             reply_to=quoted,
+            thread_only=thread_only,
             attachments=files,
             mentions=mentioned,
             mention_everyone=mention_everyone,

@@ -11,11 +11,12 @@ from ..db import Database, Row
 from ..errors import BadUserInput, Conflict, LimitExceeded, NotFound, banned, blocked, conversation_not_found
 from ..events.types import MessageNew, ReadUpdated
 from ..models import MessageRecord
-from ..store import messages
+from ..store import messages, threads
 from .beforesend import BeforeSendHook, Decision, VerdictTaken, decide, keep_decision_txn
 from .checks import Attachment
 from .groupcommit import STORED, SendBatcher, SendItem, send_alone, send_item
 from .mentions import mentions_txn
+from .threads import reply_events_txn
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ async def do_send_message(
     *,
     batcher: SendBatcher | None = None,
     reply_to: int | None = None,
+    thread_only: bool = False,
     attachments: Sequence[Attachment] = (),
     mentions: list[str] | None = None,
     mention_everyone: bool = False,
@@ -58,7 +60,8 @@ async def do_send_message(
 
     reply_to: the seq of an earlier message of the conversation this one quotes; the send and the
     quoted message's reply count are one transaction (never group-committed), and a seq with no
-    earlier message is BAD_USER_INPUT with nothing written. attachments (checked already:
+    earlier message is BAD_USER_INPUT with nothing written. thread_only: the reply is sent to its thread
+    only (it counts in the thread's unread, not the conversation's). attachments (checked already:
     check_attachments) are written in the same transaction, never group-committed either.
 
     quote: the (conversation, seq) of a message this one quotes, of any conversation the sender reads
@@ -78,6 +81,7 @@ async def do_send_message(
             client_msg_id,
             body,
             reply_to=reply_to,
+            thread_only=thread_only,
             attachments=attachments,
             mentions=mentions,
             mention_everyone=mention_everyone,
@@ -98,7 +102,7 @@ async def do_send_message(
     read_event = ReadUpdated(conversation_id=conversation_id, user_id=sender_id).payload()
     item = SendItem(sender_id, client_msg_id, body, message_event, read_event)
     everyone = mention_everyone
-    extras = _Extras(reply_to, attachments, mentions or [], everyone, quote, forwarded_from)
+    extras = _Extras(reply_to, thread_only, attachments, mentions or [], everyone, quote, forwarded_from)
     if extras.any() or guard is not None:  # not group-committed
         row = await _send_with_extras(database, conversation_id, item, extras, guard)
     elif batcher is None:
@@ -175,6 +179,7 @@ class _Extras:
     """What a send writes beside chat_send, in its transaction."""
 
     reply_to: int | None
+    thread_only: bool
     attachments: Sequence[Attachment]
     mentioned: list[str]
     everyone: bool
@@ -226,11 +231,22 @@ async def _extras_txn(
             if extras.mentioned or extras.everyone:
                 await mentions_txn(conn, conversation_id, seq, extras.mentioned, extras.everyone, item.sender_id)
             reply_to = extras.reply_to
-            if reply_to is not None and not await messages.set_reply_txn(conn, conversation_id, seq, reply_to):
-                raise BadUserInput(
-                    f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
-                    reason="REPLY_TO_NOT_FOUND",
+            if reply_to is not None:
+                if not await messages.set_reply_txn(conn, conversation_id, seq, reply_to):
+                    raise BadUserInput(
+                        f"replyTo: no message {reply_to} before this one in conversation {conversation_id}",
+                        reason="REPLY_TO_NOT_FOUND",
+                    )
+                filed = await threads.add_reply_txn(
+                    conn,
+                    conversation_id,
+                    seq,
+                    reply_to,
+                    item.sender_id,
+                    thread_only=extras.thread_only,
+                    mentioned=extras.mentioned,
                 )
+                await reply_events_txn(conn, conversation_id, filed["root_seq"])
             quote = extras.quote
             if quote is not None and not await messages.set_quote_txn(
                 conn, conversation_id, seq, item.sender_id, *quote

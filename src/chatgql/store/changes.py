@@ -92,7 +92,8 @@ async def tombstone_txn(
     and mentions erased, deletedAt/deletedBy set (deleted_by None: the operator). For every member whose watermark
     is below some of them, that many more deleted messages unread (member rows locked in user order, the order
     every writer of member rows takes them in: migration 0009). A deleted reply stops counting in its parent's
-    replyCount, and the parent's lastReplyAt is its newest reply left. The one delete path: deleteMessage, the
+    replyCount, and the parent's lastReplyAt is its newest reply left; a deleted thread reply is marked so in
+    thread_reply (its thread's unread leaves it out). The one delete path: deleteMessage, the
     operator's erase and retention. Returns the new tombstones in seq order (none for a seq already deleted)."""
     tombstones = await conn.fetch(
         f"""
@@ -114,6 +115,8 @@ async def tombstone_txn(
             DELETE FROM message_edit WHERE conversation_id = $1 AND seq = ANY($2::bigint[])
         ), unattached AS (
             DELETE FROM message_attachment WHERE conversation_id = $1 AND seq = ANY($2::bigint[])
+        ), unthreaded AS (  -- a deleted reply keeps its reply seq, out of its thread's unread (store/threads.py)
+            UPDATE thread_reply SET deleted = true WHERE conversation_id = $1 AND seq = ANY($2::bigint[])
         ), unread AS (  -- width_bucket: how many of the (ascending) seqs are <= the member's watermark
             SELECT user_id, last_read_seq FROM conversation_member
              WHERE conversation_id = $1 AND last_read_seq < $3

@@ -36,12 +36,22 @@ ARCHIVED = "(m.archived_seq IS NOT NULL AND (m.keep_archived OR c.last_seq <= m.
 #   by the deleted ones between the two (counted on message_change_deleted_idx, deleted messages only,
 #   within that range only): added when the own position is below the watermark (markUnread's rewind),
 #   taken off when it is above it (private receipts: the deleted ones the member has read).
+#   It also takes off the thread-only replies above the own position that are not deleted (a deleted one
+#   is counted once, as deleted, by its DELETED change): they count in their thread only
+#   (docs/guide/threads.md). Read only in a conversation that has had a thread-only reply
+#   (thread_only_count), on thread_reply_thread_only_idx.
+THREAD_ONLY_UNREAD = (
+    "(CASE WHEN c.thread_only_count > 0 THEN (SELECT count(*) FROM thread_reply r"
+    f" WHERE r.conversation_id = m.conversation_id AND r.thread_only AND r.seq > {OWN_READ}"
+    " AND NOT EXISTS (SELECT 1 FROM message_change d WHERE d.conversation_id = r.conversation_id"
+    " AND d.kind = 'DELETED' AND d.seq = r.seq)) ELSE 0 END)"
+)
 UNREAD_DELETED = (
     "(m.unread_deleted + CASE WHEN m.own_read_seq IS NOT NULL AND m.own_read_below = m.last_read_seq"
     " THEN (SELECT CASE WHEN m.own_read_seq < m.last_read_seq THEN count(*) ELSE -count(*) END"
     " FROM message_change d WHERE d.conversation_id = m.conversation_id AND d.kind = 'DELETED'"
     " AND d.seq > LEAST(m.own_read_seq, m.last_read_seq) AND d.seq <= GREATEST(m.own_read_seq, m.last_read_seq))"
-    " ELSE 0 END)"
+    " ELSE 0 END + " + THREAD_ONLY_UNREAD + ")"
 )
 # UNREAD: what unreadCount says
 UNREAD = f"(c.last_seq - {OWN_READ} - {UNREAD_DELETED})"

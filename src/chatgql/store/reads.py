@@ -78,13 +78,15 @@ async def watermark(conn: Connection, conversation_id: int, user_id: str) -> Row
 
 async def first_unread(conn: Connection, user_id: str, conversation_ids: Sequence[int]) -> list[Row]:
     """(conversation_id, first_unread_seq) of user_id in the conversations among ids they are in: the
-    first message after their own read position that is not deleted (null when there is none), one index
-    range per conversation that stops at its first live message."""
+    first message after their own read position that is neither deleted nor a thread-only reply (null when
+    there is none), one index range per conversation that stops at the first such message."""
     return await conn.fetch(
         f"""
         SELECT m.conversation_id,
                (SELECT x.seq FROM message x
                  WHERE x.conversation_id = m.conversation_id AND x.seq > {OWN_READ} AND x.deleted_at IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM thread_reply r
+                                    WHERE r.conversation_id = x.conversation_id AND r.seq = x.seq AND r.thread_only)
                  ORDER BY x.seq LIMIT 1) AS first_unread_seq
           FROM conversation_member m
          WHERE m.user_id = $1 AND m.conversation_id = ANY($2::bigint[])
@@ -156,14 +158,15 @@ def _advance_watermarks_sql(key: str) -> str:
                    {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
               FROM snap s
               JOIN conversation_member m ON m.conversation_id = s.cid AND m.user_id = s.uid
+              JOIN conversation c ON c.id = s.cid
              WHERE s.last_read_seq < s.target AND NOT s.private
              ORDER BY m.conversation_id, m.user_id
                FOR UPDATE OF m
         ), moved AS (
             UPDATE conversation_member m SET last_read_seq = l.target,
                    own_read_below = {_KEEP_OWN_READ.format(target="l.target")}
-              FROM locked l
-             WHERE m.conversation_id = l.cid AND m.user_id = l.uid AND m.last_read_seq < l.target
+              FROM locked l, conversation c
+             WHERE m.conversation_id = l.cid AND m.user_id = l.uid AND m.last_read_seq < l.target AND c.id = l.cid
             RETURNING m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq,
                       {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
         ), event AS (

@@ -45,7 +45,8 @@ class Conversation(Node):
     )
     # A value, not a resolver: an inbox page asks for it on every node.
     unread_count: Long = strawberry.field(
-        description="lastSeq - lastReadSeq for the viewer, less the deleted messages above lastReadSeq."
+        description="lastSeq - lastReadSeq for the viewer, less the deleted messages and the thread-only replies "
+        "(sendMessage(threadOnly:)) above lastReadSeq."
     )
     # The viewer's own settings (updateMembership): values, read with the membership row.
     muted: bool = strawberry.field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import strawberry
@@ -11,6 +12,7 @@ from strawberry.types import Info
 from ...services.blocks import blocked_page
 from ...services.checks import check_member_page
 from ...services.membership import private_receipts_of
+from ...services.threads import read_thread_totals
 from .. import ids
 from ..scalars import Long
 from .common import Node, given
@@ -25,6 +27,8 @@ class BlockedUser:
 @strawberry.type
 class Viewer(Node):
     user_id: ID
+    # threadUnread and unreadThreads: one read for both
+    thread_totals: strawberry.Private[asyncio.Task | None] = None
 
     @strawberry.field(description="Globally unique and stable; opaque.")
     def id(self) -> ID:
@@ -60,3 +64,20 @@ class Viewer(Node):
     @strawberry.field(description="How many of the viewer's conversations that are not muted have unreadCount > 0.")
     async def unread_conversations(self, info: Info) -> int:
         return (await info.context.loaders.viewer_totals.load(str(self.user_id))).unread_conversations
+
+    async def _thread_totals(self, info: Info) -> tuple[int, int]:
+        if self.thread_totals is None:
+            self.thread_totals = asyncio.ensure_future(read_thread_totals(info.context.database, str(self.user_id)))
+        row = await self.thread_totals
+        return row["thread_unread"], row["unread_threads"]
+
+    @strawberry.field(
+        description="Sum of unreadCount over the threads the viewer follows (Query.myThreads), in every conversation, "
+        "muted ones too."
+    )
+    async def thread_unread(self, info: Info) -> Long:
+        return Long((await self._thread_totals(info))[0])
+
+    @strawberry.field(description="How many of the threads the viewer follows have unreadCount > 0.")
+    async def unread_threads(self, info: Info) -> int:
+        return (await self._thread_totals(info))[1]

@@ -1,0 +1,276 @@
+"""Threads (migration 0025_threads): a reply's place in its root's thread, and who follows it.
+
+A reply's root is the message it quotes, or that message's root when it quotes a reply (threads are
+one level deep). Each thread numbers its replies gap-free (thread.last_reply_seq); the writes run in
+the send's transaction, after chat_send stored the reply under the conversation's lock, so replies to
+one thread are numbered in their conversation seq order. A deleted reply keeps its reply seq
+(thread_reply.deleted, set by changes.tombstone_txn): a thread's unread is a subtraction, its last
+reply seq less the member's thread watermark less the deleted replies above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..db import Connection, Row
+from .messages import MESSAGE_COLUMNS
+
+
+async def add_reply_txn(
+    conn: Connection,
+    conversation_id: int,
+    seq: int,
+    reply_to_seq: int,
+    sender_id: str,
+    *,
+    thread_only: bool,
+    mentioned: Sequence[str] = (),
+) -> Row:
+    """File reply seq (quoting reply_to_seq, already checked to be an earlier message) in its root's thread:
+    the thread's next reply seq, its thread_reply row, the thread-only count of the conversation when it is
+    thread-only; the root's author, the sender and the members mentioned (already checked to be members)
+    follow the thread (the sender and the mentioned ones again after an unfollow, the root's author not),
+    and the sender has read it up to their reply. Returns (root_seq, reply_seq)."""
+    filed = await conn.fetchrow(
+        """
+        WITH root AS (
+            SELECT coalesce((SELECT r.root_seq FROM thread_reply r
+                              WHERE r.conversation_id = $1 AND r.seq = $3), $3::bigint) AS seq
+        ), numbered AS (
+            INSERT INTO thread AS t (conversation_id, root_seq, last_reply_seq, last_reply_at)
+            SELECT $1, root.seq, 1, m.created_at
+              FROM root, message m
+             WHERE m.conversation_id = $1 AND m.seq = $2
+            ON CONFLICT (conversation_id, root_seq)
+            DO UPDATE SET last_reply_seq = t.last_reply_seq + 1, last_reply_at = excluded.last_reply_at
+            RETURNING t.root_seq, t.last_reply_seq
+        )
+        INSERT INTO thread_reply (conversation_id, seq, root_seq, reply_seq, thread_only)
+        SELECT $1, $2, n.root_seq, n.last_reply_seq, $4 FROM numbered n
+        RETURNING root_seq, reply_seq
+        """,
+        conversation_id,
+        seq,
+        reply_to_seq,
+        thread_only,
+    )
+    if thread_only:
+        await conn.execute(
+            "UPDATE conversation SET thread_only_count = thread_only_count + 1 WHERE id = $1", conversation_id
+        )
+    # the sender reads up to their reply and follows again, as the mentioned do; the root's author follows
+    # unless they unfollowed
+    await conn.execute(
+        """
+        INSERT INTO thread_member AS tm (conversation_id, root_seq, user_id, last_read_reply_seq, first_reply_seq)
+        SELECT $1, $2, u.user_id, CASE WHEN u.user_id = $4 THEN $3::bigint ELSE 0 END,
+               CASE WHEN u.user_id = $4 THEN $3::bigint END
+          FROM (SELECT $4::text COLLATE "C" AS user_id
+                UNION
+                SELECT m.sender_id FROM message m WHERE m.conversation_id = $1 AND m.seq = $2
+                UNION
+                SELECT unnest($5::text[]) COLLATE "C") u
+         ORDER BY u.user_id
+        ON CONFLICT (conversation_id, root_seq, user_id) DO UPDATE
+           SET last_read_reply_seq = greatest(tm.last_read_reply_seq, excluded.last_read_reply_seq),
+               following = tm.following OR excluded.user_id = $4 OR excluded.user_id = ANY($5::text[]),
+               first_reply_seq = coalesce(tm.first_reply_seq, excluded.first_reply_seq)
+        """,
+        conversation_id,
+        filed["root_seq"],
+        filed["reply_seq"],
+        sender_id,
+        list(mentioned),
+    )
+    return filed
+
+
+async def root_for(conn: Connection, conversation_id: int, seq: int, user_id: str) -> Row | None:
+    """(root_seq, visible_from_seq) for user_id and message seq: root_seq is the root of its thread (its root when
+    it is a reply, else itself; None when the conversation has no such message), visible_from_seq the first seq
+    the member may read. None when user_id is not a member."""
+    return await conn.fetchrow(
+        """
+        SELECT coalesce(r.root_seq, x.seq) AS root_seq, cm.visible_from_seq
+          FROM conversation_member cm
+          LEFT JOIN message x ON x.conversation_id = cm.conversation_id AND x.seq = $2
+          LEFT JOIN thread_reply r ON r.conversation_id = x.conversation_id AND r.seq = x.seq
+         WHERE cm.conversation_id = $1 AND cm.user_id = $3
+        """,
+        conversation_id,
+        seq,
+        user_id,
+    )
+
+
+# A thread as member $3 sees it, for each key k (cid, root): its counter, the deleted replies (on
+# thread_reply_deleted_idx, within the thread, and above the member's watermark), the newest reply left and the
+# first unread one (on the thread's reply seq key, stopping at the first reply that is not deleted), and its
+# participants (the root's author, then the repliers by their first reply: thread_member.first_reply_seq).
+_THREAD = """
+    SELECT k.i, k.root AS root_seq, coalesce(t.last_reply_seq, 0) AS last_reply_seq, t.last_reply_at,
+           coalesce(t.last_reply_seq, 0)
+             - (SELECT count(*) FROM thread_reply d
+                 WHERE d.conversation_id = k.cid AND d.root_seq = k.root AND d.deleted) AS reply_count,
+           (SELECT r.seq FROM thread_reply r
+             WHERE r.conversation_id = k.cid AND r.root_seq = k.root AND NOT r.deleted
+             ORDER BY r.reply_seq DESC LIMIT 1) AS last_reply,
+           coalesce(tm.last_read_reply_seq, 0) AS last_read_reply_seq,
+           greatest(coalesce(t.last_reply_seq, 0) - coalesce(tm.last_read_reply_seq, 0)
+             - (SELECT count(*) FROM thread_reply d
+                 WHERE d.conversation_id = k.cid AND d.root_seq = k.root AND d.deleted
+                   AND d.reply_seq > coalesce(tm.last_read_reply_seq, 0)), 0) AS unread_count,
+           (SELECT r.reply_seq FROM thread_reply r
+             WHERE r.conversation_id = k.cid AND r.root_seq = k.root
+               AND r.reply_seq > coalesce(tm.last_read_reply_seq, 0) AND NOT r.deleted
+             ORDER BY r.reply_seq LIMIT 1) AS first_unread_reply_seq,
+           coalesce(tm.following, false) AS following,
+           ARRAY[rm.sender_id] || ARRAY(SELECT p.user_id FROM thread_member p
+                    WHERE p.conversation_id = k.cid AND p.root_seq = k.root AND p.first_reply_seq IS NOT NULL
+                      AND p.user_id <> rm.sender_id
+                    ORDER BY p.first_reply_seq) AS participants
+      FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS k(cid, root, i)
+      JOIN message rm ON rm.conversation_id = k.cid AND rm.seq = k.root
+      LEFT JOIN thread t ON t.conversation_id = k.cid AND t.root_seq = k.root
+      LEFT JOIN thread_member tm ON tm.conversation_id = k.cid AND tm.root_seq = k.root AND tm.user_id = $3
+     ORDER BY k.i
+"""
+
+
+async def threads_of(conn: Connection, keys: Sequence[tuple[int, int]], user_id: str) -> list[Row]:
+    """The threads of keys (conversation_id, root_seq) as user_id sees them, in keys' order (a key with no such
+    root left out): (root_seq, last_reply_seq, last_reply_at, reply_count (replies not deleted), last_reply (the
+    newest reply's conversation seq that is not deleted, or None), last_read_reply_seq, unread_count,
+    first_unread_reply_seq, following, participants). A root with no reply answers 0s, None and its author.
+    One statement."""
+    return await conn.fetch(_THREAD, [k[0] for k in keys], [k[1] for k in keys], user_id)
+
+
+async def thread_of(conn: Connection, conversation_id: int, root_seq: int, user_id: str) -> Row:
+    """One thread as user_id sees it (threads_of)."""
+    return (await threads_of(conn, [(conversation_id, root_seq)], user_id))[0]
+
+
+async def followed_page(
+    conn: Connection, user_id: str, after: tuple[datetime, int, int] | None, limit: int
+) -> list[Row]:
+    """(conversation_id, root_seq, last_reply_at) of the threads user_id follows that have a reply, in the
+    conversations they are in and whose root they may read, newest activity first (last_reply_at, then
+    conversation_id, then root_seq, descending), after `after` (such a triple), at most limit."""
+    return await conn.fetch(
+        """
+        SELECT t.conversation_id, t.root_seq, t.last_reply_at
+          FROM thread_member tm
+          JOIN conversation_member cm ON cm.conversation_id = tm.conversation_id AND cm.user_id = tm.user_id
+          JOIN thread t ON t.conversation_id = tm.conversation_id AND t.root_seq = tm.root_seq
+         WHERE tm.user_id = $1 AND tm.following AND tm.root_seq >= cm.visible_from_seq
+           AND ($2::timestamptz IS NULL OR (t.last_reply_at, t.conversation_id, t.root_seq) < ($2, $3, $4))
+         ORDER BY t.last_reply_at DESC, t.conversation_id DESC, t.root_seq DESC
+         LIMIT $5
+        """,
+        user_id,
+        None if after is None else after[0],
+        None if after is None else after[1],
+        None if after is None else after[2],
+        limit,
+    )
+
+
+async def followed_totals(conn: Connection, user_id: str) -> Row:
+    """(thread_unread, unread_threads): the sum of unread over the threads user_id follows (in the conversations
+    they are in, whose root they may read), and how many of those have some unread."""
+    return await conn.fetchrow(
+        """
+        SELECT coalesce(sum(u.unread), 0)::bigint AS thread_unread, count(*) FILTER (WHERE u.unread > 0) AS unread_threads
+          FROM thread_member tm
+          JOIN conversation_member cm ON cm.conversation_id = tm.conversation_id AND cm.user_id = tm.user_id
+          JOIN thread t ON t.conversation_id = tm.conversation_id AND t.root_seq = tm.root_seq
+          CROSS JOIN LATERAL (
+            SELECT t.last_reply_seq - tm.last_read_reply_seq
+                   - (SELECT count(*) FROM thread_reply d
+                       WHERE d.conversation_id = t.conversation_id AND d.root_seq = t.root_seq AND d.deleted
+                         AND d.reply_seq > tm.last_read_reply_seq) AS unread
+          ) u
+         WHERE tm.user_id = $1 AND tm.following AND tm.root_seq >= cm.visible_from_seq
+           AND t.last_reply_seq > tm.last_read_reply_seq
+        """,
+        user_id,
+    )
+
+
+async def reply_page(
+    conn: Connection, conversation_id: int, root_seq: int, after_reply_seq: int, limit: int
+) -> list[Row]:
+    """The replies of a thread with reply_seq > after_reply_seq, ascending, at most limit: (reply_seq, message
+    columns...), tombstones of deleted ones included (on the thread's reply seq key)."""
+    return await conn.fetch(
+        f"""
+        SELECT r.reply_seq, x.* FROM thread_reply r
+        CROSS JOIN LATERAL (
+            SELECT {MESSAGE_COLUMNS} FROM message WHERE conversation_id = r.conversation_id AND seq = r.seq
+        ) x
+         WHERE r.conversation_id = $1 AND r.root_seq = $2 AND r.reply_seq > $3
+         ORDER BY r.reply_seq
+         LIMIT $4
+        """,
+        conversation_id,
+        root_seq,
+        after_reply_seq,
+        limit,
+    )
+
+
+async def mark_read_txn(conn: Connection, conversation_id: int, root_seq: int, user_id: str, reply_seq: int) -> None:
+    """Raise user_id's thread watermark to reply_seq (clamped to the thread's last reply; never lowered).
+    A member who does not follow the thread reads it without following it; a root with no reply yet has
+    nothing to read (no row: its author still follows it at its first reply)."""
+    await conn.execute(
+        """
+        INSERT INTO thread_member AS tm (conversation_id, root_seq, user_id, last_read_reply_seq, following)
+        SELECT $1, $2, $3, least($4::bigint, t.last_reply_seq), false
+          FROM thread t
+         WHERE t.conversation_id = $1 AND t.root_seq = $2
+        ON CONFLICT (conversation_id, root_seq, user_id) DO UPDATE
+           SET last_read_reply_seq = greatest(tm.last_read_reply_seq, excluded.last_read_reply_seq)
+        """,
+        conversation_id,
+        root_seq,
+        user_id,
+        reply_seq,
+    )
+
+
+async def follow_txn(conn: Connection, conversation_id: int, root_seq: int, user_id: str, following: bool) -> None:
+    """Follow the thread (following=True) or stop following it."""
+    await conn.execute(
+        """
+        INSERT INTO thread_member AS tm (conversation_id, root_seq, user_id, following) VALUES ($1, $2, $3, $4)
+        ON CONFLICT (conversation_id, root_seq, user_id) DO UPDATE SET following = excluded.following
+        """,
+        conversation_id,
+        root_seq,
+        user_id,
+        following,
+    )
+
+
+async def follower_states_txn(conn: Connection, conversation_id: int, root_seq: int) -> list[Row]:
+    """(user_id, last_reply_seq, last_read_reply_seq, unread_count) of each member who follows the thread and may
+    read its root, by user id (a reply's transaction, after the reply is filed)."""
+    return await conn.fetch(
+        """
+        SELECT tm.user_id, t.last_reply_seq, tm.last_read_reply_seq,
+               greatest(t.last_reply_seq - tm.last_read_reply_seq
+                 - (SELECT count(*) FROM thread_reply d
+                     WHERE d.conversation_id = $1 AND d.root_seq = $2 AND d.deleted
+                       AND d.reply_seq > tm.last_read_reply_seq), 0) AS unread_count
+          FROM thread t
+          JOIN thread_member tm ON tm.conversation_id = t.conversation_id AND tm.root_seq = t.root_seq
+          JOIN conversation_member cm ON cm.conversation_id = tm.conversation_id AND cm.user_id = tm.user_id
+         WHERE t.conversation_id = $1 AND t.root_seq = $2 AND tm.following AND cm.visible_from_seq <= $2
+         ORDER BY tm.user_id
+        """,
+        conversation_id,
+        root_seq,
+    )
