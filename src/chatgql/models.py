@@ -62,7 +62,7 @@ conversation = Table(
     Column("message_ttl_seconds", Integer, nullable=False, server_default="0"),
     # members added from now on read only the messages sent after they joined (0024_history_visibility)
     Column("hide_history", Boolean, nullable=False, server_default="false"),
-    # thread-only replies so far: out of the conversation's unread (0025_threads)
+    # thread-only replies so far: out of the conversation's unread (0029_threads)
     Column("thread_only_count", BigInteger, nullable=False, server_default="0"),
     CheckConstraint("type IN ('DIRECT', 'GROUP')", name="conversation_type_check"),
     CheckConstraint("slow_mode_seconds >= 0", name="conversation_slow_mode_seconds_check"),
@@ -387,7 +387,7 @@ conversation_ban = Table(
     PrimaryKeyConstraint("conversation_id", "user_id"),
 )
 
-# a thread: its own gap-free counter of replies, on its root (0025_threads)
+# a thread: its own gap-free counter of replies, on its root (0029_threads)
 thread = Table(
     "thread",
     metadata,
@@ -400,7 +400,7 @@ thread = Table(
     CheckConstraint("last_reply_seq >= 0", name="thread_last_reply_seq_check"),
 )
 
-# a reply's thread, its number there, and whether it is thread-only (0025_threads)
+# a reply's thread, its number there, and whether it is thread-only (0029_threads)
 thread_reply = Table(
     "thread_reply",
     metadata,
@@ -417,7 +417,7 @@ thread_reply = Table(
     Index("thread_reply_deleted_idx", "conversation_id", "root_seq", "reply_seq", postgresql_where=text("deleted")),
 )
 
-# a member's thread watermark, and whether they follow the thread (0025_threads)
+# a member's thread watermark, and whether they follow the thread (0029_threads)
 thread_member = Table(
     "thread_member",
     metadata,

@@ -1,4 +1,4 @@
-"""Threads (migration 0025_threads): a reply's place in its root's thread, and who follows it.
+"""Threads (migration 0029_threads): a reply's place in its root's thread, and who follows it.
 
 A reply's root is the message it quotes, or that message's root when it quotes a reply (threads are
 one level deep). Each thread numbers its replies gap-free (thread.last_reply_seq); the writes run in

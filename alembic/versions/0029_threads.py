@@ -1,7 +1,7 @@
 """threads: a thread's own sequence and read state, and who follows it
 
-Revision ID: 0025_threads
-Revises: 0024_history_visibility
+Revision ID: 0029_threads
+Revises: 0028_saved_messages
 Create Date: 2026-12-07
 
 A reply opens or continues the thread of its root (docs/guide/threads.md). Each thread numbers its
@@ -19,8 +19,8 @@ member's read position. New tables and a column with a default: nothing rewritte
 
 from alembic import op
 
-revision = "0025_threads"
-down_revision = "0024_history_visibility"
+revision = "0029_threads"
+down_revision = "0028_saved_messages"
 branch_labels = None
 depends_on = None
 
