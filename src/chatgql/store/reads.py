@@ -152,7 +152,7 @@ def _advance_watermarks_sql(key: str) -> str:
               JOIN conversation_member m ON m.conversation_id = r.cid AND m.user_id = r.uid
               -- LATERAL ... LIMIT 1: one primary-key probe a key; a plain join is planned for the
               -- function's default estimate of 100 keys, and may hash the whole conversation table
-              CROSS JOIN LATERAL (SELECT c.last_seq FROM conversation c WHERE c.id = r.cid LIMIT 1) c
+              CROSS JOIN LATERAL (SELECT c.last_seq, c.thread_only_count FROM conversation c WHERE c.id = r.cid LIMIT 1) c
         ), locked AS (
             SELECT m.conversation_id AS cid, m.user_id AS uid, m.last_read_seq AS before, s.target, s.event,
                    {OWN_READ} AS own_read, {UNREAD_DELETED} AS unread_deleted
