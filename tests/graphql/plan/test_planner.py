@@ -214,7 +214,7 @@ def test_omitted_arguments_take_their_defaults_coerced_once_as_graphql_core_give
     node = operation.selection_set.selections[0]
     field = core.mutation_type.fields["sendMessage"]
     given, defaults = _omitted_defaults(field, node)
-    assert given is not field and set(defaults) == {"threadOnly", "attachments", "mentionEveryone"}
+    assert given is not field and set(defaults) == {"threadOnly", "attachments", "mentionEveryone", "quote"}
     sent = {"c": "1", "m": str(uuid.uuid4()), "b": "hello"}
     for values in (sent, {**sent, "r": "some-id"}, {**sent, "r": None}):
         variables = get_variable_values(core, operation.variable_definitions, values)
