@@ -296,6 +296,23 @@ pinned_message = Table(
     CheckConstraint("seq > 0", name="pinned_message_seq_check"),
 )
 
+# A member's unsent text (0025_drafts), per conversation (root_seq 0) and per thread (its root's seq); a
+# message of theirs after base_seq sent with that replyTo clears it (store/drafts.py); body '': cleared.
+message_draft = Table(
+    "message_draft",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
+    Column("root_seq", BigInteger, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("base_seq", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "user_id", "root_seq"),
+    CheckConstraint("root_seq >= 0", name="message_draft_root_seq_check"),
+    Index("message_draft_user_id_idx", "user_id"),
+)
+
 # Attachment metadata (0010d): the bytes live in the client's object storage.
 message_attachment = Table(
     "message_attachment",

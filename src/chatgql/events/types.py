@@ -290,6 +290,25 @@ class MembershipUpdated(Event):
 
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DraftUpdated(Event):
+    """A member saved or cleared (body "") their draft of a conversation (root_seq 0) or of a thread
+    (root_seq: the replyTo it will be sent with), on one of their devices: the draft after the save.
+    version grows with every save of that draft; base_seq is the conversation's lastSeq at the save
+    (a message of the member's after it, to the same place, clears the draft: store/drafts.py)."""
+
+    TYPE: ClassVar[str] = "draft.updated"
+    OWN: ClassVar[bool] = True
+    conversation_id: int
+    user_id: UserId
+    root_seq: int
+    body: str
+    base_seq: int
+    version: int
+    updated_at: datetime
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationUpdated(Event):
     """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), a member
     left (MEMBER_LEFT: delivered to the one who left too), was banned (MEMBER_BANNED: delivered to
@@ -469,6 +488,7 @@ MEMBERSHIP_UPDATED = MembershipUpdated.TYPE
 CONVERSATION_UPDATED = ConversationUpdated.TYPE
 DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE
+DRAFT_UPDATED = DraftUpdated.TYPE
 BLOCK_CHANGED = BlockChanged.TYPE
 USER_BANNED = UserBanned.TYPE
 USER_UNBANNED = UserUnbanned.TYPE
