@@ -313,6 +313,17 @@ message_draft = Table(
     Index("message_draft_user_id_idx", "user_id"),
 )
 
+# Each user's last seen (written at most once a minute) and who sees their presence (0025b_presence).
+PRESENCE_VISIBILITIES = ("EVERYONE", "CONTACTS", "NOBODY")
+user_presence = Table(
+    "user_presence",
+    metadata,
+    Column("user_id", USER_ID_TYPE, primary_key=True),
+    Column("last_seen_at", DateTime(timezone=True)),
+    Column("visibility", Text, nullable=False, server_default="EVERYONE"),
+    CheckConstraint("visibility IN ('EVERYONE', 'CONTACTS', 'NOBODY')", name="user_presence_visibility_check"),
+)
+
 # Attachment metadata (0010d): the bytes live in the client's object storage.
 message_attachment = Table(
     "message_attachment",

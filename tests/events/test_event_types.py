@@ -77,9 +77,10 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
         "block.changed",
         "user.banned",
         "user.unbanned",
+        "presence.changed",  # ephemeral: never in the outbox (events/ephemeral.py)
     }
     # about no conversation, for one user (conversationId 0: the dispatcher routes them by userId)
-    assert {"block.changed", "user.banned", "user.unbanned"} == events.USER_TYPES
+    assert {"block.changed", "user.banned", "user.unbanned", "presence.changed"} == events.USER_TYPES
     # for their own member's devices only (the dispatcher routes them by userId)
     assert {"membership.updated", "draft.updated"} == events.OWN_TYPES
     changes = ("message.edited", "message.deleted", "reaction.changed", "message.pinned", "message.unpinned")

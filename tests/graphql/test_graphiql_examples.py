@@ -28,7 +28,19 @@ SHOTS = REPO / "tests" / "out" / "graphiql"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 QUERY_EDITOR = ".graphiql-query-editor .CodeMirror"
 RESULT = ".result-window .CodeMirror"
-OPERATIONS = ["Inbox", "StartGroup", "History", "Send", "MarkRead", "Live", "Resume", "Sync", "Blocked"]
+OPERATIONS = [
+    "Inbox",
+    "StartGroup",
+    "History",
+    "Send",
+    "MarkRead",
+    "Live",
+    "Resume",
+    "Sync",
+    "Blocked",
+    "SaveDraft",
+    "Presence",
+]
 
 
 def _config(page: str) -> dict:

@@ -469,6 +469,22 @@ class UserUnbanned(UserEvent):
     user_id: UserId
 
 
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PresenceChanged(UserEvent):
+    """user_id's presence may have changed: online (any process holds a connection of theirs) as the
+    process that saw a connection of theirs open or close found it, and their last seen then (None:
+    never seen). Ephemeral, like typing: never in PostgreSQL or the outbox (events/ephemeral.py). The
+    dispatcher offers it to the subscriptions registered under user_id for it: those watching them
+    (graphql/features/presence.py), which check who may see it."""
+
+    TYPE: ClassVar[str] = "presence.changed"
+    conversation_id: int = NO_CONVERSATION
+    user_id: UserId
+    online: bool
+    last_seen_at: datetime | None = None
+
+
 # Every change kind, derived from the registry (GraphQL's MessageChangeKind is derived from it too):
 # a new kind is its class above, registered.
 CHANGE_KINDS: dict[str, type[MessageChange]] = {
@@ -492,6 +508,7 @@ DRAFT_UPDATED = DraftUpdated.TYPE
 BLOCK_CHANGED = BlockChanged.TYPE
 USER_BANNED = UserBanned.TYPE
 USER_UNBANNED = UserUnbanned.TYPE
+PRESENCE_CHANGED = PresenceChanged.TYPE
 # Kinds for their own member only (Event.OWN), derived from the registry.
 OWN_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if cls.OWN)
 # Kinds about no conversation, for one user (UserEvent).
