@@ -15,7 +15,7 @@ import pytest
 from chatgql.store.presence import touch_last_seen
 
 from ..conftest import error_code
-from ..support.live import ChatApi, Operation, WsClient, bearer, wait_until
+from ..support.live import ChatApi, ConnectionRefused, Operation, SubscriptionError, WsClient, bearer, wait_until
 
 PRESENCE = "query($u: [ID!]!) { presence(userIds: $u) { userId visible online lastSeenAt visibility } }"
 VISIBILITY = "mutation($v: PresenceVisibility!) { setPresenceVisibility(visibility: $v) { userId visibility } }"
@@ -103,6 +103,12 @@ async def test_presence_is_shown_to_who_shares_a_conversation_within_the_users_v
     many = [f"u{i}" for i in range(201)]
     assert error_code(await api.error(PRESENCE, {"u": many}, user=owner)) == "LIMIT_EXCEEDED"
     assert error_code(await api.error(VISIBILITY, {"v": "SOME"}, user=owner)) == "BAD_USER_INPUT"
+    with pytest.raises((ConnectionRefused, SubscriptionError)):  # anonymous: no subscription
+        anonymous = await WsClient.connect(server.ws_url, None)
+        try:
+            await (await anonymous.subscribe(CHANGED, {"u": [member]})).next(timeout=10)
+        finally:
+            await anonymous.close()
 
 
 async def _online(api: ChatApi, viewer: str, user: str) -> bool:

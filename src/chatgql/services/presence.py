@@ -25,6 +25,7 @@ from ..db import Database
 from ..errors import BadUserInput
 from ..events.types import PresenceChanged
 from ..models import PRESENCE_VISIBILITIES
+from ..runtime.tasks import process_task
 from ..store import presence
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class PresenceTracker:
 
     def changed(self, user: Hashable, here: bool) -> None:
         """A user's first connection here opened (here) or their last one here closed."""
-        task = asyncio.get_running_loop().create_task(self.settle(str(user)))
+        task = process_task(self.settle(str(user)), "presence-settle")  # not the connection's work
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
