@@ -14,6 +14,9 @@ sends to their direct chat are refused, and unblocking shows it again; in slow m
 refused with the wait. User 1 sees "user 2 is typing…" while user 2 types. A reload pages the history backward.
 In a group, "seen by N" counts the members who read the message.
 
+A draft written on one device is restored on another, follows the typing live and goes when it is sent;
+the other person sees the writer online, then when they were last seen.
+
 Screenshots of each step go to tests/out/webchat/ (printed).
 
 Then the chat on a phone and with real text, in Debian's chromium and firefox-esr, each at
@@ -560,3 +563,55 @@ async def test_threads_in_the_web_chat_their_unread_my_threads_and_a_live_reply(
     # the thread-only replies stay out of the conversation's unread
     counts = await api.data("query($c: ID!) { conversation(id: $c) { lastSeq unreadCount } }", {"c": cid}, user=author)
     assert counts["conversation"]["unreadCount"] == 0
+
+
+@pytest.mark.timeout(180)
+async def test_a_draft_follows_its_writer_to_another_device_and_presence_shows_online_then_last_seen(
+    server: RunningServer,
+):
+    """Ana writes on her laptop; her phone shows the draft when she opens the conversation there, follows
+    her typing live, and drops it when she sends. Ben sees Ana online (the green dot) while a device of
+    hers is connected, and when she was last seen once none is."""
+    assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
+    expect.set_options(timeout=WAIT_MS)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    demo = urljoin(server.url, "/demo")
+    tag = uuid.uuid4().hex[:6]
+    ana, ben = f"ana{tag}", f"ben{tag}"
+    page_errors: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            contexts = [await browser.new_context(viewport={"width": 960, "height": 600}) for _ in range(3)]
+            laptop, phone, bens = [await context.new_page() for context in contexts]
+            for page in (laptop, phone, bens):
+                page.on("pageerror", lambda error: page_errors.append(str(error.stack)))
+            for page, user in ((laptop, ana), (bens, ben)):
+                await _sign_in(page, demo, user)
+            await laptop.fill("input[name=members]", ben)
+            await laptop.click(".new button[type=submit]")
+            await expect(laptop.get_by_test_id("conversation")).to_be_visible()
+            await laptop.fill("input[name=body]", "half a thought")  # saved a moment after the typing stops
+            await _sign_in(phone, demo, ana)  # her phone, once the conversation exists (its inbox lists it)
+            await phone.get_by_test_id("inbox-item").click()  # the draft restored on the other device
+            await expect(phone.locator("input[name=body]")).to_have_value("half a thought")
+            await laptop.fill("input[name=body]", "half a thought, and the rest")  # followed live
+            await expect(phone.locator("input[name=body]")).to_have_value("half a thought, and the rest")
+            await _shot(phone, "draft-on-the-phone", shots)
+            await laptop.click(".composer button[type=submit]")  # sent: the draft goes everywhere
+            await expect(phone.get_by_test_id("message")).to_have_count(1)
+            await expect(phone.locator("input[name=body]")).to_have_value("")
+            await expect(laptop.locator("input[name=body]")).to_have_value("")
+
+            await bens.get_by_test_id("inbox-item").click()  # Ben sees Ana online
+            await expect(bens.get_by_test_id("presence")).to_have_text("● online")
+            await _shot(bens, "presence-online", shots)
+            await contexts[0].close()
+            await contexts[1].close()  # no device of Ana's connected: last seen
+            await expect(bens.get_by_test_id("presence")).to_contain_text("last seen")
+            await _shot(bens, "presence-last-seen", shots)
+        finally:
+            await browser.close()
+    print("\nweb chat screenshots:", *shots, sep="\n  ")
+    assert page_errors == []

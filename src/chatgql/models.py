@@ -346,6 +346,34 @@ pinned_message = Table(
     CheckConstraint("seq > 0", name="pinned_message_seq_check"),
 )
 
+# A member's unsent text (0030_drafts), per conversation (root_seq 0) and per thread (its root's seq); a
+# message of theirs after base_seq sent with that replyTo clears it (store/drafts.py); body '': cleared.
+message_draft = Table(
+    "message_draft",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
+    Column("root_seq", BigInteger, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("base_seq", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "user_id", "root_seq"),
+    CheckConstraint("root_seq >= 0", name="message_draft_root_seq_check"),
+    Index("message_draft_user_id_idx", "user_id"),
+)
+
+# Each user's last seen (written at most once a minute) and who sees their presence (0031_presence).
+PRESENCE_VISIBILITIES = ("EVERYONE", "CONTACTS", "NOBODY")
+user_presence = Table(
+    "user_presence",
+    metadata,
+    Column("user_id", USER_ID_TYPE, primary_key=True),
+    Column("last_seen_at", DateTime(timezone=True)),
+    Column("visibility", Text, nullable=False, server_default="EVERYONE"),
+    CheckConstraint("visibility IN ('EVERYONE', 'CONTACTS', 'NOBODY')", name="user_presence_visibility_check"),
+)
+
 # Attachment metadata (0010d): the bytes live in the client's object storage.
 message_attachment = Table(
     "message_attachment",

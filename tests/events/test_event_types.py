@@ -71,6 +71,7 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
         "message.unpinned",
         "membership.updated",
         "thread.updated",
+        "draft.updated",
         "conversation.updated",
         "delivery.updated",
         "typing",  # ephemeral: never in the outbox (events/ephemeral.py)
@@ -79,11 +80,18 @@ def test_the_registry_holds_every_kind_under_the_type_the_dispatcher_routes() ->
         "user.unbanned",
         "saved.changed",
         "reminder.due",
+        "presence.changed",  # ephemeral: never in the outbox (events/ephemeral.py)
     }
     # about no conversation, for one user (conversationId 0: the dispatcher routes them by userId)
-    assert {"block.changed", "user.banned", "user.unbanned"} == events.USER_TYPES
+    assert {"block.changed", "user.banned", "user.unbanned", "presence.changed"} == events.USER_TYPES
     # for their own member's devices only (the dispatcher routes them by userId)
-    assert {"membership.updated", "saved.changed", "reminder.due", "thread.updated"} == events.OWN_TYPES
+    assert {
+        "membership.updated",
+        "saved.changed",
+        "reminder.due",
+        "thread.updated",
+        "draft.updated",
+    } == events.OWN_TYPES
     changes = ("message.edited", "message.deleted", "reaction.changed", "message.pinned", "message.unpinned")
     assert dict.fromkeys(changes, "message.changed") == events.CHANNELS
     assert (events.MESSAGE_NEW, events.READ_UPDATED, events.MEMBERS_ADDED, events.MEMBER_REMOVED) == (

@@ -205,6 +205,8 @@ def test_the_documented_verifiers_accept_a_signed_request_and_refuse_a_forged_on
         ({"webhook_secret": "whsec_not base64!"}, "must be base64"),
         ({"webhook_secret": "whsec_c2hvcnQ="}, "24 to 64 bytes"),
         ({"webhook_events": "message.new,typing"}, "unknown event kind(s) typing"),
+        ({"webhook_events": "presence.changed"}, "unknown event kind(s) presence.changed"),
+        ({"webhook_events": "message.new,draft.updated"}, "unknown event kind(s) draft.updated"),
     ],
 )
 def test_a_bad_webhook_setting_is_refused_at_start_with_what_to_do(overrides: dict, message: str) -> None:

@@ -43,6 +43,8 @@ OPERATIONS = [
     "Blocked",
     "Scheduled",
     "Disappearing",
+    "SaveDraft",
+    "Presence",
 ]
 
 

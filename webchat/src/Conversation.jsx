@@ -2,7 +2,9 @@ import { useEffect, useLayoutEffect, useRef, useState } from "react";
 import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
+import { Presence } from "./Presence.jsx";
 import { useConversation } from "./useConversation.js";
+import { useDraft } from "./useDraft.js";
 
 // How close to the bottom (px) still counts as "at the newest message".
 const AT_BOTTOM_PX = 48;
@@ -22,7 +24,7 @@ export function Conversation({ client, viewer, config, conversationId, onBack, o
     conversationId,
     viewer.userId,
   );
-  const [draft, setDraft] = useState("");
+  const [draft, setDraft, draftSent] = useDraft(client, conversationId, state.messages, viewer.userId);
   const list = useRef(null);
   const bottom = useRef(null);
   // Following the newest message (at the bottom), or reading older ones: then a new
@@ -99,7 +101,7 @@ export function Conversation({ client, viewer, config, conversationId, onBack, o
     event.preventDefault();
     if (!draft.trim() || tooLong) return;
     send(draft);
-    setDraft("");
+    draftSent();
   }
 
   return (
@@ -112,6 +114,9 @@ export function Conversation({ client, viewer, config, conversationId, onBack, o
         <span className="members" title={members.map((member) => member.userId).join(", ")}>
           {members.map((member) => member.userId).join(", ")}
         </span>
+        {!group && members.some((member) => member.userId !== viewer.userId) && (
+          <Presence client={client} userId={members.find((member) => member.userId !== viewer.userId).userId} />
+        )}
         {state.conversation?.slowModeSeconds > 0 && (
           // Slow mode: a member sends one message every so many seconds; a send too soon is
           // refused with the wait (LIMIT_EXCEEDED, SLOW_MODE), shown on the unsent message.

@@ -241,3 +241,31 @@ export const THREAD_UPDATED = gql`
     threadUpdated { conversationId rootSeq rootId change lastReplySeq unreadCount }
   }
 `;
+
+// Drafts (docs/guide/drafts-and-presence.md): the viewer's unsent text, on all of their devices.
+const DRAFT_FIELDS = "conversationId replyTo body baseSeq version";
+
+export const DRAFTS = gql`
+  query Drafts($cs: [ID!]) {
+    drafts(conversationIds: $cs) { ${DRAFT_FIELDS} }
+  }
+`;
+
+export const SAVE_DRAFT = gql`
+  mutation SaveDraft($c: ID!, $b: String!) {
+    saveDraft(conversationId: $c, body: $b) { ${DRAFT_FIELDS} }
+  }
+`;
+
+export const DRAFT_UPDATED = gql`
+  subscription DraftUpdated($c: ID) {
+    draftUpdated(conversationId: $c) { ${DRAFT_FIELDS} }
+  }
+`;
+
+// Presence: whether a user is online, and when they were last seen, as they let the viewer see it.
+export const PRESENCE_CHANGED = gql`
+  subscription PresenceChanged($u: [ID!]!) {
+    presenceChanged(userIds: $u) { userId visible online lastSeenAt }
+  }
+`;

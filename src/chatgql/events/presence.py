@@ -16,6 +16,10 @@ process. A worker whose connection ends drops out of it (it dies with its superv
 
 A user is online when any live process lists them. When Redis does not answer, only this
 process's sockets count: a member is then taken for offline (pushed to), never silently skipped.
+
+on_change, when set, is told (user, here) as a user's first socket in this process opens and as
+their last one here closes; settled() waits until this process's entry says so (services/presence.py
+asks online() after it, so the last of two processes to let a user go sees them offline).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -62,6 +66,10 @@ class Presence:
         self._resync = True  # write the whole set (at start, after Redis failed)
         self._wake = asyncio.Event()
         self._client: Any = None
+        self._writing = False
+        self._writes = 0  # writes to Redis that succeeded (settled() waits for the next)
+        self._written = asyncio.Event()
+        self.on_change: Callable[[Hashable, bool], None] | None = None
         self.process = uuid.uuid4().hex[:12]
         self._key = f"{PREFIX}.{self.process}"
 
@@ -76,6 +84,8 @@ class Presence:
             self._wake.set()
             if self._hub_link is not None:
                 self._hub_link.tell(str(user), True)
+            if self.on_change is not None:
+                self.on_change(user, True)
 
     def disconnected(self, user: Hashable) -> None:
         self._local[user] -= 1
@@ -85,9 +95,23 @@ class Presence:
             self._wake.set()
             if self._hub_link is not None:
                 self._hub_link.tell(str(user), False)
+            if self.on_change is not None:
+                self.on_change(user, False)
 
     def here(self, user: Hashable) -> bool:
         return user in self._local
+
+    async def settled(self) -> None:
+        """Once what this process knows now is in Redis (a write that started after this call
+        succeeded), or at most one heartbeat later; at once without Redis."""
+        if self._redis_url is None or self._hub is not None or self._hub_link is not None:
+            return
+        target = self._writes + 2 if self._writing else self._writes + 1  # a write under way may predate the call
+        self._wake.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._heartbeat):
+                while self._writes < target:
+                    await self._written.wait()
 
     async def online(self, users: Iterable[Hashable]) -> set[Hashable]:
         """Those of `users` with a socket open in any live process."""
@@ -133,12 +157,18 @@ class Presence:
                         await self._wake.wait()
                 self._wake.clear()
                 try:
+                    self._writing = True
                     await self._write()
+                    self._writes += 1
+                    self._written.set()
+                    self._written.clear()
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:  # noqa: BLE001
                     log.warning("presence: could not write to Redis (%r); trying again", error)
                     self._resync = True
+                finally:
+                    self._writing = False
         finally:
             await self.close()
 

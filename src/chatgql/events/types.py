@@ -347,6 +347,25 @@ THREAD_REPLY, THREAD_READ, THREAD_FOLLOW, THREAD_UNFOLLOW = "REPLY", "READ", "FO
 
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DraftUpdated(Event):
+    """A member saved or cleared (body "") their draft of a conversation (root_seq 0) or of a thread
+    (root_seq: the replyTo it will be sent with), on one of their devices: the draft after the save.
+    version grows with every save of that draft; base_seq is the conversation's lastSeq at the save
+    (a message of the member's after it, to the same place, clears the draft: store/drafts.py)."""
+
+    TYPE: ClassVar[str] = "draft.updated"
+    OWN: ClassVar[bool] = True
+    conversation_id: int
+    user_id: UserId
+    root_seq: int
+    body: str
+    base_seq: int
+    version: int
+    updated_at: datetime
+
+
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationUpdated(Event):
     """A group was managed: renamed (RENAMED), a member's role changed (ROLE_CHANGED), a member
     left (MEMBER_LEFT: delivered to the one who left too), was banned (MEMBER_BANNED: delivered to
@@ -507,6 +526,22 @@ class UserUnbanned(UserEvent):
     user_id: UserId
 
 
+@register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PresenceChanged(UserEvent):
+    """user_id's presence may have changed: online (any process holds a connection of theirs) as the
+    process that saw a connection of theirs open or close found it, and their last seen then (None:
+    never seen). Ephemeral, like typing: never in PostgreSQL or the outbox (events/ephemeral.py). The
+    dispatcher offers it to the subscriptions registered under user_id for it: those watching them
+    (graphql/features/presence.py), which check who may see it."""
+
+    TYPE: ClassVar[str] = "presence.changed"
+    conversation_id: int = NO_CONVERSATION
+    user_id: UserId
+    online: bool
+    last_seen_at: datetime | None = None
+
+
 # Every change kind, derived from the registry (GraphQL's MessageChangeKind is derived from it too):
 # a new kind is its class above, registered.
 CHANGE_KINDS: dict[str, type[MessageChange]] = {
@@ -529,9 +564,11 @@ DELIVERY_UPDATED = DeliveryUpdated.TYPE
 TYPING = Typing.TYPE
 SAVED_CHANGED = SavedChanged.TYPE
 REMINDER_DUE = ReminderDue.TYPE
+DRAFT_UPDATED = DraftUpdated.TYPE
 BLOCK_CHANGED = BlockChanged.TYPE
 USER_BANNED = UserBanned.TYPE
 USER_UNBANNED = UserUnbanned.TYPE
+PRESENCE_CHANGED = PresenceChanged.TYPE
 # Kinds for their own member only (Event.OWN), derived from the registry.
 OWN_TYPES = frozenset(kind for kind, cls in REGISTRY.items() if cls.OWN)
 # Kinds about no conversation, for one user (UserEvent).

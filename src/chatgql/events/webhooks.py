@@ -52,7 +52,7 @@ from ..store import conversations, health
 from ..store import webhooks as queue
 from .presence import Presence
 from .signing import sign
-from .types import MESSAGE_NEW, REGISTRY, TYPING, with_text_user_ids
+from .types import DRAFT_UPDATED, MESSAGE_NEW, PRESENCE_CHANGED, REGISTRY, TYPING, with_text_user_ids
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +85,10 @@ def parse_secret(secret: str) -> tuple[bytes, ...]:
 
 
 def parse_kinds(kinds: str) -> tuple[str, ...]:
-    """CHATGQL_WEBHOOK_EVENTS: comma-separated event kinds (typing is never stored: not one)."""
+    """CHATGQL_WEBHOOK_EVENTS: comma-separated event kinds (typing and presence are never stored, and a
+    draft is its member's alone: not one of them)."""
     chosen = tuple(dict.fromkeys(kind.strip() for kind in kinds.split(",") if kind.strip()))
-    known = sorted(kind for kind in REGISTRY if kind != TYPING)
+    known = sorted(kind for kind in REGISTRY if kind not in (TYPING, PRESENCE_CHANGED, DRAFT_UPDATED))
     unknown = [kind for kind in chosen if kind not in known]
     if unknown or not chosen:
         raise WebhookConfigError(

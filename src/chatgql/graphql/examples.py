@@ -145,6 +145,22 @@ mutation Disappearing($c: ID!) {
 """,
         {"c": "1"},
     ),
+    Example(
+        """# Drafts: save what you are typing (body "" clears it); your other devices get it (draftUpdated, drafts).
+mutation SaveDraft($c: ID!, $body: String!) {
+  saveDraft(conversationId: $c, body: $body) { conversationId replyTo body version updatedAt }
+}
+""",
+        {"c": "1", "body": "half a thought"},
+    ),
+    Example(
+        """# Presence: who of these users is online and when each was last seen, as they let you see it.
+query Presence($userIds: [ID!]!) {
+  presence(userIds: $userIds) { userId visible online lastSeenAt }
+}
+""",
+        {"userIds": ["2", "3"]},
+    ),
 ]
 
 # The Headers tab of every example. The page signs in for you in development (its Sign-in

@@ -54,6 +54,7 @@ from ..services.delivery_coalescing import DeliveryCoalescer
 from ..services.disappearing import SOURCE as _MESSAGE_EXPIRY  # noqa: F401 (each source registers at import)
 from ..services.erase import retention_loop
 from ..services.groupcommit import SendBatcher
+from ..services.presence import PresenceTracker
 from ..services.read_coalescing import ReadCoalescer
 from ..services.saved import SOURCE as _REMINDERS  # noqa: F401
 from ..services.scheduled import SOURCE as _SCHEDULED_MESSAGES  # noqa: F401
@@ -232,7 +233,7 @@ async def running(
         metrics.track(metrics.bus_published, lambda: sum(bus.events_published.values()))
         metrics.track(metrics.bus_received, lambda: sum(bus.events_received.values()))
 
-        if settings.webhook_url is not None:  # who is online, for the webhooks' recipients
+        if settings.webhook_url is not None or api:  # who is online: presence, and the webhooks' recipients
             presence = runtime.presence = presence_for(settings.broadcast_url, settings.presence_heartbeat_seconds)
             if api:
                 runtime.deps.presence = presence
@@ -295,7 +296,18 @@ async def running(
         # One process (memory://) hands events decoded straight to its Dispatcher: no JSON, no bus.
         direct = live if live is not None and urlsplit(settings.broadcast_url).scheme == "memory" else None
         if live is not None:  # typing: the bus only, never PostgreSQL or the outbox
-            runtime.deps.typing = EphemeralPublisher(bus, direct)
+            ephemeral = runtime.deps.typing = EphemeralPublisher(bus, direct)
+            if runtime.deps.presence is not None:  # presence changes too, and last seen (services/presence.py)
+                deps = runtime.deps
+                tracker = PresenceTracker(
+                    database,
+                    runtime.deps.presence.online,
+                    runtime.deps.presence.settled,
+                    ephemeral.publish,
+                    lambda: deps.clock(),
+                )
+                runtime.deps.presence.on_change = tracker.changed
+                stack.push_async_callback(tracker.close)
         if settings.run_relay:
             publisher: Publisher
             if kafka:

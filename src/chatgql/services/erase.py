@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ..db import Database
-from ..store import changes, reports
+from ..store import changes, drafts, reports
 from .changes import tombstone_txn
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ class _Run:
 async def erase_user(
     database: Database, user_id: str, *, batch_size: int = 100, on_batch: OnBatch | None = None
 ) -> int:
-    """Tombstone every message user_id sent, in every conversation (left ones too), and blank the evidence of
-    the resolved reports of them; returns how many messages."""
+    """Tombstone every message user_id sent, in every conversation (left ones too), blank the evidence of
+    the resolved reports of them and delete their drafts; returns how many messages."""
     run = _Run(on_batch)
     async with database.connection() as conn:
         conversation_ids = await changes.conversations_with_messages_of(conn, user_id)
@@ -65,6 +65,7 @@ async def erase_user(
             after, more = (seqs[-1] if seqs else after), len(seqs) == batch_size
     async with database.transaction() as conn:  # the copies of resolved reports (docs/guide/moderation.md)
         await reports.blank_resolved_evidence(conn, user_id)
+        await drafts.erase_user_txn(conn, user_id)  # their unsent text too (docs/guide/drafts.md)
     return run.total
 
 
