@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from chatgql.edge.auth import issue_token
+from chatgql.engine.streams import preferred_stream
 
 from ..conftest import RunningServer, make_settings, scratch_database
 from ..support.live import ChatApi, random_body, wait_active_subscriptions, wait_until
@@ -441,3 +442,36 @@ def _peer_closed(sock: socket.socket) -> bool:
         return False
     except ConnectionResetError:
         return True
+
+
+URQL_ACCEPT = (
+    "application/graphql-response+json, application/graphql+json, application/json, text/event-stream, multipart/mixed"
+)
+
+
+@pytest.mark.parametrize(
+    ("accept", "kind"),
+    [
+        (URQL_ACCEPT, None),  # urql names every type, JSON first: its queries and mutations get JSON
+        ("text/event-stream", "sse"),  # the graphql-sse client
+        ('multipart/mixed;boundary="graphql";subscriptionSpec=1.0,application/json', "multipart"),  # Apollo
+        ("application/json;q=0.5, text/event-stream", "sse"),
+        ("text/event-stream;q=0.2, application/json", None),
+        ("application/graphql+json, text/event-stream", None),
+        ("*/*, text/event-stream", None),
+        ("multipart/mixed", None),  # not the subscription spec's
+    ],
+)
+def test_a_stream_is_what_the_accept_header_prefers(accept: str, kind: str | None) -> None:
+    assert preferred_stream(accept) == kind
+
+
+async def test_a_query_with_urqls_accept_header_gets_json(streams_server, http, api) -> None:
+    """urql's fetch names the stream types after JSON: a query gets its JSON answer, not a stream."""
+    answer = await http.post(
+        streams_server.url,
+        json={"query": "{ viewer { userId } }"},
+        headers={**_bearer(streams_server, 9151), "accept": URQL_ACCEPT},
+    )
+    assert answer.headers["content-type"].startswith("application/graphql-response+json"), answer.headers
+    assert answer.json() == {"data": {"viewer": {"userId": "9151"}}}

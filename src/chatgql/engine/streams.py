@@ -61,6 +61,7 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
+from strawberry.http.parse_content_type import parse_content_type
 from strawberry.http.streaming import MultipartSubscriptionTransport, SSETransport
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
@@ -86,16 +87,44 @@ _sse = SSETransport()
 _multipart = MultipartSubscriptionTransport()
 
 
+_JSON_MEDIA = frozenset(
+    {"application/graphql-response+json", "application/graphql+json", "application/json", "application/*", "*/*"}
+)
+
+
 def stream_kind(scope: Scope) -> str | None:
     """SSE or MULTIPART when the request asks for an event stream (its Accept header), else None."""
     accept = _header(scope, b"accept")
-    if accept is None:
+    if accept is None or ("text/event-stream" not in accept and "multipart/mixed" not in accept):
         return None
-    if _sse.accepts(accept):
-        return SSE
-    if "multipart/mixed" in accept and _multipart.accepts(accept.split(",")[0]):
-        return MULTIPART
-    return None
+    return preferred_stream(accept)
+
+
+def preferred_stream(accept: str) -> str | None:
+    """SSE or MULTIPART when that is what the Accept header prefers: the highest q, the first named
+    among equals. None when a JSON type comes first: clients that can take any of them (urql names
+    JSON, then text/event-stream and multipart/mixed) get JSON for their queries and mutations."""
+    best, best_quality = None, 0.0
+    for part in accept.split(","):
+        if not part.strip():
+            continue
+        media, params = parse_content_type(part)
+        media = media.lower()
+        try:
+            quality = float(params.get("q", "1"))
+        except ValueError:
+            quality = 0.0
+        if media == "text/event-stream":
+            kind: str | None = SSE
+        elif _multipart.accepts_content_type(media, params):
+            kind = MULTIPART
+        elif media in _JSON_MEDIA:
+            kind = None
+        else:
+            continue
+        if quality > best_quality:
+            best, best_quality = kind, quality
+    return best
 
 
 def stream_token(scope: Scope) -> str | None:

@@ -41,7 +41,7 @@ from ..engine.persisted import PersistedDocuments, Refused
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
-from ..engine.streams import HttpStreams, stream_kind, stream_token
+from ..engine.streams import HttpStreams, preferred_stream, stream_kind, stream_token
 from ..errors import Forbidden, Unauthenticated
 from ..runtime import tracing
 from ..services.documents import find_document, is_listed
@@ -329,7 +329,8 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
         None: not that case; the request goes the ordinary way. scope: as _json_body_scope passed it
         (its Content-Type is application/json); data: the body's JSON if it was read already."""
         accept = _header(scope, b"accept")
-        if accept is not None and ("multipart/mixed" in accept or "text/event-stream" in accept):
+        asks_stream = accept is not None and ("multipart/mixed" in accept or "text/event-stream" in accept)
+        if asks_stream and preferred_stream(accept or "") is not None:  # a stream: HttpStreams' way
             return None
         if body.count(b"{") + body.count(b"[") > _MAX_BRACKETS:
             return None  # possibly nested deep: how deep JSON may go is the ordinary path's to say
