@@ -25,8 +25,10 @@ cursors and the prices are the websockets' own. What differs is the wire:
   `{}` heartbeat part every few seconds, and a transport error as
   `{"payload": null, "errors": [...]}` (the spec's).
 
-The encodings are Strawberry's (strawberry.http.streaming); the requests, the
-single connection mode and the bounds are here.
+The encodings are Strawberry's (strawberry.http.streaming). Its view serves the
+distinct connections mode and multipart itself (`subscription_protocols`), but
+not the single connection mode, nor a session's end, the budgets or the caps
+below: the requests are handled here.
 
 What one stream may hold or ask, as a websocket:
 
@@ -147,7 +149,6 @@ class _Reservation:
     operations: dict[str, asyncio.Task] = field(default_factory=dict)
     costs: dict[object, int] = field(default_factory=dict)  # the operations' prices (handshake.SocketContext)
     drop: asyncio.TimerHandle | None = None  # an unopened reservation's end
-    closing: asyncio.Future[None] | None = None
 
 
 class HttpStreams:
@@ -224,15 +225,15 @@ class HttpStreams:
             reservation.drop.cancel()
             reservation.drop = None
         lock = asyncio.Lock()
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(SSE)})
 
         async def write(text: str) -> None:
             async with lock:
                 await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
 
-        reservation.write = write
+        reservation.write = write  # taken: before anything is awaited
         session = self._session(reservation.viewer, reservation.expires_at)
         try:
+            await send({"type": "http.response.start", "status": 200, "headers": _headers(SSE)})
             await _until_gone(receive, session.ended, _heartbeats(write, SSE))
         finally:
             self._end_session(session)
@@ -257,7 +258,8 @@ class HttpStreams:
         if not self.view.budgets.take(_address(scope), viewer):
             await _refuse_flood(send)
             return
-        operation_id = ((data or {}).get("extensions") or {}).get("operationId") if isinstance(data, dict) else None
+        extensions = data.get("extensions") if isinstance(data, dict) else None
+        operation_id = extensions.get("operationId") if isinstance(extensions, dict) else None
         if not isinstance(operation_id, str) or not operation_id:
             await _refuse(send, 400, BadUserInput("the operation needs extensions.operationId (a string)"))
             return
