@@ -109,6 +109,8 @@ async def _single(
     stream_token = (await http.put(url, headers=headers)).text
     headers["x-graphql-event-stream-token"] = stream_token
     async with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"the stream: {response.status_code} {(await response.aread())[:200]!r}")
         body = {**_query(cid), "extensions": {"operationId": "1"}}
         accepted = await http.post(url, json=body, headers=headers)
         if accepted.status_code != 202:
@@ -341,7 +343,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5; one more warms up)")
     parser.add_argument("--events", type=int, default=50, help="sends per round and transport (default 50)")
     parser.add_argument("--subscribers", type=int, default=50, help="subscribers per transport (default 50)")
-    parser.add_argument("--idle", type=int, default=1000, help="idle subscriptions per transport (0: none)")
+    parser.add_argument("--idle", type=int, default=300, help="idle subscriptions per transport (0: none)")
     parser.add_argument("--report", type=Path, default=REPO / "bench" / "results" / "sse.md")
     args = parser.parse_args()
     raise_fd_limit()
