@@ -88,16 +88,30 @@ _sse = SSETransport()
 _multipart = MultipartSubscriptionTransport()
 
 
-def stream_kind(scope: Scope) -> str | None:
-    """SSE or MULTIPART when the request asks for an event stream (its Accept header), else None."""
-    accept = _header(scope, b"accept")
-    if accept is None:
-        return None
-    if _sse.accepts(accept):
-        return SSE
-    if "multipart/mixed" in accept and _multipart.accepts(accept.split(",")[0]):
-        return MULTIPART
-    return None
+def stream_request(scope: Scope) -> tuple[str | None, bool]:
+    """(SSE or MULTIPART when the request asks for an event stream, else None; whether it is one
+    of these transports' requests at all: a stream, or one of the single connection mode's). One
+    pass over the headers: every POST asks."""
+    accept = token = None
+    for key, value in scope["headers"]:
+        if key == b"accept":
+            accept = value
+        elif key == TOKEN_HEADER:
+            token = value
+    kind = None
+    if accept is not None and (b"event-stream" in accept or b"multipart/mixed" in accept):
+        text = accept.decode("latin-1")
+        if _sse.accepts(text):
+            kind = SSE
+        elif "multipart/mixed" in text and _multipart.accepts(text.split(",")[0]):
+            kind = MULTIPART
+    ours = (
+        kind is not None
+        or token is not None
+        or scope["method"] in ("PUT", "DELETE")
+        or b"token=" in scope.get("query_string", b"")
+    )
+    return kind, ours
 
 
 def stream_token(scope: Scope) -> str | None:
