@@ -1,6 +1,6 @@
 """sse: a subscription's delivery over plain HTTP (graphql-sse, multipart) against the websocket's, same run.
 
-`python -m bench.sse [--rounds N] [--events K] [--subscribers S]`
+`python -m bench.sse [--rounds N] [--events K] [--subscribers S] [--idle I]`
 
 One `chatgql serve` (one process, its in-process bus, no Kafka), a group of S + 1 members. A
 round holds, for each transport in turn (graphql-transport-ws, graphql-sse distinct connections,
@@ -12,6 +12,10 @@ last event, per event; and each subscriber's send -> receipt time (from the send
 to the event's arrival, parsed, at the subscriber: the clients run in this process, one
 asyncio loop), its median and its 99th percentile over the round. The transports differ in the
 encoding and the writing of each event only: the send, the relay and the dispatcher are the same.
+
+And the memory of an idle subscription: per transport, a fresh server (same database), I users
+each subscribed to messageNew over all of their conversations (SUB_ALL) and idle; the server's
+RSS after they all are, less before, per subscription (the websocket's is parked: no task).
 
 Writes bench/results/sse.md (or --report).
 """
@@ -37,10 +41,15 @@ import websockets
 from .fastpaths import _spawn
 from .infra import REPO, Postgres, Server, log, raise_fd_limit
 from .perf import _create_databases
-from .queries import SUB_CONVERSATION, send_body, token
+from .queries import SUB_ALL, SUB_CONVERSATION, send_body, token
 
 TRANSPORTS = ("graphql-transport-ws", "graphql-sse", "graphql-sse single", "multipart")
 MULTIPART_ACCEPT = 'multipart/mixed;boundary="graphql";subscriptionSpec=1.0,application/json'
+
+
+def _query(cid: str | None) -> dict:
+    """messageNew of one conversation, or (None) of all of the viewer's."""
+    return {"query": SUB_ALL} if cid is None else {"query": SUB_CONVERSATION, "variables": {"c": cid}}
 
 
 class Subscriber:
@@ -55,11 +64,11 @@ class Subscriber:
         self.changed.set()
 
 
-async def _ws(url: str, tok: str, cid: str, sub: Subscriber, ready: asyncio.Event) -> None:
+async def _ws(url: str, tok: str, cid: str | None, sub: Subscriber, ready: asyncio.Event) -> None:
     async with websockets.connect(url, subprotocols=["graphql-transport-ws"], compression=None, proxy=None) as ws:
         await ws.send(json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {tok}"}}))
         await ws.recv()
-        query = {"query": SUB_CONVERSATION, "variables": {"c": cid}}
+        query = _query(cid)
         await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": query}))
         ready.set()
         async for raw in ws:
@@ -78,9 +87,11 @@ def _sse_events(buffer: str) -> tuple[list[tuple[str, str]], str]:
     return events, buffer
 
 
-async def _sse(http: httpx.AsyncClient, url: str, tok: str, cid: str, sub: Subscriber, ready: asyncio.Event) -> None:
+async def _sse(
+    http: httpx.AsyncClient, url: str, tok: str, cid: str | None, sub: Subscriber, ready: asyncio.Event
+) -> None:
     headers = {"authorization": f"Bearer {tok}", "accept": "text/event-stream"}
-    body = {"query": SUB_CONVERSATION, "variables": {"c": cid}}
+    body = _query(cid)
     async with http.stream("POST", url, json=body, headers=headers) as response:
         ready.set()
         buffer = ""
@@ -91,13 +102,19 @@ async def _sse(http: httpx.AsyncClient, url: str, tok: str, cid: str, sub: Subsc
                     sub.on_event(orjson.loads(data)["data"])
 
 
-async def _single(http: httpx.AsyncClient, url: str, tok: str, cid: str, sub: Subscriber, ready: asyncio.Event) -> None:
+async def _single(
+    http: httpx.AsyncClient, url: str, tok: str, cid: str | None, sub: Subscriber, ready: asyncio.Event
+) -> None:
     headers = {"authorization": f"Bearer {tok}"}
     stream_token = (await http.put(url, headers=headers)).text
     headers["x-graphql-event-stream-token"] = stream_token
     async with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as response:
-        body = {"query": SUB_CONVERSATION, "variables": {"c": cid}, "extensions": {"operationId": "1"}}
-        assert (await http.post(url, json=body, headers=headers)).status_code == 202
+        if response.status_code != 200:
+            raise RuntimeError(f"the stream: {response.status_code} {(await response.aread())[:200]!r}")
+        body = {**_query(cid), "extensions": {"operationId": "1"}}
+        accepted = await http.post(url, json=body, headers=headers)
+        if accepted.status_code != 202:
+            raise RuntimeError(f"{accepted.status_code} {accepted.text}")
         ready.set()
         buffer = ""
         async for chunk in response.aiter_text():
@@ -108,10 +125,10 @@ async def _single(http: httpx.AsyncClient, url: str, tok: str, cid: str, sub: Su
 
 
 async def _multipart(
-    http: httpx.AsyncClient, url: str, tok: str, cid: str, sub: Subscriber, ready: asyncio.Event
+    http: httpx.AsyncClient, url: str, tok: str, cid: str | None, sub: Subscriber, ready: asyncio.Event
 ) -> None:
     headers = {"authorization": f"Bearer {tok}", "accept": MULTIPART_ACCEPT}
-    body = {"query": SUB_CONVERSATION, "variables": {"c": cid}}
+    body = _query(cid)
     async with http.stream("POST", url, json=body, headers=headers) as response:
         ready.set()
         buffer = ""
@@ -185,6 +202,76 @@ async def _round(
     }
 
 
+def _subscribe(
+    server: Server,
+    http: httpx.AsyncClient,
+    transport: str,
+    cid: str | None,
+    users: list[int],
+    subs: list[Subscriber],
+    readies: list[asyncio.Event],
+) -> list[asyncio.Task]:
+    url = f"{server.base}/graphql"
+    run: Callable | None = {"graphql-sse": _sse, "graphql-sse single": _single, "multipart": _multipart}.get(transport)
+    gate = asyncio.Semaphore(32)  # subscriptions being set up at once (a reservation is opened in time)
+
+    async def one(user: int, sub: Subscriber, ready: asyncio.Event) -> None:
+        async with gate:
+            if run is None:
+                task = asyncio.create_task(_ws(server.ws_url, token(user), cid, sub, ready))
+            else:
+                task = asyncio.create_task(run(http, url, token(user), cid, sub, ready))
+            waiting = asyncio.create_task(ready.wait())
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except Exception as error:
+            log(f"sse {transport}: a subscriber failed: {error!r}")
+            raise
+
+    return [asyncio.create_task(one(u, s, r)) for u, s, r in zip(users, subs, readies, strict=True)]
+
+
+async def _subscribed(server: Server, transport: str, readies: list[asyncio.Event]) -> None:
+    for ready in readies:
+        await asyncio.wait_for(ready.wait(), 60)
+    deadline = time.monotonic() + 60
+    while server.active_subscriptions() < len(readies):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{transport}: {server.active_subscriptions()} of {len(readies)} subscribed")
+        await asyncio.sleep(0.05)
+
+
+async def _idle_memory(server: Server, transport: str, count: int) -> float:
+    """Bytes of the server's RSS per idle subscription, `count` of them over `transport`."""
+    users = list(range(890_001, 890_001 + count))
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=2 * count + 20)) as http:
+        warm = [Subscriber() for _ in range(20)]
+        warm_ready = [asyncio.Event() for _ in warm]
+        tasks = _subscribe(server, http, transport, None, users[:20], warm, warm_ready)
+        await _subscribed(server, transport, warm_ready)
+        await asyncio.sleep(2)  # the server settles (its collector's passes, the heap trim)
+        before = server.rss()
+        subs = [Subscriber() for _ in users[20:]]
+        readies = [asyncio.Event() for _ in subs]
+        tasks += _subscribe(server, http, transport, None, users[20:], subs, readies)
+        try:
+            await _subscribed(server, transport, warm_ready + readies)
+            await asyncio.sleep(2)
+            after = server.rss()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+    return (after - before) / len(subs)
+
+
 async def _measure(server: Server, rounds: int, events: int, subscribers: int) -> dict[str, list[dict]]:
     users = list(range(880_001, 880_002 + subscribers))
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=4 * subscribers + 20)) as http:
@@ -208,7 +295,7 @@ async def _measure(server: Server, rounds: int, events: int, subscribers: int) -
     return results
 
 
-def report(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
+def report(results: dict[str, list[dict]], memory: dict[str, float], args: argparse.Namespace) -> str:
     def med(transport: str, key: str) -> float:
         return statistics.median(r[key] for r in results[transport])
 
@@ -230,6 +317,18 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
         lines.append(
             f"| {transport} | {cpu:.2f} | {ratio:.2f}x | {med(transport, 'p50_ms'):.2f} | {med(transport, 'p99_ms'):.2f} |"
         )
+    if memory:
+        lines += [
+            "",
+            f"An idle subscription ({args.idle} of them, messageNew over all of the viewer's conversations, a fresh",
+            "server per transport): the server's RSS per subscription.",
+            "",
+            "| transport | RSS per idle subscription (KB) |",
+            "|---|---|",
+        ]
+        lines += [
+            f"| {transport} | {memory[transport] / 1024:.1f} |" for transport in TRANSPORTS if transport in memory
+        ]
     lines += ["", "Every round (CPU ms per event / p50 ms / p99 ms):", ""]
     for transport in TRANSPORTS:
         cells = ", ".join(
@@ -244,6 +343,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5; one more warms up)")
     parser.add_argument("--events", type=int, default=50, help="sends per round and transport (default 50)")
     parser.add_argument("--subscribers", type=int, default=50, help="subscribers per transport (default 50)")
+    parser.add_argument("--idle", type=int, default=300, help="idle subscriptions per transport (0: none)")
     parser.add_argument("--report", type=Path, default=REPO / "bench" / "results" / "sse.md")
     args = parser.parse_args()
     raise_fd_limit()
@@ -257,10 +357,19 @@ def main() -> None:
             results = asyncio.run(_measure(server, args.rounds, args.events, args.subscribers))
         finally:
             server.stop()
+        memory: dict[str, float] = {}
+        for transport in TRANSPORTS if args.idle else ():
+            server = _spawn(pg, scratch, f"sse-idle-{len(memory)}", "sse", {})
+            try:
+                server.wait_ready()
+                memory[transport] = asyncio.run(_idle_memory(server, transport, args.idle + 20))
+                log(f"sse idle {transport}: {memory[transport] / 1024:.1f} KB per subscription")
+            finally:
+                server.stop()
     finally:
         pg.stop()
         shutil.rmtree(scratch, ignore_errors=True)
-    text = report(results, args)
+    text = report(results, memory, args)
     args.report.write_text(text)
     print(text)
 

@@ -2,7 +2,9 @@
 (tests/clients/sse/subscriptions.mjs): graphql-sse's npm client in both of its modes, and
 Apollo Client 4's HttpLink, which speaks multipart subscriptions. Each resumes messageNew from
 the cursor it holds and gets what was sent after it, then the live messages, in order and each
-once, and a non-member's subscription is refused with NOT_FOUND. The clients are made by the recipe of
+once, and a non-member's subscription is refused with NOT_FOUND; graphql-sse's client, whose stream
+ends at its token's expiry, connects again with the token its `headers` gives then and resumes from
+its cursor, in both modes (a token of three real seconds: exp has a resolution of seconds). The clients are made by the recipe of
 docs/guide/clients.md, which must hold it verbatim. tests/clients/sse's packages
 are pinned by its package-lock.json; scripts/test installs them (`npm ci`).
 
@@ -31,11 +33,13 @@ async def test_graphql_sse_both_modes_and_apollo_multipart_resume_and_deliver_in
     api = ChatApi.of(server, http)
     cid = await api.create_group(9201, [9202], title="over http")
     last = await api.send(9201, cid, "before")
+    assert not server.settings.jwt_audience  # the script's short-lived tokens carry none
+    secret = server.settings.jwt_secret.get_secret_value()
     report = await run_node_report(
         node,
         CLIENTS,
         "subscriptions.mjs",
-        *(server.url, api.token(9201), api.token(9202), api.token(9203), cid, str(last)),
+        *(server.url, api.token(9201), api.token(9202), api.token(9203), cid, str(last), "9202", secret),
         timeout=120,
     )
     for client in ("graphql-sse, distinct connections", "graphql-sse, single connection", "Apollo Client, multipart"):
@@ -44,3 +48,6 @@ async def test_graphql_sse_both_modes_and_apollo_multipart_resume_and_deliver_in
             "a non-member's subscription is refused with NOT_FOUND",
         ):
             assert f"{client}: {check}" in report["checks"], report
+    for client in ("graphql-sse, distinct connections", "graphql-sse, single connection"):
+        check = "resumed from its cursor, the message sent while away and the next one delivered, in order"
+        assert f"{client}: {check}" in report["checks"], report

@@ -25,7 +25,7 @@ from ..conftest import RunningServer, make_settings, scratch_database
 from ..support.live import ChatApi, random_body, wait_active_subscriptions, wait_until
 
 SUBSCRIBER_BUFFER = 8
-WRITE_TIMEOUT = 3.0
+WRITE_TIMEOUT = 6.0
 PER_STREAM = 2  # max_subscriptions_per_connection
 
 MESSAGE_NEW = "subscription($c: ID) { messageNew(conversationId: $c) { conversationId seq message { body } } }"
@@ -287,9 +287,15 @@ async def test_a_stream_too_slow_for_its_events_ends_with_resync_and_one_that_re
         reader = await _raw_stream(streams_server, member, {"query": MESSAGE_NEW, "variables": {"c": cid}})
         try:
             await wait_active_subscriptions(streams_server, 1)
-            # At once (group commit): the socket's buffers and then the subscriber buffer fill well
-            # within the write timeout, which starts when the writes stall.
-            await asyncio.gather(*(api.send(owner, cid, big) for _ in range(SUBSCRIBER_BUFFER * 6)))
+            if keeps_reading:
+                # At once (group commit): more than the subscriber buffer waits while the writes are
+                # stalled, well within the write timeout, which starts when they stall.
+                await asyncio.gather(*(api.send(owner, cid, big) for _ in range(SUBSCRIBER_BUFFER * 6)))
+            else:
+                # One by one: each is written, until the socket's buffers and the transport's (its
+                # high-water mark, 64 KB) are full and the writes stall.
+                for _ in range(30):
+                    await api.send(owner, cid, big)
             if keeps_reading:
                 events = await _read_until_closed(reader)
                 nexts = [json.loads(data) for event, data in events if event == "next"]
@@ -308,8 +314,9 @@ async def test_a_stream_too_slow_for_its_events_ends_with_resync_and_one_that_re
 
 
 async def test_the_single_connection_mode_caps_stops_and_guards_its_stream(streams_server, http, api):
-    """At most max_subscriptions_per_connection operations per stream (then LIMIT_EXCEEDED,
-    SUBSCRIPTIONS_PER_CONNECTION); DELETE stops one (its subscription let go); another user's
+    """One stream per reservation (a second is 409); at most max_subscriptions_per_connection
+    operations per stream (then LIMIT_EXCEEDED, SUBSCRIPTIONS_PER_CONNECTION), each with its
+    extensions.operationId (else 400); DELETE stops one (its subscription let go); another user's
     operation on the stream is refused as an unknown stream; an unopened reservation is dropped
     after the init timeout; a PUT without a token is 401; past the message budget, 429."""
     owner, member = 9141, 9142
@@ -317,6 +324,13 @@ async def test_the_single_connection_mode_caps_stops_and_guards_its_stream(strea
     request = {"query": MESSAGE_NEW, "variables": {"c": cid}}
     single = await Single(http, streams_server.url, _bearer(streams_server, member)).open()
     try:
+        again = {"accept": "text/event-stream", "x-graphql-event-stream-token": single.token}
+        second = await http.get(streams_server.url, headers=again)
+        assert second.status_code == 409 and second.json()["errors"][0]["extensions"]["code"] == "CONFLICT"
+        on_stream = {**_bearer(streams_server, member), "x-graphql-event-stream-token": single.token}
+        for extensions in (None, "x", {"operationId": 7}):
+            bad = await http.post(streams_server.url, json={**request, "extensions": extensions}, headers=on_stream)
+            assert bad.status_code == 400 and bad.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
         a = await single.subscribe("a", request)
         await single.subscribe("b", request)
         over = await single.subscribe("c", request)

@@ -25,8 +25,10 @@ cursors and the prices are the websockets' own. What differs is the wire:
   `{}` heartbeat part every few seconds, and a transport error as
   `{"payload": null, "errors": [...]}` (the spec's).
 
-The encodings are Strawberry's (strawberry.http.streaming); the requests, the
-single connection mode and the bounds are here.
+The encodings are Strawberry's (strawberry.http.streaming). Its view serves the
+distinct connections mode and multipart itself (`subscription_protocols`), but
+not the single connection mode, nor a session's end, the budgets or the caps
+below: the requests are handled here.
 
 What one stream may hold or ask, as a websocket:
 
@@ -92,12 +94,26 @@ _JSON_MEDIA = frozenset(
 )
 
 
-def stream_kind(scope: Scope) -> str | None:
-    """SSE or MULTIPART when the request asks for an event stream (its Accept header), else None."""
-    accept = _header(scope, b"accept")
-    if accept is None or ("text/event-stream" not in accept and "multipart/mixed" not in accept):
-        return None
-    return preferred_stream(accept)
+def stream_request(scope: Scope) -> tuple[str | None, bool]:
+    """(SSE or MULTIPART when the request asks for an event stream, else None; whether it is one
+    of these transports' requests at all: a stream, or one of the single connection mode's). One
+    pass over the headers: every POST asks."""
+    accept = token = None
+    for key, value in scope["headers"]:
+        if key == b"accept":
+            accept = value
+        elif key == TOKEN_HEADER:
+            token = value
+    kind = None
+    if accept is not None and (b"event-stream" in accept or b"multipart/mixed" in accept):
+        kind = preferred_stream(accept.decode("latin-1"))
+    ours = (
+        kind is not None
+        or token is not None
+        or scope["method"] in ("PUT", "DELETE")
+        or b"token=" in scope.get("query_string", b"")
+    )
+    return kind, ours
 
 
 def preferred_stream(accept: str) -> str | None:
@@ -176,7 +192,6 @@ class _Reservation:
     operations: dict[str, asyncio.Task] = field(default_factory=dict)
     costs: dict[object, int] = field(default_factory=dict)  # the operations' prices (handshake.SocketContext)
     drop: asyncio.TimerHandle | None = None  # an unopened reservation's end
-    closing: asyncio.Future[None] | None = None
 
 
 class HttpStreams:
@@ -253,15 +268,15 @@ class HttpStreams:
             reservation.drop.cancel()
             reservation.drop = None
         lock = asyncio.Lock()
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(SSE)})
 
         async def write(text: str) -> None:
             async with lock:
                 await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
 
-        reservation.write = write
+        reservation.write = write  # taken: before anything is awaited
         session = self._session(reservation.viewer, reservation.expires_at)
         try:
+            await send({"type": "http.response.start", "status": 200, "headers": _headers(SSE)})
             await _until_gone(receive, session.ended, _heartbeats(write, SSE))
         finally:
             self._end_session(session)
@@ -286,7 +301,8 @@ class HttpStreams:
         if not self.view.budgets.take(_address(scope), viewer):
             await _refuse_flood(send)
             return
-        operation_id = ((data or {}).get("extensions") or {}).get("operationId") if isinstance(data, dict) else None
+        extensions = data.get("extensions") if isinstance(data, dict) else None
+        operation_id = extensions.get("operationId") if isinstance(extensions, dict) else None
         if not isinstance(operation_id, str) or not operation_id:
             await _refuse(send, 400, BadUserInput("the operation needs extensions.operationId (a string)"))
             return

@@ -41,7 +41,7 @@ from ..engine.persisted import PersistedDocuments, Refused
 from ..engine.plan import Planner
 from ..engine.prepared import AcceptedDocuments, is_executable, operation_type
 from ..engine.shared import SharedEventExecutor, SharedResults, derive
-from ..engine.streams import HttpStreams, preferred_stream, stream_kind, stream_token
+from ..engine.streams import HttpStreams, preferred_stream, stream_request
 from ..errors import Forbidden, Unauthenticated
 from ..runtime import tracing
 from ..services.documents import find_document, is_listed
@@ -239,8 +239,7 @@ class ChatGraphQL(GraphQLOverHTTP, GraphQL[Context, None]):
             method = scope["method"]
             # An event stream (streams.py): graphql-sse, multipart subscriptions, or a request of
             # graphql-sse's single connection mode (PUT, DELETE, or one that carries a stream token).
-            kind = stream_kind(scope)
-            streamed = kind is not None or method in ("PUT", "DELETE") or stream_token(scope) is not None
+            kind, streamed = stream_request(scope)
             if method == "POST":
                 if self.prepared:
                     scope = _json_body_scope(scope)

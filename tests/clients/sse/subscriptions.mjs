@@ -3,11 +3,15 @@
 // HttpLink (multipart subscriptions, as Apollo's iOS and Kotlin clients speak them).
 //
 //   node subscriptions.mjs <http url> <sender token> <reader token> <stranger token> <conversation id> <last seq>
+//     <the reader's user id> <the server's token secret (a test server's: short-lived tokens are made here)>
 //
 // The reader and the sender are members of the conversation, whose last message is <last seq>;
 // the stranger is not. For each client: a resumed messageNew (cursors at the last seq it knows)
 // gets the messages sent after it, in order, each once, and then the live ones; the stranger's
-// subscription is refused with NOT_FOUND. Prints one JSON line {"ok": true, "checks": [...]} and
+// subscription is refused with NOT_FOUND. And graphql-sse's client, in both modes, started with
+// a token that expires three seconds later: its stream ends at the token's expiry, the client connects again with the
+// token `headers` gives then, and the subscription resumes from its cursor: a message sent while it
+// was away arrives, and one sent after. Prints one JSON line {"ok": true, "checks": [...]} and
 // exits 0, or prints the failure and exits 1. Driven by tests/clients/test_http_subscriptions.py.
 
 // --- the recipe
@@ -29,8 +33,9 @@ function apolloClient(url, token) {
   });
 }
 // --- end of the recipe
+import { createHmac } from "node:crypto";
 
-const [url, senderToken, readerToken, strangerToken, conversationId, lastSeqArg] = process.argv.slice(2);
+const [url, senderToken, readerToken, strangerToken, conversationId, lastSeqArg, readerId, secret] = process.argv.slice(2);
 let lastSeq = Number(lastSeqArg);
 const checks = [];
 
@@ -130,7 +135,59 @@ function apolloSubscriber(token) {
   return { subscribe, dispose: () => client.stop() };
 }
 
+// A token of the reader's that expires `seconds` from now (HS256, as the server's issue_token makes them).
+function shortToken(seconds) {
+  const part = (value) => Buffer.from(JSON.stringify(value)).toString("base64url");
+  const now = Math.floor(Date.now() / 1000);
+  const unsigned = `${part({ alg: "HS256", typ: "JWT" })}.${part({ sub: readerId, iat: now, exp: now + seconds })}`;
+  return `${unsigned}.${createHmac("sha256", secret).update(unsigned).digest("base64url")}`;
+}
+
+// The stream ends at the short token's expiry; the client connects again (its retry), calling
+// `headers` for the current token, and sends the same request: from the same cursor.
+async function reconnectsWithTheNewToken(name, singleConnection) {
+  const from = lastSeq;
+  let calls = 0;
+  let away = null;
+  const short = shortToken(3);
+  const client = createClient({
+    url,
+    singleConnection,
+    headers: async () => ({ Authorization: `Bearer ${calls++ === 0 ? short : readerToken}` }),
+    on: { connecting: (retrying) => { if (retrying && !away) away = send(`${name} while away`); } },
+  });
+  const seen = collector();
+  const stop = client.subscribe(
+    { query: RESUME, variables: { c: conversationId, after: from } },
+    { next: seen.next, error: seen.error, complete() {} },
+  );
+  const deadline = Date.now() + 30000;
+  while (!away && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  check(away !== null, `${name}: the stream ended at the token's expiry and the client connected again`, { calls, seen });
+  const whileAway = await away;
+  const after = await send(`${name} after`);
+  const want = (events) => events.some((e) => e.seq === after);
+  while (!want(seen.events) && !seen.errors.length && Date.now() < deadline) await seen.until(seen.events.length + 1, `${name}: the message sent after`).catch(() => {});
+  const seqs = [...new Set(seen.events.map((e) => e.seq))];
+  check(seen.errors.length === 0, `${name}: no error across the reconnection`, seen.errors);
+  check(calls >= 2, `${name}: headers gave the new token`, { calls });
+  check(
+    seqs.includes(whileAway) && seqs.includes(after) && JSON.stringify(seqs) === JSON.stringify([...seqs].sort((a, b) => a - b)),
+    `${name}: resumed from its cursor, the message sent while away and the next one delivered, in order`,
+    { whileAway, after, seqs },
+  );
+  stop();
+  client.dispose();
+  return after;
+}
+
 try {
+  // Both at once: the short token's lifetime is the same for both.
+  const afters = await Promise.all([
+    reconnectsWithTheNewToken("graphql-sse, distinct connections", false),
+    reconnectsWithTheNewToken("graphql-sse, single connection", true),
+  ]);
+  lastSeq = Math.max(...afters);
   for (const [name, make] of [
     ["graphql-sse, distinct connections", (token) => sseSubscriber(token, false)],
     ["graphql-sse, single connection", (token) => sseSubscriber(token, true)],
