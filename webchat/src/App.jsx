@@ -2,6 +2,7 @@ import { useEffect, useMemo, useState } from "react";
 import { chatClient, run } from "./client.js";
 import { Conversation } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
+import { SavedList } from "./Saved.jsx";
 import { VIEWER } from "./operations.js";
 import { SignIn } from "./SignIn.jsx";
 import { saveToken, savedToken } from "./devToken.js";
@@ -72,6 +73,7 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
     document.title = `${total ? `(${total}) ` : ""}chatgql web chat · user ${viewer.userId}`;
   }, [total, viewer.userId]);
   const open = inbox.conversations.find((conversation) => conversation.id === openId);
+  const [showSaved, setShowSaved] = useState(false);
   return (
     // On a narrow screen one pane at a time: the inbox, or the open conversation with a back button.
     <div className={`chat ${openId ? "has-open" : ""}`}>
@@ -81,10 +83,14 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
           <span className={`connection ${connection}`} data-testid="connection">
             {connection}
           </span>
+          <button className="link" data-testid="show-saved" onClick={() => setShowSaved((shown) => !shown)}>
+            saved
+          </button>
           <button className="link" onClick={onSignOut}>
             sign out
           </button>
         </header>
+        {showSaved && <SavedList client={client} onOpen={onOpen} onClose={() => setShowSaved(false)} />}
         <Inbox client={client} viewer={viewer} config={config} inbox={inbox} openId={openId} onOpen={onOpen} />
       </aside>
       {openId ? (
@@ -94,6 +100,7 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
           viewer={viewer}
           config={config}
           conversationId={openId}
+          conversations={inbox.conversations}
           summary={open}
           onBack={() => onOpen(null)}
         />

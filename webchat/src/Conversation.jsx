@@ -2,6 +2,7 @@ import { useEffect, useLayoutEffect, useRef, useState } from "react";
 import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
+import { Quoting } from "./Quote.jsx";
 import { useConversation } from "./useConversation.js";
 
 // How close to the bottom (px) still counts as "at the newest message".
@@ -16,13 +17,14 @@ function readingOlder(element, arrived) {
   return element.scrollHeight - element.scrollTop - element.clientHeight > added;
 }
 
-export function Conversation({ client, viewer, config, conversationId, onBack }) {
-  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report } = useConversation(
+export function Conversation({ client, viewer, config, conversationId, conversations = [], onBack }) {
+  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report, forward, save } = useConversation(
     client,
     conversationId,
     viewer.userId,
   );
   const [draft, setDraft] = useState("");
+  const [quoting, setQuoting] = useState(null); // the message the next send quotes
   const list = useRef(null);
   const bottom = useRef(null);
   // Following the newest message (at the bottom), or reading older ones: then a new
@@ -98,8 +100,9 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
   function submit(event) {
     event.preventDefault();
     if (!draft.trim() || tooLong) return;
-    send(draft);
+    send(draft, undefined, quoting?.id ?? null);
     setDraft("");
+    setQuoting(null);
   }
 
   return (
@@ -139,13 +142,17 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
             onReact={(emoji, on) => react(message.seq, emoji, on)}
             onBlock={(blocked) => block(message.senderId, blocked)}
             onReport={(reason) => report(message.seq, reason)}
+            onQuote={() => setQuoting(message)}
+            onForward={(to) => forward(message.id, to)}
+            onSave={() => save(message.seq)}
+            conversations={conversations.filter((other) => other.id !== conversationId)}
           />
         ))}
         {state.pending.map((pending) => (
           <PendingMessage
             key={pending.clientMsgId}
             pending={pending}
-            onRetry={() => send(pending.body, pending.clientMsgId)}
+            onRetry={() => send(pending.body, pending.clientMsgId, pending.quote)}
             onDiscard={() => discard(pending.clientMsgId)}
           />
         ))}
@@ -163,6 +170,7 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
           Shorten it or send it in parts.
         </p>
       )}
+      <Quoting message={quoting} onCancel={() => setQuoting(null)} />
       <form className="composer" onSubmit={submit}>
         <input
           name="body"
