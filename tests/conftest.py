@@ -37,11 +37,15 @@ pytest_plugins = ["tests.support.quick"]  # --quick: the PostgreSQL-only loop (s
 REPO = Path(__file__).resolve().parents[1]
 # The pytest-xdist worker this process is (gw0, gw1, ...; scripts/test runs two), None in one process.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# The scheduler's due rows first (saved_message, scheduled_message, message_expiry): its claims, run by the
+# session's server at any moment, lock them before conversation_member and message; a TRUNCATE locking them in
+# the other order deadlocks.
 TABLES = (
-    "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
-    " message_reaction_count, message_edit, message_change, message, message_mention, pinned_message, scheduled_message, user_setting,"
-    " conversation_member, conversation, conversation_ban, send_verdict, user_block, user_ban, report, moderation_action,"
-    " persisted_document, saved_message, saved_version, thread, thread_reply, thread_member"
+    "saved_message, saved_version, scheduled_message, message_expiry, outbox, webhook_queue, webhook_dead, direct_pair,"
+    " message_attachment, message_reaction, message_reaction_count, message_edit, message_change, message,"
+    " message_mention, pinned_message, user_setting, conversation_member, conversation, conversation_ban, send_verdict,"
+    " user_block, user_ban, report, moderation_action, persisted_document, thread, thread_reply, thread_member,"
+    " message_draft, user_presence"
 )
 
 

@@ -615,3 +615,65 @@ async def test_a_draft_follows_its_writer_to_another_device_and_presence_shows_o
             await browser.close()
     print("\nweb chat screenshots:", *shots, sep="\n  ")
     assert page_errors == []
+
+
+@pytest.mark.timeout(180)
+async def test_quote_forward_and_save_a_message_in_the_web_chat(server: RunningServer, client: GraphQLClient):
+    """User 1 quotes user 2's message (the quote shows in the message sent), forwards it into another
+    group (a new message there, marked forwarded), saves it and finds it in their saved list, which
+    unsaving empties."""
+    assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
+    expect.set_options(timeout=WAIT_MS)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    create = "mutation($t: String!, $m: [ID!]!) { createGroup(title: $t, memberIds: $m) { id } }"
+    source = (await client.data(create, {"t": "source", "m": ["2"]}, user=1))["createGroup"]["id"]
+    await client.data(create, {"t": "elsewhere", "m": ["3"]}, user=1)
+    send = 'mutation($c: ID!, $m: UUID!) { sendMessage(conversationId: $c, clientMsgId: $m, body: "the original") { duplicate } }'
+    await client.data(send, {"c": source, "m": "9a1c6a52-5a3e-4a43-9e0d-3b7d1f7c2a11"}, user=2)
+    page_errors: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = await (await browser.new_context(viewport={"width": 960, "height": 600})).new_page()
+            page.on("pageerror", lambda error: page_errors.append(str(error.stack)))
+            await _sign_in(page, urljoin(server.url, "/demo"), "1")
+            await page.get_by_test_id("inbox-item").filter(has_text="source").click()
+            original = page.locator("[data-testid=message][data-seq='1']")
+            await expect(original).to_have_count(1)
+
+            # Quote it: the composer says so, and the message sent shows the quote.
+            await original.get_by_test_id("quote-action").click()
+            await expect(page.get_by_test_id("quoting")).to_contain_text("the original")
+            await _send(page, "about that")
+            sent = page.get_by_test_id("message").filter(has_text="about that")
+            await expect(sent.get_by_test_id("quote")).to_have_attribute("data-state", "VISIBLE")
+            await expect(sent.get_by_test_id("quote")).to_contain_text("the original")
+            await expect(page.get_by_test_id("quoting")).to_have_count(0)
+            await _shot(page, "20-quote", shots)
+
+            # Save it, then forward it into the other group.
+            await original.get_by_test_id("save").click()
+            await expect(original.get_by_test_id("save")).to_have_text("saved")
+            await original.get_by_test_id("forward").click()
+            form = page.get_by_test_id("forward-form")
+            await form.get_by_label("Forward to").select_option(label="elsewhere")
+            await form.get_by_role("button", name="Forward").click()
+            await expect(form).to_have_count(0)
+            await page.get_by_test_id("inbox-item").filter(has_text="elsewhere").click()
+            copy = page.get_by_test_id("message").filter(has_text="the original")
+            await expect(copy.get_by_test_id("forwarded")).to_be_visible()
+            await _shot(page, "21-forwarded", shots)
+
+            # The saved list: the saved message, gone once unsaved.
+            await page.get_by_test_id("show-saved").click()
+            saved = page.get_by_test_id("saved-message")
+            await expect(saved).to_have_count(1)
+            await expect(saved).to_contain_text("the original")
+            await _shot(page, "22-saved", shots)
+            await saved.get_by_test_id("unsave").click()
+            await expect(saved).to_have_count(0)
+        finally:
+            await browser.close()
+    assert not page_errors, page_errors
+    print("screenshots:", *shots, sep="\n  ")

@@ -2,6 +2,7 @@ import { useEffect, useMemo, useState } from "react";
 import { chatClient, run } from "./client.js";
 import { Conversation } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
+import { SavedList } from "./Saved.jsx";
 import { VIEWER } from "./operations.js";
 import { SignIn } from "./SignIn.jsx";
 import { MyThreads, ThreadPane } from "./Threads.jsx";
@@ -79,6 +80,7 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
     if (conversationId !== openId) onOpen(conversationId);
     setThreadRootId(rootId);
   };
+  const [showSaved, setShowSaved] = useState(false);
   return (
     // On a narrow screen one pane at a time: the inbox, or the open conversation with a back button.
     <div className={`chat ${openId ? "has-open" : ""}`}>
@@ -88,10 +90,16 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
           <span className={`connection ${connection}`} data-testid="connection">
             {connection}
           </span>
+          <button className="link" data-testid="show-saved" onClick={() => setShowSaved((shown) => !shown)}>
+            saved
+          </button>
           <button className="link" onClick={onSignOut}>
             sign out
           </button>
         </header>
+        {showSaved && (
+          <SavedList client={client} onOpen={(id) => (setThreadRootId(null), onOpen(id))} onClose={() => setShowSaved(false)} />
+        )}
         <Inbox
           client={client}
           viewer={viewer}
@@ -117,6 +125,7 @@ function ChatLayout({ client, viewer, config, connection, openId, onOpen, onSign
           viewer={viewer}
           config={config}
           conversationId={openId}
+          conversations={inbox.conversations}
           summary={open}
           onBack={() => onOpen(null)}
           onOpenThread={(rootId) => setThreadRootId(rootId)}

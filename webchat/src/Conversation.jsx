@@ -3,6 +3,7 @@ import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
 import { Presence } from "./Presence.jsx";
+import { Quoting } from "./Quote.jsx";
 import { useConversation } from "./useConversation.js";
 import { useDraft } from "./useDraft.js";
 
@@ -18,13 +19,14 @@ function readingOlder(element, arrived) {
   return element.scrollHeight - element.scrollTop - element.clientHeight > added;
 }
 
-export function Conversation({ client, viewer, config, conversationId, onBack, onOpenThread }) {
-  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report } = useConversation(
+export function Conversation({ client, viewer, config, conversationId, conversations = [], onBack, onOpenThread }) {
+  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report, forward, save } = useConversation(
     client,
     conversationId,
     viewer.userId,
   );
   const [draft, setDraft, draftSent] = useDraft(client, conversationId, state.messages, viewer.userId);
+  const [quoting, setQuoting] = useState(null); // the message the next send quotes
   const list = useRef(null);
   const bottom = useRef(null);
   // Following the newest message (at the bottom), or reading older ones: then a new
@@ -100,8 +102,9 @@ export function Conversation({ client, viewer, config, conversationId, onBack, o
   function submit(event) {
     event.preventDefault();
     if (!draft.trim() || tooLong) return;
-    send(draft);
+    send(draft, undefined, quoting?.id ?? null);
     draftSent();
+    setQuoting(null);
   }
 
   return (
@@ -145,13 +148,17 @@ export function Conversation({ client, viewer, config, conversationId, onBack, o
             onBlock={(blocked) => block(message.senderId, blocked)}
             onReport={(reason) => report(message.seq, reason)}
             onThread={onOpenThread && (() => onOpenThread(message.id))}
+            onQuote={() => setQuoting(message)}
+            onForward={(to) => forward(message.id, to)}
+            onSave={() => save(message.seq)}
+            conversations={conversations.filter((other) => other.id !== conversationId)}
           />
         ))}
         {state.pending.map((pending) => (
           <PendingMessage
             key={pending.clientMsgId}
             pending={pending}
-            onRetry={() => send(pending.body, pending.clientMsgId)}
+            onRetry={() => send(pending.body, pending.clientMsgId, pending.quote)}
             onDiscard={() => discard(pending.clientMsgId)}
           />
         ))}
@@ -169,6 +176,7 @@ export function Conversation({ client, viewer, config, conversationId, onBack, o
           Shorten it or send it in parts.
         </p>
       )}
+      <Quoting message={quoting} onCancel={() => setQuoting(null)} />
       <form className="composer" onSubmit={submit}>
         <input
           name="body"

@@ -1,12 +1,31 @@
 import { useState } from "react";
+import { ForwardForm, QuoteBlock } from "./Quote.jsx";
 
 const THUMBS_UP = "👍";
 
 // One message: its body ("edited" once edited; a tombstone once deleted), its 👍 toggle
-// with the count, and for the viewer's own messages edit and delete. A reply's quote
-// would go here too, fed by the reducer in conversation.js.
-export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, onDelete, onReact, onBlock, onReport, onThread }) {
+// with the count, and for the viewer's own messages edit and delete; the message it quotes
+// (Quote.jsx), a "forwarded" mark, quote, forward and save, and its thread.
+export function Message({
+  message,
+  mine,
+  group,
+  maxBodyChars,
+  seenBy,
+  onEdit,
+  onDelete,
+  onReact,
+  onBlock,
+  onReport,
+  onThread,
+  onQuote,
+  onForward,
+  onSave,
+  conversations,
+}) {
   const [editing, setEditing] = useState(false);
+  const [forwarding, setForwarding] = useState(false);
+  const [saved, setSaved] = useState(false);
   const [reporting, setReporting] = useState(false);
   const [reported, setReported] = useState(false);
   const [shown, setShown] = useState(false); // a blocked sender's message, opened anyway
@@ -47,6 +66,12 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
   return (
     <li className={`message ${mine ? "mine" : ""}`} data-testid="message" data-seq={message.seq}>
       {!mine && <span className="sender">user {message.senderId}</span>}
+      {message.forwarded && (
+        <span className="forwarded" data-testid="forwarded">
+          forwarded
+        </span>
+      )}
+      <QuoteBlock quote={message.quote} />
       {editing ? (
         <EditForm
           body={message.body}
@@ -74,6 +99,20 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
             thread
           </button>
         )}
+        <button className="link" data-testid="quote-action" onClick={onQuote}>
+          quote
+        </button>
+        <button className="link" data-testid="forward" onClick={() => setForwarding(true)}>
+          forward
+        </button>
+        <button
+          className="link"
+          data-testid="save"
+          disabled={saved}
+          onClick={() => attempt(onSave).then((done) => done && setSaved(true))}
+        >
+          {saved ? "saved" : "save"}
+        </button>
         {mine && !editing && (
           <>
             <button className="link" onClick={() => setEditing(true)}>
@@ -104,6 +143,13 @@ export function Message({ message, mine, group, maxBodyChars, seenBy, onEdit, on
         <time dateTime={message.createdAt}>{new Date(message.createdAt).toLocaleTimeString()}</time>
         {mine && <Ticks group={group} seenBy={seenBy} />}
       </span>
+      {forwarding && (
+        <ForwardForm
+          conversations={conversations}
+          onCancel={() => setForwarding(false)}
+          onForward={(to) => attempt(() => onForward(to)).then((done) => done && setForwarding(false))}
+        />
+      )}
       {reporting && (
         <ReportForm
           onCancel={() => setReporting(false)}

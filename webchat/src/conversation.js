@@ -119,7 +119,7 @@ export function conversationReducer(state, action) {
         ...state,
         pending: [
           ...state.pending.filter((send) => send.clientMsgId !== action.clientMsgId),
-          { clientMsgId: action.clientMsgId, body: action.body, failed: false },
+          { clientMsgId: action.clientMsgId, body: action.body, quote: action.quote ?? null, failed: false },
         ],
       };
     case "sendFailed":

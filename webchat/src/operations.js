@@ -23,7 +23,9 @@ export const INBOX = gql`
 
 // A message as the views show it: its body, whether it was edited or deleted (a
 // tombstone), and its reactions (the count per emoji, and whether the viewer is among them).
-const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt deletedAt senderBlockedByViewer reactions { emoji count reactedByViewer }`;
+// forwarded and quote: a forwarded copy, and the message it quotes as this viewer may read it
+// (VISIBLE, DELETED: its tombstone, UNAVAILABLE: nothing of it).
+const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt deletedAt senderBlockedByViewer reactions { emoji count reactedByViewer } forwarded quote { state message { senderId body deletedAt } }`;
 
 // The newest page of a conversation, its members' watermarks (for the "seen" ticks)
 // and its lastSeq and lastChangeSeq (where the live subscriptions resume).
@@ -58,8 +60,8 @@ export const WATERMARKS = gql`
 `;
 
 export const SEND = gql`
-  mutation Send($c: ID!, $m: UUID!, $b: String!) {
-    sendMessage(conversationId: $c, clientMsgId: $m, body: $b) {
+  mutation Send($c: ID!, $m: UUID!, $b: String!, $q: ID) {
+    sendMessage(conversationId: $c, clientMsgId: $m, body: $b, quote: $q) {
       duplicate
       message { ${MESSAGE_FIELDS} }
     }
@@ -267,5 +269,41 @@ export const DRAFT_UPDATED = gql`
 export const PRESENCE_CHANGED = gql`
   subscription PresenceChanged($u: [ID!]!) {
     presenceChanged(userIds: $u) { userId visible online lastSeenAt }
+  }
+`;
+
+// Forward a message (by its id) into another conversation of the viewer's: a new message there.
+export const FORWARD = gql`
+  mutation Forward($id: ID!, $c: ID!, $m: UUID!) {
+    forwardMessage(messageId: $id, conversationId: $c, clientMsgId: $m) { duplicate message { conversationId seq } }
+  }
+`;
+
+// Saved messages: the viewer's own list, newest save first.
+export const SAVE = gql`
+  mutation Save($c: ID!, $s: Long!) {
+    saveMessage(conversationId: $c, seq: $s) { changed saved { seq version } }
+  }
+`;
+
+export const UNSAVE = gql`
+  mutation Unsave($c: ID!, $s: Long!) {
+    unsaveMessage(conversationId: $c, seq: $s) { changed }
+  }
+`;
+
+export const SAVED = gql`
+  query Saved($after: String) {
+    savedMessages(first: 50, after: $after) {
+      nodes { conversationId seq savedAt remindAt message { senderId body } }
+      hasNextPage endCursor version
+    }
+  }
+`;
+
+// The viewer's saves and unsaves from any of their devices: the saved list reloads on these.
+export const SAVED_CHANGED = gql`
+  subscription SavedChanged {
+    savedMessageChanged { conversationId seq version saved }
   }
 `;

@@ -11,6 +11,7 @@ import {
   BLOCK,
   DELETE,
   EDIT,
+  FORWARD,
   HISTORY,
   MARK_READ,
   MESSAGE_CHANGED,
@@ -19,6 +20,7 @@ import {
   READ_UPDATED,
   REMOVE_REACTION,
   REPORT_MESSAGE,
+  SAVE,
   SEND,
   UNBLOCK,
   TYPING,
@@ -161,10 +163,10 @@ export function useConversation(client, conversationId, viewerId) {
   // Send, or retry a failed send: the same clientMsgId, so a send whose ack was lost
   // is stored once (the server answers the original message, duplicate: true).
   const send = useCallback(
-    async (body, clientMsgId = newClientMsgId()) => {
-      dispatch({ type: "sending", clientMsgId, body });
+    async (body, clientMsgId = newClientMsgId(), quote = null) => {
+      dispatch({ type: "sending", clientMsgId, body, quote });
       try {
-        const data = await run(client, "mutation", SEND, { c: conversationId, m: clientMsgId, b: body });
+        const data = await run(client, "mutation", SEND, { c: conversationId, m: clientMsgId, b: body, q: quote });
         // Not the resume cursor: messages before it may still be on their way live.
         dispatch({ type: "message", message: data.sendMessage.message });
       } catch (error) {
@@ -212,5 +214,16 @@ export function useConversation(client, conversationId, viewerId) {
     [client, conversationId],
   );
 
-  return { state, loadOlder, send, discard, edit, remove, react, typing, block, report };
+  // Forward a message into another conversation (a new message there; one clientMsgId for its
+  // retries), save one to the viewer's list. A failure is thrown to the view.
+  const forward = useCallback(
+    (messageId, to) => run(client, "mutation", FORWARD, { id: messageId, c: to, m: newClientMsgId() }),
+    [client],
+  );
+  const save = useCallback(
+    (seq) => run(client, "mutation", SAVE, { c: conversationId, s: seq }),
+    [client, conversationId],
+  );
+
+  return { state, loadOlder, send, discard, edit, remove, react, typing, block, report, forward, save };
 }
