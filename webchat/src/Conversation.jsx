@@ -2,6 +2,7 @@ import { useEffect, useLayoutEffect, useRef, useState } from "react";
 import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
+import { Schedule, ttlLabel } from "./Schedule.jsx";
 import { useConversation } from "./useConversation.js";
 
 // How close to the bottom (px) still counts as "at the newest message".
@@ -119,6 +120,12 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
             slow mode: {state.conversation.slowModeSeconds} s
           </span>
         )}
+        {state.conversation?.messageTtlSeconds > 0 && (
+          // Disappearing messages: each message is erased this long after it was sent (a tombstone).
+          <span className="disappearing" data-testid="disappearing" title="disappearing messages">
+            ⏳ {ttlLabel(state.conversation.messageTtlSeconds)}
+          </span>
+        )}
       </header>
       <ol className="messages" ref={list} onScroll={scrolled} data-testid="messages">
         {state.hasOlder && (
@@ -177,6 +184,13 @@ export function Conversation({ client, viewer, config, conversationId, onBack })
           Send
         </button>
       </form>
+      <Schedule
+        client={client}
+        conversationId={conversationId}
+        draft={draft}
+        disabled={Boolean(tooLong)}
+        onScheduled={() => setDraft("")}
+      />
     </section>
   );
 }
