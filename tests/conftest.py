@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 TABLES = (
     "outbox, webhook_queue, webhook_dead, direct_pair, message_attachment, message_reaction,"
-    " message_reaction_count, message_edit, message_change, message, message_mention, pinned_message, scheduled_message, user_setting,"
+    " message_reaction_count, message_edit, message_change, message, message_mention, pinned_message, scheduled_message, message_expiry, user_setting,"
     " conversation_member, conversation, conversation_ban, send_verdict, user_block, user_ban, report, moderation_action,"
     " persisted_document"
 )
