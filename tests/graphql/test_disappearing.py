@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from chatgql.graphql.ids import message_id
+
 from ..conftest import error_code
 from ..support.live import ChatApi, wait_active_subscriptions, wait_until, ws_connect
 from .test_query_count import logging_statements
@@ -171,3 +173,22 @@ async def test_a_plain_send_without_a_time_to_live_runs_the_one_statement_it_ran
     sends = [q for q, _ in statements if "chat_send" in q]
     assert len(sends) == 1 and len(statements) == 1, statements
     assert await expiries(engine) == 0
+
+
+async def test_an_erased_message_is_a_tombstone_to_members_and_nothing_to_others(server, api, engine, clock):
+    cid = await api.create_group(1, [2])
+    await api.data(TTL, {"c": cid, "s": 5}, user=1)
+    await api.send(2, cid, "soon gone")
+    at = await created(engine, cid)
+    node = "query($id: ID!) { node(id: $id) { ... on Message { seq body deletedAt } } }"
+    mid = message_id(int(cid), 1)
+    async with await ws_connect(server, 9) as other:
+        denied = await other.subscribe(CHANGED, {"c": cid})
+        assert (await denied.error()).code == "NOT_FOUND"
+    clock.now = at[1] + timedelta(seconds=5)
+    server.runtime.scheduler.wake()
+    await wait_until(lambda: _none_left(engine), 20, "the expiry fired")
+    member = (await api.data(node, {"id": mid}, user=1))["node"]
+    assert (member["body"], member["deletedAt"] is not None) == ("", True)
+    assert (await api.data(node, {"id": mid}, user=9))["node"] is None
+    assert error_code(await api.error(SYNC, {"c": cid}, user=9)) == "NOT_FOUND"

@@ -224,3 +224,13 @@ async def test_at_its_time_a_send_the_sender_may_no_longer_make_is_refused_with_
     }
     assert (await api.data(STATE, {"c": cid}, user=1))["conversation"]["lastSeq"] == 1  # the one who stays
     assert (await api.data(STATE, {"c": direct}, user=6))["conversation"]["lastSeq"] == 0
+
+
+async def test_at_its_time_slow_mode_refuses_a_members_scheduled_message_too(server, api, clock):
+    cid = await api.create_group(1, [2])
+    await api.data("mutation($c: ID!) { setSlowMode(conversationId: $c, seconds: 3600) { id } }", {"c": cid}, user=1)
+    await api.send(2, cid, "a member's send: the next one in an hour")
+    made = await schedule(api, 2, cid, "too soon", 10)
+    (row,) = [s for s in await reach(server, clock, api, 2, 10, {made["id"]: "FAILED"}) if s["id"] == made["id"]]
+    assert (row["failureCode"], row["failureReason"]) == ("LIMIT_EXCEEDED", "SLOW_MODE")
+    assert (await api.data(STATE, {"c": cid}, user=1))["conversation"]["lastSeq"] == 1

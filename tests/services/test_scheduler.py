@@ -16,9 +16,13 @@ import pytest
 from sqlalchemy import text
 
 from chatgql import db
-from chatgql.services.scheduled import SOURCE, do_schedule_message
+from chatgql.errors import Forbidden
+from chatgql.services.messages import do_send_message
+from chatgql.services.scheduled import SOURCE, do_edit_scheduled, do_schedule_message
 from chatgql.services.scheduler import Scheduler, registered
+from tests.graphql.test_before_send import Endpoint, hook_of
 from tests.support.live import ChatApi, wait_until
+from tests.support.webhooks import new_secret
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
 
@@ -141,3 +145,41 @@ async def _listening(engine) -> bool:
         "SELECT 1 FROM pg_stat_activity WHERE application_name = 'chatgql-scheduler' AND datname = current_database()",
     )
     return len(found) >= 2  # the session server's and this test's
+
+
+async def test_the_before_send_hook_is_asked_when_a_message_is_scheduled_and_edited(server, http, engine, database):
+    """Its rejection schedules nothing (a retry rejected the same way, the hook not asked again); its rewrite is
+    what is scheduled and sent, and a retry with the body as written is the same scheduled message."""
+    api = ChatApi.of(server, http)
+    group = int(await api.create_group(1, [2]))
+    verdicts = {"spam": {"action": "reject", "reason": "no spam"}, "darn": {"action": "rewrite", "body": "d**n"}}
+    clock = Clock()
+    at = T0 + timedelta(minutes=1)
+    async with Endpoint(new_secret()) as endpoint:
+        endpoint.answer = lambda data: verdicts.get(data["body"], {"action": "accept"})
+        async with hook_of(endpoint) as hook:
+            spam = uuid.uuid4()
+            for _ in range(2):
+                with pytest.raises(Forbidden) as raised:
+                    await do_schedule_message(database, "2", group, spam, "spam", at, now=clock(), hook=hook)
+                assert raised.value.extensions["reason"] == "MESSAGE_REJECTED"
+            darn = uuid.uuid4()
+            made = await do_schedule_message(database, "2", group, darn, "darn", at, now=clock(), hook=hook)
+            again = await do_schedule_message(database, "2", group, darn, "darn", at, now=clock(), hook=hook)
+            assert (made.row["body"], again.duplicate, again.row["id"]) == ("d**n", True, made.row["id"])
+            fine = await do_schedule_message(database, "2", group, uuid.uuid4(), "fine", at, now=clock(), hook=hook)
+            with pytest.raises(Forbidden):
+                await do_edit_scheduled(
+                    database, "2", group, fine.row["id"], body="spam", send_at=None, now=clock(), hook=hook
+                )
+            edited = await do_edit_scheduled(
+                database, "2", group, fine.row["id"], body="darn", send_at=None, now=clock(), hook=hook
+            )
+            assert edited["body"] == "d**n"
+            assert [a["body"] for a in endpoint.asked] == ["spam", "darn", "fine", "spam", "darn"]
+            clock.now = at
+            assert await Scheduler(database, [SOURCE], clock=clock).run_due() == 2
+            retried = await do_send_message(database, "2", group, darn, "darn", hook=hook)  # sendMessage's retry
+            assert (retried.duplicate, retried.message["body"]) == (True, "d**n")
+    bodies = await rows(engine, "SELECT body FROM message ORDER BY seq")
+    assert [b["body"] for b in bodies] == ["d**n", "d**n"]

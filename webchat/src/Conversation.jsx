@@ -4,6 +4,7 @@ import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
 import { Presence } from "./Presence.jsx";
 import { Quoting } from "./Quote.jsx";
+import { Schedule, ttlLabel } from "./Schedule.jsx";
 import { useConversation } from "./useConversation.js";
 import { useDraft } from "./useDraft.js";
 
@@ -127,6 +128,12 @@ export function Conversation({ client, viewer, config, conversationId, conversat
             slow mode: {state.conversation.slowModeSeconds} s
           </span>
         )}
+        {state.conversation?.messageTtlSeconds > 0 && (
+          // Disappearing messages: each message is erased this long after it was sent (a tombstone).
+          <span className="disappearing" data-testid="disappearing" title="disappearing messages">
+            ⏳ {ttlLabel(state.conversation.messageTtlSeconds)}
+          </span>
+        )}
       </header>
       <ol className="messages" ref={list} onScroll={scrolled} data-testid="messages">
         {state.hasOlder && (
@@ -191,6 +198,13 @@ export function Conversation({ client, viewer, config, conversationId, conversat
           Send
         </button>
       </form>
+      <Schedule
+        client={client}
+        conversationId={conversationId}
+        draft={draft}
+        disabled={Boolean(tooLong)}
+        onScheduled={() => setDraft("")}
+      />
     </section>
   );
 }

@@ -11,7 +11,7 @@
 
 export const initialConversation = {
   loaded: false,
-  conversation: null, // { id, type, title, slowModeSeconds }
+  conversation: null, // { id, type, title, slowModeSeconds, messageTtlSeconds }
   messages: [], // ascending by seq
   hasOlder: false,
   olderCursor: null,
@@ -64,6 +64,7 @@ export function conversationReducer(state, action) {
           type: conversation.type,
           title: conversation.title,
           slowModeSeconds: conversation.slowModeSeconds,
+          messageTtlSeconds: conversation.messageTtlSeconds,
         },
         messages,
         hasOlder: conversation.messages.pageInfo.hasPreviousPage,

@@ -32,7 +32,7 @@ const MESSAGE_FIELDS = `id seq senderId clientMsgId body createdAt editedAt dele
 export const HISTORY = gql`
   query History($c: ID!, $last: Int!) {
     conversation(id: $c) {
-      id type title lastSeq lastChangeSeq lastReadSeq slowModeSeconds
+      id type title lastSeq lastChangeSeq lastReadSeq slowModeSeconds messageTtlSeconds
       members { userId lastReadSeq }
       messages(last: $last) {
         nodes { ${MESSAGE_FIELDS} }
@@ -64,6 +64,15 @@ export const SEND = gql`
     sendMessage(conversationId: $c, clientMsgId: $m, body: $b, quote: $q) {
       duplicate
       message { ${MESSAGE_FIELDS} }
+    }
+  }
+`;
+
+// A message sent later, at sendAt (Schedule.jsx); it arrives as any message does when it is sent.
+export const SCHEDULE = gql`
+  mutation Schedule($c: ID!, $m: UUID!, $b: String!, $at: DateTime!) {
+    scheduleMessage(conversationId: $c, clientMsgId: $m, body: $b, sendAt: $at) {
+      scheduledMessage { id state sendAt }
     }
   }
 `;

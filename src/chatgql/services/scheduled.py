@@ -8,6 +8,11 @@ leaves it FAILED with the reason: the sender is no longer a member (NOT_A_MEMBER
 banned from the group), is banned app-wide (BANNED), a block stands between the two members of a
 direct chat (BLOCKED), slow mode (SLOW_MODE), or the clientMsgId holds another message (CONFLICT).
 An edit or cancel waits while the scheduler fires the row, then finds it sent: CONFLICT.
+
+The before-send hook (services/beforesend.py), when configured, is asked when the message is scheduled
+and when its body is edited, as sendMessage asks it (its verdict kept by clientMsgId): a rejection
+refuses the call and stores nothing, a rewrite is what is scheduled and later sent. It is not asked
+again at the time of sending (the scheduler sends inside its transaction, with no network call).
 """
 
 from __future__ import annotations
@@ -19,9 +24,20 @@ from uuid import UUID
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Conflict, LimitExceeded, NotFound, conversation_not_found
 from ..events.types import MESSAGE_KEYS, READ_KEYS, MessageNew, ReadUpdated
-from ..store import conversations, messages, scheduled
+from ..store import conversations, messages, scheduled, verdicts
 from ..store import scheduler as wakeup
 from ..store.scheduled import CANCELED, FAILED, PENDING, SENT
+from .beforesend import (
+    REJECT,
+    REWRITE,
+    REWRITTEN,
+    BeforeSendHook,
+    VerdictTaken,
+    decide,
+    digest_of,
+    keep_decision_txn,
+    rejected,
+)
 from .scheduler import DueSource, register
 
 MAX_PENDING_PER_CONVERSATION = 100  # a sender's PENDING scheduled messages in one conversation
@@ -68,17 +84,25 @@ async def do_schedule_message(
     send_at: datetime,
     *,
     now: datetime,
+    hook: BeforeSendHook | None = None,
 ) -> Scheduled:
     """A member schedules a message (body validated already). Idempotent on clientMsgId: a retry with
-    the same body and sendAt answers the row as it is now (duplicate); anything else reusing it, or a
-    clientMsgId a sent message holds, is CONFLICT. A non-member: NOT_FOUND."""
+    the same body (as written, when the hook rewrote it) and sendAt answers the row as it is now
+    (duplicate); anything else reusing it, or a clientMsgId a sent message holds, is CONFLICT. A
+    non-member: NOT_FOUND. hook: asked first (the module's docstring)."""
     check_send_at(send_at, now)
-    async with database.transaction() as conn:
+    async with database.connection() as conn:
         prior = await scheduled.by_client_msg_id(conn, conversation_id, client_msg_id)
         if prior is not None:
-            if prior["sender_id"] == sender_id and prior["body"] == body and prior["send_at"] == send_at:
-                return Scheduled(prior, duplicate=True)
-            raise _reused(conversation_id, client_msg_id)
+            return Scheduled(await _retried(conn, prior, sender_id, body, send_at), duplicate=True)
+    decision = None if hook is None else await decide(database, hook, sender_id, conversation_id, client_msg_id, body)
+    async with database.transaction() as conn:
+        if decision is not None and decision.asked:
+            try:
+                await keep_decision_txn(conn, conversation_id, client_msg_id, sender_id, decision)
+            except VerdictTaken:  # a concurrent call with this clientMsgId was decided first
+                raise _concurrent(conversation_id) from None
+            body = decision.body
         conv = await conversations.lock_for_member_txn(conn, conversation_id, sender_id)
         if conv is None or conv.role is None:
             raise conversation_not_found(conversation_id)
@@ -91,9 +115,24 @@ async def do_schedule_message(
             )
         row = await scheduled.insert_txn(conn, conversation_id, sender_id, client_msg_id, body, send_at, now)
         if row is None:  # a concurrent schedule of the same clientMsgId committed first
-            raise Conflict("clientMsgId is being scheduled concurrently; retry", conversationId=str(conversation_id))
+            raise _concurrent(conversation_id)
         await wakeup.notify_txn(conn)
     return Scheduled(row)
+
+
+async def _retried(conn: Connection, prior: Row, sender_id: str, body: str, send_at: datetime) -> Row:
+    """The scheduled message a retry of scheduleMessage names; CONFLICT when it is not the same."""
+    same = prior["sender_id"] == sender_id and prior["send_at"] == send_at
+    if same and prior["body"] != body:  # the hook rewrote it: the retry carries the body as written
+        verdict = await verdicts.prior(conn, prior["conversation_id"], prior["client_msg_id"], sender_id)
+        same = verdict["verdict"] == REWRITTEN and verdict["body_sha256"] == digest_of(body)
+    if not same:
+        raise _reused(prior["conversation_id"], prior["client_msg_id"])
+    return prior
+
+
+def _concurrent(conversation_id: int) -> Conflict:
+    return Conflict("clientMsgId is being scheduled concurrently; retry", conversationId=str(conversation_id))
 
 
 def _reused(conversation_id: int, client_msg_id: UUID) -> Conflict:
@@ -122,11 +161,23 @@ async def do_edit_scheduled(
     body: str | None,
     send_at: datetime | None,
     now: datetime,
+    hook: BeforeSendHook | None = None,
 ) -> Row:
     """The sender changes a PENDING scheduled message's body and/or sendAt. Another's, or none:
-    NOT_FOUND; sent, failed or canceled already: CONFLICT (reason NOT_PENDING)."""
+    NOT_FOUND; sent, failed or canceled already: CONFLICT (reason NOT_PENDING). hook: asked about a
+    new body first (its rejection refuses the edit; its rewrite is the body kept)."""
     if send_at is not None:
         check_send_at(send_at, now)
+    if body is not None and hook is not None:
+        async with database.connection() as conn:
+            found = [r for r in await scheduled.by_ids(conn, [(conversation_id, id_)]) if r["sender_id"] == sender_id]
+        if not found:
+            raise not_found(id_)
+        verdict = await hook.ask(conversation_id, sender_id, found[0]["client_msg_id"], body)
+        if verdict.action == REJECT:
+            raise rejected(verdict.reason)
+        if verdict.action == REWRITE and verdict.body is not None:
+            body = verdict.body
     async with database.transaction() as conn:
         row = await _pending_txn(conn, sender_id, conversation_id, id_)
         new_at = row["send_at"] if send_at is None else send_at

@@ -85,12 +85,12 @@ class Scheduler:
         """Look for due rows now (a row was scheduled, or the clock moved)."""
         self._wakeup.set()
 
-    async def run_due(self, limit: int | None = None) -> int:
-        """Fire every row due by the clock's now, each in its own transaction; returns how many.
-        limit: stop after that many (the rest wait for the next pass)."""
+    async def run_due(self, sources: Iterable[DueSource] | None = None) -> int:
+        """Fire every row of these sources (None: all) due by the clock's now, each in its own
+        transaction; returns how many."""
         fired = 0
-        for source in self.sources:
-            while limit is None or fired < limit:
+        for source in self.sources if sources is None else sources:
+            while True:
                 now = self._clock()
                 async with self._database.transaction() as conn:
                     rows = await source.claim(conn, now, 1)
@@ -101,14 +101,18 @@ class Scheduler:
                 fired += 1
         return fired
 
-    async def next_delay(self, conn: Connection) -> float:
-        """Seconds until the earliest due row (by the clock), at most poll_seconds."""
-        delay = self._poll_seconds
-        for source in self.sources:
-            due = await source.next_due(conn)
-            if due is not None:
-                delay = min(delay, max(0.0, (due - self._clock()).total_seconds()))
-        return delay
+    async def _pass(self, conn: Connection) -> float:
+        """Fire what is due, claiming only from the sources that have a due row (idle, a pass costs
+        one next_due statement per source, on the scheduler's own connection); returns how long to
+        sleep: until the earliest row is due, at most poll_seconds."""
+        dues = [(source, await source.next_due(conn)) for source in self.sources]
+        now = self._clock()
+        ready = [source for source, due in dues if due is not None and due <= now]
+        if ready:
+            # Fired some: look again at once. None: those rows are another scheduler's, being fired.
+            return 0.0 if await self.run_due(ready) else MIN_DELAY_SECONDS
+        waits = [(due - now).total_seconds() for _, due in dues if due is not None]
+        return min([self._poll_seconds, *waits])
 
     async def run(self) -> None:
         """Fire due rows until cancelled; any failure (the database gone) is retried after a pause."""
@@ -127,9 +131,7 @@ class Scheduler:
             await store.listen(conn, self.wake)
             while not conn.is_closed():
                 self._wakeup.clear()  # before the pass: a wake-up during it brings another
-                fired = await self.run_due()
-                # A row due but not claimed is another scheduler's, being fired: look again a little later.
-                delay = max(await self.next_delay(conn), 0 if fired else MIN_DELAY_SECONDS)
+                delay = await self._pass(conn)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await self._wakeup.wait()

@@ -117,7 +117,9 @@ class Mutation:
         "conversation's next seq then; a send refused then (the sender no longer a member, banned, blocked, slow "
         "mode) leaves it FAILED with why. Idempotent on clientMsgId as sendMessage is. A sender has at most "
         f"{scheduled.MAX_PENDING_PER_CONVERSATION} PENDING in a conversation (LIMIT_EXCEEDED, reason "
-        "SCHEDULED_PER_CONVERSATION). NOT_FOUND for a conversation the viewer is not in."
+        "SCHEDULED_PER_CONVERSATION). NOT_FOUND for a conversation the viewer is not in. The before-send hook, "
+        "when there is one, is asked now (and about an edited body): its rejection is FORBIDDEN (reason "
+        "MESSAGE_REJECTED), its rewrite is what is sent."
     )
     async def schedule_message(
         self, info: Info, conversation_id: ID, client_msg_id: UUID, body: str, send_at: datetime
@@ -128,7 +130,7 @@ class Mutation:
         body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         await ctx.deps.limits.check("scheduleMessage", viewer)
         made = await scheduled.do_schedule_message(
-            ctx.database, viewer, cid, client_msg_id, body, send_at, now=ctx.deps.clock()
+            ctx.database, viewer, cid, client_msg_id, body, send_at, now=ctx.deps.clock(), hook=ctx.deps.before_send
         )
         return ScheduleMessagePayload(scheduled_message=ScheduledMessage.from_row(made.row), duplicate=made.duplicate)
 
@@ -150,7 +152,7 @@ class Mutation:
             body = check_text(body, "body", max_chars=ctx.settings.max_body_chars)
         await ctx.deps.limits.check("editScheduledMessage", viewer)
         row = await scheduled.do_edit_scheduled(
-            ctx.database, viewer, cid, id_, body=body, send_at=send_at, now=ctx.deps.clock()
+            ctx.database, viewer, cid, id_, body=body, send_at=send_at, now=ctx.deps.clock(), hook=ctx.deps.before_send
         )
         return ScheduledMessage.from_row(row)
 
