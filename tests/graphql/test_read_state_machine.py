@@ -10,7 +10,7 @@ after it; after every step each user's conversations, inbox rows, viewer totals,
 (myThreads) and thread totals are compared with the model, and no count may be below 0, and totalUnread must be the sum of the unmuted conversations'
 unreadCount.
 
-Each example starts from a first state drawn at once (private defaults, messages, reads, deletes,
+Each example starts from a first state drawn at once (private defaults, messages, reads, deletes, replies,
 rewinds and reads again, each checked as a step is), and read, markUnread and delete come twice as
 often as the other steps: the counts' defects need a few of those in a row, and a bounded run must
 reach them (it found each of unread going negative with private receipts and deletes, and a
@@ -274,6 +274,7 @@ class ReadStateMachine(RuleBasedStateMachine):
         deleted=st.frozensets(st.integers(1, 5), max_size=3),
         unread_from=st.lists(st.none() | st.integers(1, 5), min_size=USERS, max_size=USERS),
         read_again=st.lists(st.none() | SEQ, min_size=USERS, max_size=USERS),
+        replies=st.lists(st.tuples(WHO, st.integers(1, 5), st.booleans()), max_size=4),
     )
     def start(
         self,
@@ -283,12 +284,13 @@ class ReadStateMachine(RuleBasedStateMachine):
         deleted: frozenset[int],
         unread_from: list[int | None],
         read_again: list[int | None],
+        replies: list[tuple[int, int, bool]],
     ) -> None:
         """Fresh users and groups, and a first state drawn at once, each operation checked as a step's
         (so that the steps start where the counts are made): each user's default for private receipts;
         `sent` messages of user 0's in the first group (one in the second), read by each user up to
         read[user], the `deleted` ones deleted, then marked unread from unread_from[user] and read again
-        up to read_again[user] by each user with one."""
+        up to read_again[user] by each user with one; then `replies` (user, the message it quotes, thread-only)."""
         base = next(_example_users)
         self.users = [str(base + i) for i in range(USERS)]
         self.bodies = itertools.count()
@@ -313,6 +315,8 @@ class ReadStateMachine(RuleBasedStateMachine):
         for who, seq in enumerate(read_again):
             if seq is not None:
                 self.read(0, who, seq)
+        for who, to, thread_only in replies:  # threads to read, follow and delete in
+            self.reply(0, who, to, thread_only)
 
     def conv_of(self, who: int, c: int) -> Conv | None:
         conv = self.model.convs[c]
@@ -518,6 +522,13 @@ class ReadStateMachine(RuleBasedStateMachine):
     @rule(c=CONV, seq=st.integers(1, 6), by_sender=st.booleans())
     def delete_more(self, c: int, seq: int, by_sender: bool) -> None:
         self.delete(c, seq, by_sender)
+
+    @rule(c=CONV, pick=st.integers(0, 7), by_sender=st.booleans())
+    def delete_reply(self, c: int, pick: int, by_sender: bool) -> None:
+        """Delete one of the thread replies (the delete rule above, aimed at a reply)."""
+        replies = [seq for thread in self.model.convs[c].threads.values() for seq in thread.replies]
+        if replies:
+            self.delete(c, replies[pick % len(replies)], by_sender)
 
     @rule(c=CONV, who=WHO, seq=SEQ)
     def deliver(self, c: int, who: int, seq: int) -> None:
