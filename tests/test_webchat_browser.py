@@ -285,7 +285,7 @@ async def test_two_people_chat_see_badges_and_seen_and_resume_after_a_dropped_ne
             await expect(at(two, 8).get_by_role("button", name="edit", exact=True)).to_have_count(0)  # not theirs
             await at(one, 8).get_by_role("button", name="edit", exact=True).click()
             await at(one, 8).locator("input[name=edit]").fill("and one more, edited")
-            await at(one, 8).get_by_role("button", name="Save").click()
+            await at(one, 8).get_by_role("button", name="Save", exact=True).click()
             await expect(at(two, 8).locator(".body")).to_have_text("and one more, edited")
             await expect(at(two, 8).get_by_test_id("edited")).to_have_text("edited")
             await expect(at(one, 8).get_by_test_id("edited")).to_have_text("edited")
