@@ -536,6 +536,7 @@ async def fanout_figure(pg: Postgres, scratch: Path, logs: Path, sizes: Sizes) -
                     layout.SMOKE, fanout_members=n, fanout_procs=min(sizes.fanout_procs, max(1, n // 100) or 1)
                 )
                 group = await fanout.open_members([server], fsizes, timeout=900)  # a busy machine: minutes
+                await _all_subscribed(server, group)
                 sender = f"Bearer {token(group.members[0])}"
                 rounds = []
                 try:
@@ -574,6 +575,19 @@ async def fanout_figure(pg: Postgres, scratch: Path, logs: Path, sizes: Sizes) -
     finally:
         await conn.close()
     return out
+
+
+async def _all_subscribed(server: Server, group: fanout.Members) -> None:
+    """Every opened socket's subscription is registered on the server (a socket whose handshake timed
+    out on a starved machine stays open without one, and a round would wait for it forever)."""
+    active = 0
+    for _ in range(600):
+        active = await asyncio.to_thread(server.active_subscriptions)
+        if active >= group.opened:
+            return
+        await asyncio.sleep(0.5)
+    group.close()
+    raise RuntimeError(f"fanout: {active} of {group.opened} opened sockets have a subscription on the server")
 
 
 async def _fanout_round(server: Server, sender: str, group: fanout.Members, r: int) -> dict:
@@ -782,7 +796,9 @@ WHY = {
         "for seen and seenByCount, whatever the number of subscribers (tests/graphql/test_event_batching.py "
         "holds delivery to 2 statements an event; the fractions are the relay's polls and the server's "
         "periodic statements falling in the rounds). Most of the buffers are the send's own chat_send "
-        "call, the same at every size. "
+        "call, the same at every size. The rows scanned grow with the members, about one member row each, in "
+        "few buffers: the roster of who gets the event (store/conversations.live_members: every member up to "
+        "CHATGQL_BIG_GROUP_THRESHOLD, above it only the subscribed ones), so they follow the answer. "
         "The time is the frames: one process builds and writes one frame a subscriber, so the last "
         "frame leaves in O(members); the lever past one process is more API processes on a shared bus "
         "(bench/results/livescale.md)."
