@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
+from ..support.clock import Clock
 from ..support.live import ChatApi, subscribe_messages, wait_active_subscriptions, ws_connect
 
 CHANGED = "subscription($c: ID) { messageChanged(conversationId: $c) { changeSeq kind seq reason message { body } } }"
@@ -17,14 +18,6 @@ mutation($c: ID!, $m: UUID!, $b: String!, $at: DateTime!) {
   scheduleMessage(conversationId: $c, clientMsgId: $m, body: $b, sendAt: $at) { scheduledMessage { id } } }
 """
 TTL = "mutation($c: ID!) { setMessageTtl(conversationId: $c, seconds: 60) { messageTtlSeconds } }"
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def test_a_scheduled_message_and_its_erase_arrive_through_kafka(kafka_server, http, engine):

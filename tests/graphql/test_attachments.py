@@ -9,7 +9,6 @@ import pytest
 from sqlalchemy import text
 
 from ..conftest import error_code
-from ..support.live import ChatApi
 
 SEND = """
 mutation($c: ID!, $m: UUID!, $a: [AttachmentInput!]) {
@@ -21,11 +20,6 @@ mutation($c: ID!, $m: UUID!, $a: [AttachmentInput!]) {
 PHOTO = {"url": "https://files.example/p.png", "mimeType": "image/PNG", "name": "p.png", "sizeBytes": 1234,
          "width": 640, "height": 480}  # fmt: skip
 DOC = {"url": "https://files.example/d.pdf", "mimeType": "application/pdf", "name": "d.pdf", "sizeBytes": 99}
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def test_attachments_are_stored_in_order_read_back_and_a_retry_stores_them_once(api, engine):

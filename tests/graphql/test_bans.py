@@ -47,11 +47,6 @@ NODE = "query($id: ID!) { node(id: $id) { id } }"
 MESSAGES = "query($c: ID!) { messages(conversationId: $c) { nodes { seq } } }"
 
 
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
 async def ban(api: ChatApi, actor: int, cid: str, user: int, **more: object) -> dict:
     return await api.execute(BAN, {"c": cid, "u": str(user), **more}, user=actor)
 

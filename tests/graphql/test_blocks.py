@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
-
 from ..conftest import error_code
 from ..support.live import ChatApi, wait_active_subscriptions, ws_connect
 
@@ -24,11 +22,6 @@ MESSAGES = """query($c: ID!) {
   messages(conversationId: $c, first: 50) { nodes { seq senderId senderBlockedByViewer } }
   conversation(id: $c) { lastSeq unreadCount } }"""
 LAST_SEQ = "query($c: ID!) { conversation(id: $c) { lastSeq } }"
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 def users(n: int) -> list[str]:

@@ -27,11 +27,6 @@ CONVERSATION = "query($c: ID!) { conversation(id: $c) { lastSeq lastChangeSeq } 
 EMOJIS = ["👍", "🎉", "❤️"]
 
 
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
 async def history(api: ChatApi, user: int, cid: str) -> dict[int, dict]:
     nodes = (await api.data(PAGE, {"c": cid, "a": "0"}, user=user))["messages"]["nodes"]
     return {n["seq"]: n for n in nodes}

@@ -17,7 +17,8 @@ from sqlalchemy import text
 from chatgql.graphql.ids import message_id
 
 from ..conftest import error_code
-from ..support.live import ChatApi, wait_active_subscriptions, wait_until, ws_connect
+from ..support.clock import Clock, controlled
+from ..support.live import wait_active_subscriptions, wait_until, ws_connect
 from .test_query_count import logging_statements
 
 TTL = "mutation($c: ID!, $s: Int!) { setMessageTtl(conversationId: $c, seconds: $s) { id messageTtlSeconds } }"
@@ -35,27 +36,10 @@ DIRECT = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
 
 
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def clock(server) -> Iterator[Clock]:
-    deps = server.runtime.deps
-    saved, deps.clock = deps.clock, Clock(datetime.now(UTC) - timedelta(hours=1))  # nothing of now is due
-    try:
-        yield deps.clock
-    finally:
-        deps.clock = saved
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
+    with controlled(server, Clock(datetime.now(UTC) - timedelta(hours=1))) as an_hour_ago:  # nothing of now is due
+        yield an_hour_ago
 
 
 async def created(engine, cid: str) -> dict[int, datetime]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -41,34 +39,6 @@ mutation($c: ID!, $m: UUID!, $b: String!, $r: ID) {
 MESSAGE_ID = "query($c: ID!) { messages(conversationId: $c, last: 50) { nodes { id seq } } }"
 ROLE = "mutation($c: ID!, $u: ID!) { setMemberRole(conversationId: $c, userId: $u, role: ADMIN) { role } }"
 MARK_READ = "mutation($c: ID!, $s: Long!) { markRead(conversationId: $c, seq: $s) { lastReadSeq } }"
-
-
-class Clock:
-    """The API's clock (Deps.clock) in the test's hands."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2031, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock(server) -> Iterator[Clock]:
-    deps = server.runtime.deps
-    saved, deps.clock = deps.clock, Clock()
-    try:
-        yield deps.clock
-    finally:
-        deps.clock = saved
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 def users(n: int) -> list[str]:

@@ -5,8 +5,6 @@ cases by name."""
 
 from __future__ import annotations
 
-import pytest
-
 from ..conftest import error_code
 from ..support.live import ChatApi
 
@@ -15,11 +13,6 @@ INBOX = "{ inbox(first: 10) { nodes { id unreadCount firstUnreadSeq } } }"
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
 UNREAD = "mutation($c: ID!, $s: Long!) { markUnread(conversationId: $c, fromSeq: $s) { firstUnreadSeq } }"
 PRIVATE = "mutation($c: ID!) { updateMembership(conversationId: $c, privateReceipts: true) { privateReceipts } }"
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def first(api: ChatApi, user: int, cid: str) -> dict:

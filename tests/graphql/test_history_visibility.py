@@ -12,8 +12,6 @@ import json
 import uuid
 from dataclasses import dataclass
 
-import pytest
-
 from chatgql.events.dispatch import Dispatcher, MembershipCache, Subscription
 from chatgql.store import conversations
 
@@ -71,11 +69,6 @@ UPDATED = (
     "subscription($c: ID) { conversationUpdated(conversationId: $c) { change userId conversation { hideHistory } } }"
 )
 INBOX = "{ inbox(first: 50) { nodes { id lastSeq lastReadSeq unreadCount hideHistory lastMessage { seq body } } } }"
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 def users() -> tuple[int, int, int, int, int]:

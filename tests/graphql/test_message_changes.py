@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
 from sqlalchemy import text
 
 from chatgql import db
@@ -52,11 +51,6 @@ subscription($c: ID, $cursors: [ChangeCursor!]) {
   }
 }
 """
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def edit(api: ChatApi, user: int, cid: str, seq: int, body: str) -> dict:

@@ -41,11 +41,6 @@ OPERATOR = "ops@example"
 
 
 @pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
-@pytest.fixture
 def database(server):
     return server.runtime.deps.database
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from sqlalchemy import text
 
 from ..support.live import ChatApi, wait_active_subscriptions, ws_connect
@@ -43,11 +42,6 @@ mutation($c: ID!, $m: UUID!, $b: String!, $r: ID) {
 }
 """
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def message(api: ChatApi, user: int, cid: str, seq: int) -> dict:

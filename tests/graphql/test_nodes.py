@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import base64
 
-import pytest
-
 from chatgql.graphql import ids
 
 from ..conftest import error_code
-from ..support.live import ChatApi, subscribe_messages, wait_active_subscriptions, ws_connect
+from ..support.live import subscribe_messages, wait_active_subscriptions, ws_connect
 from .test_query_count import create_groups, send_many, statements_of
 
 NODE = """
@@ -42,11 +40,6 @@ query($c: ID!) {
   }
 }
 """
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 def test_ids_parse_back_to_what_they_name_and_nothing_else():

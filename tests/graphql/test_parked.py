@@ -24,7 +24,6 @@ from ..support.live import (
     PROTOCOLS,
     READ_UPDATED,
     TRANSPORT_WS,
-    ChatApi,
     SubscriptionCompleted,
     subscribe_messages,
     wait_active_subscriptions,
@@ -42,11 +41,6 @@ def _operation_tasks() -> int:
     """The websocket operations' tasks running in this process (both protocols)."""
     names = {"run_operation", "handle_async_results"}
     return sum(1 for task in asyncio.all_tasks() if getattr(task.get_coro(), "__name__", None) in names)
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def _accepted(server, query: str, variables: dict | None = None) -> None:

@@ -6,10 +6,8 @@ and messageChanged. Against the session's chatgql and its PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-import pytest
 from sqlalchemy import text
 
 from chatgql.services.erase import erase_user
@@ -48,34 +46,6 @@ subscription($c: ID, $cursors: [ChangeCursor!]) {
 ROLE = "mutation($c: ID!, $u: ID!) { setMemberRole(conversationId: $c, userId: $u, role: ADMIN) { role } }"
 DIRECT = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
 NODE = "query($id: ID!) { node(id: $id) { id ... on Message { seq body } } }"
-
-
-class Clock:
-    """The API's clock (Deps.clock) in a test's hands: it moves only when the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2031, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock(server) -> Iterator[Clock]:
-    deps = server.runtime.deps
-    saved, deps.clock = deps.clock, Clock()
-    try:
-        yield deps.clock
-    finally:
-        deps.clock = saved
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def pin(api: ChatApi, user: int, cid: str, seq: int, until: datetime | None = None) -> dict:

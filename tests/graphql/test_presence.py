@@ -7,7 +7,6 @@ tests/events/test_presence_processes.py."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,32 +20,6 @@ PRESENCE = "query($u: [ID!]!) { presence(userIds: $u) { userId visible online la
 VISIBILITY = "mutation($v: PresenceVisibility!) { setPresenceVisibility(visibility: $v) { userId visibility } }"
 CHANGED = "subscription($u: [ID!]!) { presenceChanged(userIds: $u) { userId visible online lastSeenAt } }"
 DIRECT = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2031, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock(server) -> Iterator[Clock]:
-    deps = server.runtime.deps
-    saved, deps.clock = deps.clock, Clock()
-    try:
-        yield deps.clock
-    finally:
-        deps.clock = saved
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 def users(n: int) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from sqlalchemy import text
 
 from ..conftest import error_code
@@ -50,11 +49,6 @@ subscription($c: ID) {
 """
 MARK_READ_STATEMENTS = 1
 FILE = {"url": "https://files.example/a.png", "mimeType": "image/png", "name": "a.png", "sizeBytes": 10}
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def send(api: ChatApi, user: int, cid: str, body: str, quote: str | None = None, key: str | None = None) -> dict:

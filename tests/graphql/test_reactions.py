@@ -4,7 +4,6 @@ reaches messageChanged. Against the session's chatgql and its PostgreSQL."""
 
 from __future__ import annotations
 
-import pytest
 from sqlalchemy import text
 
 from ..conftest import error_code
@@ -28,11 +27,6 @@ query($c: ID!, $e: String!, $after: ID) {
   conversation(id: $c) { lastSeq lastChangeSeq unreadCount }
 }
 """
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def add(api: ChatApi, user: int, cid: str, emoji: str, seq: int = 1) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from sqlalchemy import text
 
 from ..conftest import error_code
@@ -26,11 +25,6 @@ query($c: ID!, $after: String) {
   }
 }
 """
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def message_id(api: ChatApi, user: int, cid: str, seq: int) -> str:

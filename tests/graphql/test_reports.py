@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
 from sqlalchemy import text
 
 from chatgql.services.erase import erase_user
@@ -21,11 +20,6 @@ REPORT_MESSAGE = """mutation($c: ID!, $s: Long!, $r: ReportReason!, $d: String!)
 REPORT_USER = """mutation($u: ID!, $r: ReportReason!) { reportUser(userId: $u, reason: $r) { reportId duplicate } }"""
 EDIT = "mutation($c: ID!, $s: Long!, $b: String!) { editMessage(conversationId: $c, seq: $s, body: $b) { changeSeq } }"
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 def users(n: int) -> list[str]:

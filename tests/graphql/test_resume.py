@@ -32,11 +32,6 @@ subscription($c: ID, $cursors: [SyncCursor!]) {
 """
 
 
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
 def cursors(**after: int) -> list[dict]:
     return [{"conversationId": cid.lstrip("c"), "afterSeq": seq} for cid, seq in after.items()]
 

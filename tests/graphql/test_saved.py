@@ -7,8 +7,8 @@ Against the session's chatgql and its PostgreSQL, with the API's clock in the te
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -18,6 +18,7 @@ from chatgql import db
 from chatgql.services.saved import SOURCE
 
 from ..conftest import RunningServer, drop_database, error_code, make_settings, scratch_database
+from ..support.clock import Clock
 from ..support.live import ChatApi, ConnectionRefused, WsClient, wait_active_subscriptions, wait_until, ws_connect
 from ..support.webhooks import Receiver, new_secret
 
@@ -45,34 +46,6 @@ REMINDER = "subscription { reminderDue { conversationId seq version remindAt rem
 ROLE = "mutation($c: ID!, $u: ID!) { setMemberRole(conversationId: $c, userId: $u, role: ADMIN) { role } }"
 HIDE = "mutation($c: ID!) { setHistoryVisibility(conversationId: $c, hideHistory: true) { hideHistory } }"
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
-
-
-class Clock:
-    """The API's clock (Deps.clock) in a test's hands: it moves only when the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2031, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock(server) -> Iterator[Clock]:
-    deps = server.runtime.deps
-    saved, deps.clock = deps.clock, Clock()
-    try:
-        yield deps.clock
-    finally:
-        deps.clock = saved
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
 
 
 async def save(api: ChatApi, user: int, cid: str, seq: int, remind_at: datetime | None = None) -> dict:

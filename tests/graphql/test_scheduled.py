@@ -15,6 +15,7 @@ import pytest
 from chatgql.graphql.features.scheduled import scheduled_id
 
 from ..conftest import error_code
+from ..support.clock import Clock, controlled
 from ..support.live import ChatApi, subscribe_messages, wait_active_subscriptions, wait_until, ws_connect
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
@@ -44,29 +45,11 @@ DIRECT = "mutation($u: ID!) { createDirectConversation(userId: $u) { id } }"
 BLOCK = "mutation($u: ID!) { blockUser(userId: $u) { blocked } }"
 
 
-class Clock:
-    """The API's clock (Deps.clock), which the server's scheduler reads too: it moves when the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def clock(server) -> Iterator[Clock]:
-    deps = server.runtime.deps
-    saved, deps.clock = deps.clock, Clock()
-    try:
-        yield deps.clock
-    finally:
-        deps.clock = saved
-
-
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
+    """The API's clock, which the server's scheduler reads too, at T0."""
+    with controlled(server, Clock(T0)) as at_t0:
+        yield at_t0
 
 
 def at(seconds: float) -> str:

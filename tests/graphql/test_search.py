@@ -23,11 +23,6 @@ EDIT = "mutation($c: ID!, $s: Long!, $b: String!) { editMessage(conversationId: 
 DELETE = "mutation($c: ID!, $s: Long!) { deleteMessage(conversationId: $c, seq: $s) { changeSeq } }"
 
 
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
 async def search(api: ChatApi, user: int, query: str, **variables) -> dict:
     return (await api.data(SEARCH, {"q": query, **variables}, user=user))["searchMessages"]
 

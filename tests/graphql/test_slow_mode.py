@@ -36,11 +36,6 @@ INBOX = "{ inbox { nodes { id slowModeSeconds } } }"
 EVENTS = "subscription { conversationUpdated { conversationId change userId memberId role conversation { slowModeSeconds } } }"
 
 
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
 async def send(api: ChatApi, user: int, cid: str, key: str | None = None, body: str = "hi") -> dict:
     return await api.execute(SEND, {"c": cid, "m": key or str(uuid.uuid4()), "b": body}, user=user)
 

@@ -16,11 +16,6 @@ from ..support.live import ChatApi, wait_active_subscriptions, ws_connect
 from .test_replies import REPLY, message_id, reply
 
 
-@pytest.fixture
-async def api(server, http) -> ChatApi:
-    return ChatApi.of(server, http)
-
-
 async def thread_rows(engine, cid: str) -> dict:
     async with engine.connect() as conn:
         threads = (

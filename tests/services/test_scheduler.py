@@ -21,18 +21,11 @@ from chatgql.services.messages import do_send_message
 from chatgql.services.scheduled import SOURCE, do_edit_scheduled, do_schedule_message
 from chatgql.services.scheduler import Scheduler, registered
 from tests.graphql.test_before_send import Endpoint, hook_of
+from tests.support.clock import Clock
 from tests.support.live import ChatApi, wait_until
 from tests.support.webhooks import new_secret
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -55,7 +48,7 @@ async def test_a_scheduled_message_is_sent_once_at_its_time_by_the_clock(server,
     api = ChatApi.of(server, http)
     group = int(await api.create_group(1, [2]))
     await api.send(2, str(group), "before")  # seq 1
-    clock = Clock()
+    clock = Clock(T0)
     key = uuid.uuid4()
     made = await do_schedule_message(database, "1", group, key, "later", T0 + timedelta(minutes=5), now=clock())
     scheduler = Scheduler(database, [SOURCE], clock=clock)
@@ -81,7 +74,7 @@ async def test_two_schedulers_racing_for_the_same_due_rows_fire_each_once(
 ) -> None:
     api = ChatApi.of(server, http)
     groups = [int(await api.create_group(1, [2, 3])) for _ in range(3)]
-    clock = Clock()
+    clock = Clock(T0)
     first = await db.Database(migrated_url, max_size=3).open()
     second = await db.Database(migrated_url, max_size=3).open()
     try:
@@ -153,7 +146,7 @@ async def test_the_before_send_hook_is_asked_when_a_message_is_scheduled_and_edi
     api = ChatApi.of(server, http)
     group = int(await api.create_group(1, [2]))
     verdicts = {"spam": {"action": "reject", "reason": "no spam"}, "darn": {"action": "rewrite", "body": "d**n"}}
-    clock = Clock()
+    clock = Clock(T0)
     at = T0 + timedelta(minutes=1)
     async with Endpoint(new_secret()) as endpoint:
         endpoint.answer = lambda data: verdicts.get(data["body"], {"action": "accept"})
