@@ -45,6 +45,7 @@ OPERATIONS = [
     "Disappearing",
     "SaveDraft",
     "Presence",
+    "Pinned",
 ]
 
 

@@ -5,6 +5,7 @@
 // or a reaction replaces the message at its seq, unless a newer change of it is held.
 //
 // Typing is a member's state beside the watermarks: until when the indicator shows.
+// Pins are read as a list (Pins.jsx): a pin or unpin change only moves pinsVersion, which reads it again.
 //
 // A new event kind (a reply) is one more action here and one more
 // subscription in useConversation.js; its view goes in Message.jsx.
@@ -19,6 +20,7 @@ export const initialConversation = {
   changeSeqs: {}, // seq -> the changeSeq of the newest change held for that message
   typing: {}, // userId -> until when "typing…" shows (ms since the epoch, this browser's clock)
   pending: [], // sends not acknowledged yet: { clientMsgId, body, failed, error, retryable }
+  pinsVersion: 0, // moves on each pin or unpin change held, and on a history: the pinned list reads again
   missing: false, // the viewer cannot read it (not a member, or no such conversation)
 };
 
@@ -72,6 +74,7 @@ export function conversationReducer(state, action) {
         watermarks: raise({}, conversation.members),
         changeSeqs: {},
         pending: withoutPending(state.pending, messages),
+        pinsVersion: state.pinsVersion + 1,
       };
     }
     case "older":
@@ -89,14 +92,16 @@ export function conversationReducer(state, action) {
         typing: without(state.typing, action.message.senderId), // they sent it: done typing
       };
     case "changed": {
-      // An edit, a deletion or a reaction (live, replayed, or the answer to our own call):
-      // the message as it is after it. An older change arriving late changes nothing.
-      const { message, changeSeq } = action;
+      // An edit, a deletion, a reaction, a pin or an unpin (live, replayed, or the answer to our
+      // own call): the message as it is after it. An older change arriving late changes nothing.
+      const { message, changeSeq, kind } = action;
       if ((state.changeSeqs[message.seq] ?? 0) >= changeSeq) return state;
+      const pin = kind === "PINNED" || kind === "UNPINNED";
       return {
         ...state,
         messages: state.messages.map((held) => (held.seq === message.seq ? message : held)),
         changeSeqs: { ...state.changeSeqs, [message.seq]: changeSeq },
+        pinsVersion: pin ? state.pinsVersion + 1 : state.pinsVersion,
       };
     }
     case "blocked": // the viewer blocked or unblocked a sender: their messages say so
