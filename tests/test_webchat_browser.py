@@ -15,7 +15,8 @@ refused with the wait. User 1 sees "user 2 is typing…" while user 2 types. A r
 In a group, "seen by N" counts the members who read the message.
 
 A draft written on one device is restored on another, follows the typing live and goes when it is sent;
-the other person sees the writer online, then when they were last seen.
+the other person sees the writer online, then when they were last seen. A group's owner pins a message and the
+member's pinned list follows live; the member's own pin is refused with the server's reason; the unpin empties both.
 
 Screenshots of each step go to tests/out/webchat/ (printed).
 
