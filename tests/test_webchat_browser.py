@@ -683,8 +683,8 @@ async def test_quote_forward_and_save_a_message_in_the_web_chat(server: RunningS
 @pytest.mark.timeout(180)
 async def test_pinned_messages_in_the_web_chat_live_and_a_plain_members_pin_refused(server: RunningServer, http):
     """In a group (docs/guide/web-chat.md): its owner pins a message; the plain member sees it in the pinned list
-    above the history live (messageChanged PINNED) and a click there shows the message highlighted; the member's
-    own pin is refused with the server's reason (FORBIDDEN, PIN_NOT_ALLOWED) and pins nothing; the owner unpins
+    above the history live (messageChanged PINNED) and a click there shows the message highlighted; an edit of it
+    shows in both lists; the member's own pin is refused with the server's reason (FORBIDDEN, PIN_NOT_ALLOWED) and pins nothing; the owner unpins
     it and it leaves both lists (UNPINNED)."""
     assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
     expect.set_options(timeout=WAIT_MS)
@@ -720,6 +720,12 @@ async def test_pinned_messages_in_the_web_chat_live_and_a_plain_members_pin_refu
             await expect(owners.locator(first).get_by_test_id("pin")).to_have_text("unpin")
             await members.get_by_test_id("pinned").get_by_role("button").click()  # shows the message
             await expect(members.locator(first)).to_have_class(re.compile(r"\bhighlighted\b"))
+            # Its sender edits it: the pinned lists show the new text (messageChanged EDITED).
+            await members.locator(first).get_by_role("button", name="edit", exact=True).click()
+            await members.fill("input[name=edit]", "pin me, edited")
+            await members.locator(first).get_by_role("button", name="Save", exact=True).click()
+            for page in (owners, members):
+                await expect(page.get_by_test_id("pinned")).to_contain_text("pin me, edited")
 
             # A plain member may not pin in a group: the refusal is shown, and nothing is pinned.
             second = members.locator("[data-testid=message][data-seq='2']")

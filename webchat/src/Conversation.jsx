@@ -2,7 +2,7 @@ import { useEffect, useLayoutEffect, useRef, useState } from "react";
 import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
-import { PinnedList, usePins } from "./Pins.jsx";
+import { PinnedList } from "./Pins.jsx";
 import { Presence } from "./Presence.jsx";
 import { Quoting } from "./Quote.jsx";
 import { Schedule, ttlLabel } from "./Schedule.jsx";
@@ -24,7 +24,6 @@ function readingOlder(element, arrived) {
 export function Conversation({ client, viewer, config, conversationId, conversations = [], onBack, onOpenThread }) {
   const { state, loadOlder, send, discard, edit, remove, react, pin, typing, block, report, forward, save } =
     useConversation(client, conversationId, viewer.userId);
-  const pins = usePins(client, conversationId, state.pinsVersion);
   const [highlighted, setHighlighted] = useState(null); // the pinned message last shown from the list
   const [draft, setDraft, draftSent] = useDraft(client, conversationId, state.messages, viewer.userId);
   const [quoting, setQuoting] = useState(null); // the message the next send quotes
@@ -141,7 +140,7 @@ export function Conversation({ client, viewer, config, conversationId, conversat
         )}
       </header>
       <PinnedList
-        pins={pins}
+        pins={state.pins}
         held={(seq) => state.messages.some((message) => message.seq === seq)}
         onShow={showPinned}
       />
@@ -162,7 +161,7 @@ export function Conversation({ client, viewer, config, conversationId, conversat
             onEdit={(body) => edit(message.seq, body)}
             onDelete={() => remove(message.seq)}
             onReact={(emoji, on) => react(message.seq, emoji, on)}
-            pinned={pins.some((item) => item.seq === message.seq)}
+            pinned={state.pins.some((item) => item.seq === message.seq)}
             highlighted={highlighted === message.seq}
             onPin={(on) => pin(message.seq, on)}
             onBlock={(blocked) => block(message.senderId, blocked)}

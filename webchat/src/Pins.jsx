@@ -1,28 +1,8 @@
-import { useEffect, useState } from "react";
-import { run } from "./client.js";
-import { PINNED } from "./operations.js";
+import { useState } from "react";
 
-// The conversation's pinned messages, the newest pin first (pinnedMessages): read when the
-// conversation opens and again whenever `version` moves (conversation.js's pinsVersion: a PINNED or
-// UNPINNED change from messageChanged, the answer to the viewer's own pin or unpin, a reloaded history).
-// A failed read keeps what is shown; the next pin change reads again.
-export function usePins(client, conversationId, version) {
-  const [read, setRead] = useState({ conversationId: null, pins: [] });
-  useEffect(() => {
-    let stopped = false;
-    run(client, "query", PINNED, { c: conversationId }).then(
-      (data) => stopped || setRead({ conversationId, pins: data.pinnedMessages }),
-      () => {},
-    );
-    return () => {
-      stopped = true;
-    };
-  }, [client, conversationId, version]);
-  return read.conversationId === conversationId ? read.pins : [];
-}
-
-// Above the history: each pinned message (its sender and body); a click shows the message in the
-// history when it is held (scrolled to and highlighted), else says to load older messages.
+// Above the history: the conversation's pinned messages, the newest pin first (conversation.js holds
+// them, useConversation.js reads them). A click shows the message in the history when it is held
+// (scrolled to and highlighted), else says to load older messages.
 export function PinnedList({ pins, held, onShow }) {
   const [notHeld, setNotHeld] = useState(null);
   if (!pins.length) return null;

@@ -5,7 +5,8 @@
 // or a reaction replaces the message at its seq, unless a newer change of it is held.
 //
 // Typing is a member's state beside the watermarks: until when the indicator shows.
-// Pins are read as a list (Pins.jsx): a pin or unpin change only moves pinsVersion, which reads it again.
+// The pinned list (Pins.jsx) is read from the server (pinnedMessages): a pin or an unpin moves pinsVersion,
+// which reads it again; an edit, a deletion or a reaction of a pinned message changes the list here.
 //
 // A new event kind (a reply) is one more action here and one more
 // subscription in useConversation.js; its view goes in Message.jsx.
@@ -20,7 +21,8 @@ export const initialConversation = {
   changeSeqs: {}, // seq -> the changeSeq of the newest change held for that message
   typing: {}, // userId -> until when "typing…" shows (ms since the epoch, this browser's clock)
   pending: [], // sends not acknowledged yet: { clientMsgId, body, failed, error, retryable }
-  pinsVersion: 0, // moves on each pin or unpin change held, and on a history: the pinned list reads again
+  pins: [], // the pinned messages, the newest pin first: { seq, pinnedBy, pinnedAt, message }
+  pinsVersion: 0, // moves on each pin or unpin held, and on a history: useConversation.js reads the pins again
   missing: false, // the viewer cannot read it (not a member, or no such conversation)
 };
 
@@ -101,14 +103,24 @@ export function conversationReducer(state, action) {
         ...state,
         messages: state.messages.map((held) => (held.seq === message.seq ? message : held)),
         changeSeqs: { ...state.changeSeqs, [message.seq]: changeSeq },
+        pins: state.pins // a deleted message is no longer pinned
+          .filter((item) => item.seq !== message.seq || !message.deletedAt)
+          .map((item) => (item.seq === message.seq ? { ...item, message } : item)),
         pinsVersion: pin ? state.pinsVersion + 1 : state.pinsVersion,
       };
     }
+    case "pins": // the pinned list as read (pinnedMessages)
+      return { ...state, pins: action.pins };
     case "blocked": // the viewer blocked or unblocked a sender: their messages say so
       return {
         ...state,
         messages: state.messages.map((held) =>
           held.senderId === action.userId ? { ...held, senderBlockedByViewer: action.blocked } : held,
+        ),
+        pins: state.pins.map((item) =>
+          item.message.senderId === action.userId
+            ? { ...item, message: { ...item.message, senderBlockedByViewer: action.blocked } }
+            : item,
         ),
       };
     case "typing":

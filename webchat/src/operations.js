@@ -292,7 +292,7 @@ export const FORWARD = gql`
 // the message and the changeSeq they took like an edit (their MessageChange kinds: PINNED, UNPINNED).
 export const PINNED = gql`
   query Pinned($c: ID!) {
-    pinnedMessages(conversationId: $c) { seq pinnedBy pinnedAt message { senderId body senderBlockedByViewer } }
+    pinnedMessages(conversationId: $c) { seq pinnedBy pinnedAt message { ${MESSAGE_FIELDS} } }
   }
 `;
 

@@ -18,6 +18,7 @@ import {
   MESSAGE_NEW,
   OLDER,
   PIN,
+  PINNED,
   READ_UPDATED,
   REMOVE_REACTION,
   REPORT_MESSAGE,
@@ -155,6 +156,21 @@ export function useConversation(client, conversationId, viewerId) {
       document.removeEventListener("visibilitychange", onVisible);
     };
   }, [client, conversationId, viewerId, markRead]);
+
+  // The pinned list: read once the history is in, and again each time pinsVersion moves (a pin or an
+  // unpin from any member, the answer to the viewer's own, a history reloaded). A failed read keeps the
+  // list shown; the next pin change reads it again.
+  useEffect(() => {
+    if (!state.pinsVersion) return;
+    let stopped = false;
+    run(client, "query", PINNED, { c: conversationId }).then(
+      (data) => stopped || dispatch({ type: "pins", pins: data.pinnedMessages }),
+      () => {},
+    );
+    return () => {
+      stopped = true;
+    };
+  }, [client, conversationId, state.pinsVersion]);
 
   const loadOlder = useCallback(async () => {
     if (!state.olderCursor) return;
