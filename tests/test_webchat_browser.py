@@ -15,7 +15,8 @@ refused with the wait. User 1 sees "user 2 is typing…" while user 2 types. A r
 In a group, "seen by N" counts the members who read the message.
 
 A draft written on one device is restored on another, follows the typing live and goes when it is sent;
-the other person sees the writer online, then when they were last seen.
+the other person sees the writer online, then when they were last seen. A group's owner pins a message and the
+member's pinned list follows live; the member's own pin is refused with the server's reason; the unpin empties both.
 
 Screenshots of each step go to tests/out/webchat/ (printed).
 
@@ -677,3 +678,72 @@ async def test_quote_forward_and_save_a_message_in_the_web_chat(server: RunningS
             await browser.close()
     assert not page_errors, page_errors
     print("screenshots:", *shots, sep="\n  ")
+
+
+@pytest.mark.timeout(180)
+async def test_pinned_messages_in_the_web_chat_live_and_a_plain_members_pin_refused(server: RunningServer, http):
+    """In a group (docs/guide/web-chat.md): its owner pins a message; the plain member sees it in the pinned list
+    above the history live (messageChanged PINNED) and a click there shows the message highlighted; an edit of it
+    shows in both lists; the member's own pin is refused with the server's reason (FORBIDDEN, PIN_NOT_ALLOWED) and pins nothing; the owner unpins
+    it and it leaves both lists (UNPINNED)."""
+    assert shutil.which(CHROMIUM), "the browser test needs Debian's chromium (scripts/test installs it)"
+    expect.set_options(timeout=WAIT_MS)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots: list[Path] = []
+    api = ChatApi.of(server, http)
+    tag = uuid.uuid4().hex[:8]
+    owner, member = f"owner{tag}", f"member{tag}"
+    cid = await api.create_group(owner, [member], title=f"pins {tag}")
+    await api.send(member, cid, "pin me")
+    await api.send(owner, cid, "not for pinning")
+    demo = urljoin(server.url, "/demo")
+    page_errors: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            contexts = [await browser.new_context(viewport={"width": 960, "height": 600}) for _ in range(2)]
+            owners, members = [await context.new_page() for context in contexts]
+            for page, user in ((owners, owner), (members, member)):
+                page.on("pageerror", lambda error: page_errors.append(str(error.stack)))
+                await _sign_in(page, demo, user)
+                await page.get_by_test_id("inbox-item").filter(has_text=f"pins {tag}").click()
+                await expect(page.get_by_test_id("message")).to_have_count(2)
+                await expect(page.get_by_test_id("pinned")).to_have_count(0)
+
+            # The owner pins the member's message: both pinned lists show it, the member's live.
+            first = "[data-testid=message][data-seq='1']"
+            await owners.locator(first).get_by_test_id("pin").click()
+            for page in (owners, members):
+                await expect(page.get_by_test_id("pinned")).to_have_count(1)
+                await expect(page.get_by_test_id("pinned")).to_contain_text("pin me")
+                await expect(page.locator(first).get_by_test_id("pinned-mark")).to_be_visible()
+            await expect(owners.locator(first).get_by_test_id("pin")).to_have_text("unpin")
+            await members.get_by_test_id("pinned").get_by_role("button").click()  # shows the message
+            await expect(members.locator(first)).to_have_class(re.compile(r"\bhighlighted\b"))
+            # Its sender edits it: the pinned lists show the new text (messageChanged EDITED).
+            await members.locator(first).get_by_role("button", name="edit", exact=True).click()
+            await members.fill("input[name=edit]", "pin me, edited")
+            await members.locator(first).get_by_role("button", name="Save", exact=True).click()
+            for page in (owners, members):
+                await expect(page.get_by_test_id("pinned")).to_contain_text("pin me, edited")
+
+            # A plain member may not pin in a group: the refusal is shown, and nothing is pinned.
+            second = members.locator("[data-testid=message][data-seq='2']")
+            await second.get_by_test_id("pin").click()
+            await expect(second.locator(".error")).to_have_text("only a group's OWNER or an ADMIN may pin or unpin")
+            await expect(second.get_by_test_id("pinned-mark")).to_have_count(0)
+            await expect(members.get_by_test_id("pinned")).to_have_count(1)
+            await _side_by_side(browser, [owners, members], "30-pinned", shots)
+
+            # The owner unpins it: it leaves both lists.
+            await owners.locator(first).get_by_test_id("pin").click()
+            for page in (owners, members):
+                await expect(page.get_by_test_id("pinned")).to_have_count(0)
+                await expect(page.locator(first).get_by_test_id("pinned-mark")).to_have_count(0)
+            await expect(owners.locator(first).get_by_test_id("pin")).to_have_text("pin")
+        finally:
+            await browser.close()
+    assert page_errors == []
+    pinned = await api.data("query($c: ID!) { pinnedMessages(conversationId: $c) { seq } }", {"c": cid}, user=owner)
+    assert pinned["pinnedMessages"] == []
+    print("\nweb chat screenshots:", *shots, sep="\n  ")

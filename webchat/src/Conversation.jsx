@@ -2,6 +2,7 @@ import { useEffect, useLayoutEffect, useRef, useState } from "react";
 import { seenBy } from "./conversation.js";
 import { conversationName } from "./Inbox.jsx";
 import { Message, PendingMessage } from "./Message.jsx";
+import { PinnedList } from "./Pins.jsx";
 import { Presence } from "./Presence.jsx";
 import { Quoting } from "./Quote.jsx";
 import { Schedule, ttlLabel } from "./Schedule.jsx";
@@ -21,11 +22,9 @@ function readingOlder(element, arrived) {
 }
 
 export function Conversation({ client, viewer, config, conversationId, conversations = [], onBack, onOpenThread }) {
-  const { state, loadOlder, send, discard, edit, remove, react, typing, block, report, forward, save } = useConversation(
-    client,
-    conversationId,
-    viewer.userId,
-  );
+  const { state, loadOlder, send, discard, edit, remove, react, pin, typing, block, report, forward, save } =
+    useConversation(client, conversationId, viewer.userId);
+  const [highlighted, setHighlighted] = useState(null); // the pinned message last shown from the list
   const [draft, setDraft, draftSent] = useDraft(client, conversationId, state.messages, viewer.userId);
   const [quoting, setQuoting] = useState(null); // the message the next send quotes
   const list = useRef(null);
@@ -60,6 +59,11 @@ export function Conversation({ client, viewer, config, conversationId, conversat
     bottom.current?.scrollIntoView({ block: "end" });
     following.current = true;
     setUnseen(0);
+  }
+
+  function showPinned(seq) {
+    list.current?.querySelector(`[data-testid=message][data-seq="${seq}"]`)?.scrollIntoView({ block: "center" });
+    setHighlighted(seq);
   }
 
   function scrolled() {
@@ -135,6 +139,11 @@ export function Conversation({ client, viewer, config, conversationId, conversat
           </span>
         )}
       </header>
+      <PinnedList
+        pins={state.pins}
+        held={(seq) => state.messages.some((message) => message.seq === seq)}
+        onShow={showPinned}
+      />
       <ol className="messages" ref={list} onScroll={scrolled} data-testid="messages">
         {state.hasOlder && (
           <li className="older">
@@ -152,6 +161,9 @@ export function Conversation({ client, viewer, config, conversationId, conversat
             onEdit={(body) => edit(message.seq, body)}
             onDelete={() => remove(message.seq)}
             onReact={(emoji, on) => react(message.seq, emoji, on)}
+            pinned={state.pins.some((item) => item.seq === message.seq)}
+            highlighted={highlighted === message.seq}
+            onPin={(on) => pin(message.seq, on)}
             onBlock={(blocked) => block(message.senderId, blocked)}
             onReport={(reason) => report(message.seq, reason)}
             onThread={onOpenThread && (() => onOpenThread(message.id))}

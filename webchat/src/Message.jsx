@@ -5,7 +5,8 @@ const THUMBS_UP = "👍";
 
 // One message: its body ("edited" once edited; a tombstone once deleted), its 👍 toggle
 // with the count, and for the viewer's own messages edit and delete; the message it quotes
-// (Quote.jsx), a "forwarded" mark, quote, forward and save, and its thread.
+// (Quote.jsx), a "forwarded" mark, quote, forward and save, and its thread; pin or unpin (Pins.jsx
+// lists the pinned ones; a pinned message shows 📌, and is highlighted when shown from that list).
 export function Message({
   message,
   mine,
@@ -15,6 +16,9 @@ export function Message({
   onEdit,
   onDelete,
   onReact,
+  pinned,
+  highlighted,
+  onPin,
   onBlock,
   onReport,
   onThread,
@@ -64,8 +68,17 @@ export function Message({
   }
   const thumbs = message.reactions.find((reaction) => reaction.emoji === THUMBS_UP);
   return (
-    <li className={`message ${mine ? "mine" : ""}`} data-testid="message" data-seq={message.seq}>
+    <li
+      className={`message ${mine ? "mine" : ""} ${highlighted ? "highlighted" : ""}`}
+      data-testid="message"
+      data-seq={message.seq}
+    >
       {!mine && <span className="sender">user {message.senderId}</span>}
+      {pinned && (
+        <span className="pinned-mark" data-testid="pinned-mark" title="pinned">
+          📌 pinned
+        </span>
+      )}
       {message.forwarded && (
         <span className="forwarded" data-testid="forwarded">
           forwarded
@@ -104,6 +117,9 @@ export function Message({
         </button>
         <button className="link" data-testid="forward" onClick={() => setForwarding(true)}>
           forward
+        </button>
+        <button className="link" data-testid="pin" onClick={() => attempt(() => onPin(!pinned))}>
+          {pinned ? "unpin" : "pin"}
         </button>
         <button
           className="link"

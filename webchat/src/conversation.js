@@ -5,6 +5,8 @@
 // or a reaction replaces the message at its seq, unless a newer change of it is held.
 //
 // Typing is a member's state beside the watermarks: until when the indicator shows.
+// The pinned list (Pins.jsx) is read from the server (pinnedMessages): a pin or an unpin moves pinsVersion,
+// which reads it again; an edit, a deletion or a reaction of a pinned message changes the list here.
 //
 // A new event kind (a reply) is one more action here and one more
 // subscription in useConversation.js; its view goes in Message.jsx.
@@ -19,6 +21,8 @@ export const initialConversation = {
   changeSeqs: {}, // seq -> the changeSeq of the newest change held for that message
   typing: {}, // userId -> until when "typing…" shows (ms since the epoch, this browser's clock)
   pending: [], // sends not acknowledged yet: { clientMsgId, body, failed, error, retryable }
+  pins: [], // the pinned messages, the newest pin first: { seq, pinnedBy, pinnedAt, message }
+  pinsVersion: 0, // moves on each pin or unpin held, and on a history: useConversation.js reads the pins again
   missing: false, // the viewer cannot read it (not a member, or no such conversation)
 };
 
@@ -72,6 +76,7 @@ export function conversationReducer(state, action) {
         watermarks: raise({}, conversation.members),
         changeSeqs: {},
         pending: withoutPending(state.pending, messages),
+        pinsVersion: state.pinsVersion + 1,
       };
     }
     case "older":
@@ -89,21 +94,33 @@ export function conversationReducer(state, action) {
         typing: without(state.typing, action.message.senderId), // they sent it: done typing
       };
     case "changed": {
-      // An edit, a deletion or a reaction (live, replayed, or the answer to our own call):
-      // the message as it is after it. An older change arriving late changes nothing.
-      const { message, changeSeq } = action;
+      // An edit, a deletion, a reaction, a pin or an unpin (live, replayed, or the answer to our
+      // own call): the message as it is after it. An older change arriving late changes nothing.
+      const { message, changeSeq, kind } = action;
       if ((state.changeSeqs[message.seq] ?? 0) >= changeSeq) return state;
+      const pin = kind === "PINNED" || kind === "UNPINNED";
       return {
         ...state,
         messages: state.messages.map((held) => (held.seq === message.seq ? message : held)),
         changeSeqs: { ...state.changeSeqs, [message.seq]: changeSeq },
+        pins: state.pins // a deleted message is no longer pinned
+          .filter((item) => item.seq !== message.seq || !message.deletedAt)
+          .map((item) => (item.seq === message.seq ? { ...item, message } : item)),
+        pinsVersion: pin ? state.pinsVersion + 1 : state.pinsVersion,
       };
     }
+    case "pins": // the pinned list as read (pinnedMessages)
+      return { ...state, pins: action.pins };
     case "blocked": // the viewer blocked or unblocked a sender: their messages say so
       return {
         ...state,
         messages: state.messages.map((held) =>
           held.senderId === action.userId ? { ...held, senderBlockedByViewer: action.blocked } : held,
+        ),
+        pins: state.pins.map((item) =>
+          item.message.senderId === action.userId
+            ? { ...item, message: { ...item.message, senderBlockedByViewer: action.blocked } }
+            : item,
         ),
       };
     case "typing":

@@ -288,6 +288,26 @@ export const FORWARD = gql`
   }
 `;
 
+// Pinned messages (Pins.jsx): the conversation's list, the newest pin first, and pin / unpin, which answer
+// the message and the changeSeq they took like an edit (their MessageChange kinds: PINNED, UNPINNED).
+export const PINNED = gql`
+  query Pinned($c: ID!) {
+    pinnedMessages(conversationId: $c) { seq pinnedBy pinnedAt message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+export const PIN = gql`
+  mutation Pin($c: ID!, $s: Long!) {
+    pinMessage(conversationId: $c, seq: $s) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
+export const UNPIN = gql`
+  mutation Unpin($c: ID!, $s: Long!) {
+    unpinMessage(conversationId: $c, seq: $s) { changeSeq message { ${MESSAGE_FIELDS} } }
+  }
+`;
+
 // Saved messages: the viewer's own list, newest save first.
 export const SAVE = gql`
   mutation Save($c: ID!, $s: Long!) {

@@ -1,7 +1,7 @@
 // One open conversation: its newest page, older pages on demand, live messages and
 // watermarks that resume after a dropped connection, sends with a pending state until
 // the ack, markRead while the conversation is on screen, and edits, deletions and
-// reactions (messageChanged, resumed after a drop like messageNew).
+// reactions, pins and unpins (messageChanged, resumed after a drop like messageNew).
 import { useCallback, useEffect, useReducer, useRef } from "react";
 import { run } from "./client.js";
 import { conversationReducer, initialConversation } from "./conversation.js";
@@ -17,12 +17,15 @@ import {
   MESSAGE_CHANGED,
   MESSAGE_NEW,
   OLDER,
+  PIN,
+  PINNED,
   READ_UPDATED,
   REMOVE_REACTION,
   REPORT_MESSAGE,
   SAVE,
   SEND,
   UNBLOCK,
+  UNPIN,
   TYPING,
   TYPING_EVENTS,
   WATERMARKS,
@@ -117,9 +120,9 @@ export function useConversation(client, conversationId, viewerId) {
           client,
           MESSAGE_CHANGED,
           () => ({ c: conversationId, cursors: [{ conversationId, afterChangeSeq: changed.current }] }),
-          ({ messageChanged: { changeSeq, message } }) => {
+          ({ messageChanged: { changeSeq, kind, message } }) => {
             changed.current = Math.max(changed.current, changeSeq);
-            dispatch({ type: "changed", message, changeSeq });
+            dispatch({ type: "changed", message, changeSeq, kind });
           },
           { onRestart: ({ reason }) => reason === "REPLAY_TOO_LONG" && load().catch(() => {}) },
         ),
@@ -154,6 +157,21 @@ export function useConversation(client, conversationId, viewerId) {
     };
   }, [client, conversationId, viewerId, markRead]);
 
+  // The pinned list: read once the history is in, and again each time pinsVersion moves (a pin or an
+  // unpin from any member, the answer to the viewer's own, a history reloaded). A failed read keeps the
+  // list shown; the next pin change reads it again.
+  useEffect(() => {
+    if (!state.pinsVersion) return;
+    let stopped = false;
+    run(client, "query", PINNED, { c: conversationId }).then(
+      (data) => stopped || dispatch({ type: "pins", pins: data.pinnedMessages }),
+      () => {},
+    );
+    return () => {
+      stopped = true;
+    };
+  }, [client, conversationId, state.pinsVersion]);
+
   const loadOlder = useCallback(async () => {
     if (!state.olderCursor) return;
     const data = await run(client, "query", OLDER, { c: conversationId, last: PAGE_SIZE, before: state.olderCursor });
@@ -180,10 +198,10 @@ export function useConversation(client, conversationId, viewerId) {
   // Edit, delete, react: the answer is shown at once (our own change also comes back on
   // messageChanged; the reducer keeps whichever is newer). A failure is thrown to the view.
   const change = useCallback(
-    async (document, variables) => {
+    async (document, variables, kind = null) => {
       const data = await run(client, "mutation", document, { c: conversationId, ...variables });
       const { changeSeq, message } = Object.values(data)[0];
-      if (changeSeq !== null) dispatch({ type: "changed", message, changeSeq });
+      if (changeSeq !== null) dispatch({ type: "changed", message, changeSeq, kind });
     },
     [client, conversationId],
   );
@@ -191,6 +209,11 @@ export function useConversation(client, conversationId, viewerId) {
   const remove = useCallback((seq) => change(DELETE, { s: seq }), [change]);
   const react = useCallback(
     (seq, emoji, on) => change(on ? ADD_REACTION : REMOVE_REACTION, { s: seq, e: emoji }),
+    [change],
+  );
+  // Pin or unpin (who may: the server says; a refusal is thrown to the view like an edit's).
+  const pin = useCallback(
+    (seq, on) => change(on ? PIN : UNPIN, { s: seq }, on ? "PINNED" : "UNPINNED"),
     [change],
   );
 
@@ -225,5 +248,5 @@ export function useConversation(client, conversationId, viewerId) {
     [client, conversationId],
   );
 
-  return { state, loadOlder, send, discard, edit, remove, react, typing, block, report, forward, save };
+  return { state, loadOlder, send, discard, edit, remove, react, pin, typing, block, report, forward, save };
 }

@@ -161,6 +161,14 @@ query Presence($userIds: [ID!]!) {
 """,
         {"userIds": ["2", "3"]},
     ),
+    Example(
+        """# Pinned messages, the newest pin first; pinMessage(conversationId:, seq:) pins one, unpinMessage unpins it.
+query Pinned($c: ID!) {
+  pinnedMessages(conversationId: $c) { seq pinnedBy pinnedAt expiresAt message { senderId body } }
+}
+""",
+        {"c": "1"},
+    ),
 ]
 
 # The Headers tab of every example. The page signs in for you in development (its Sign-in
