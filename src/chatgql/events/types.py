@@ -531,7 +531,7 @@ class UserUnbanned(UserEvent):
 class PresenceChanged(UserEvent):
     """user_id's presence may have changed: online (any process holds a connection of theirs) as the
     process that saw a connection of theirs open or close found it, and their last seen then (None:
-    never seen). Ephemeral, like typing: never in PostgreSQL or the outbox (events/ephemeral.py). The
+    as stored, read by each watcher). Ephemeral, like typing: never in PostgreSQL or the outbox (events/ephemeral.py). The
     dispatcher offers it to the subscriptions registered under user_id for it: those watching them
     (graphql/features/presence.py), which check who may see it."""
 
