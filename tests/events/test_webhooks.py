@@ -556,8 +556,9 @@ async def test_presence_on_the_hub_lists_the_users_of_every_worker_and_drops_a_w
     tmp_path: Path,
 ) -> None:
     """The supervisor's presence reads its hub; each worker tells it its users over a connection of
-    its own. A user is online while any worker lists them; a worker whose connection ends drops out,
-    and tells its whole set again when it connects again."""
+    its own, and asks it on that connection about the users it has no socket of. A user is online
+    while any worker lists them; a worker whose connection ends drops out, counts its own sockets
+    only meanwhile, and tells its whole set again when it connects again."""
     hub = Hub(str(tmp_path / "hub.sock"))
     async with hub.serving():
         supervisor = Presence(None, hub=hub)
@@ -569,16 +570,21 @@ async def test_presence_on_the_hub_lists_the_users_of_every_worker_and_drops_a_w
             first.connected("7")  # two sockets on one worker
             second.connected("8")
             await wait_until(lambda: _online(supervisor, ["7", "8", "9"], {"7", "8"}), 5, "7 and 8 online")
+            assert await first.online(["7", "8", "9"]) == {"7", "8"}  # 8 from the hub
             first.disconnected("7")
             second.connected("7")  # and one on the other
             first.disconnected("7")
+            await wait_until(lambda: _online(first, ["7"], {"7"}), 5, "7 online on the second, for the first")
             await wait_until(lambda: _online(supervisor, ["7", "8"], {"7", "8"}), 5, "7 online on the second")
             second.disconnected("7")
+            assert await second.online(["7", "8"]) == {"8"}  # asked after it told the hub 7 went
             await wait_until(lambda: _online(supervisor, ["7", "8"], {"8"}), 5, "7 offline once no worker lists it")
             tasks[1].cancel()  # the second worker's link ends: its users drop out
             with contextlib.suppress(asyncio.CancelledError):
                 await tasks[1]
             await wait_until(lambda: _online(supervisor, ["8"], set()), 5, "a gone worker's users offline")
+            assert await first.online(["8"]) == set()
+            assert await second.online(["8", "1"]) == {"8"}  # no hub to ask: its own sockets
             tasks[1] = asyncio.create_task(second.run())
             await wait_until(lambda: _online(supervisor, ["8"], {"8"}), 5, "told again on a new connection")
         finally:

@@ -16,7 +16,8 @@ worker count). Each worker connects to it (bus URL `chatgql+unix:///path/to/hub.
 - liveness: a worker's /healthz fails while its supervisor's embedded PostgreSQL is down;
 - presence: a worker tells the hub when a user's first websocket on it opens and their last
   closes, so the supervisor's webhook deliverer knows who is online on any worker (a worker's
-  users drop out when its connection ends).
+  users drop out when its connection ends); a worker asks it which of some users are online on
+  any worker (one round trip, only for users with no socket on the asking worker).
 
 A worker that stops reading (a stalled process) is cut off once the hub holds MAX_BUFFERED
 bytes for it, as Redis cuts a subscriber past its output limit: its bus feed then ends its
@@ -26,9 +27,11 @@ reaches the hub without the socket (LocalHubBackend).
 Frames, both ways: a 4-byte big-endian length, then a kind byte and its fields, NUL-separated.
     worker -> hub   S channel | U channel | P channel message | T action rate burst user | W
                     | H (the supervisor's health) | O user (online here) | F user (offline here)
+                    | Q users (a JSON list: which of them are online on any worker?)
     hub -> worker   A (a subscription taken) | R taken retry_after (a rate-limit answer)
-                    | D trouble (empty: healthy) | M channel message
-Answers (A, R, D) come in the order of the requests, on the connection that asked.
+                    | D trouble (empty: healthy) | M channel message | N flags (a 0 or 1 per user asked)
+Answers (A, R, D, N) come in the order of the requests, on the connection that asked. A worker
+asks Q on the connection it tells O and F on, so the hub answers after reading what it was told.
 
 Both ends write a loop turn's frames at once (_Outbox): the rate-limit checks of the requests
 that started in one turn go out as one write, and the hub answers what it read in one. A busy
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import struct
@@ -237,6 +241,10 @@ class Hub:
                     continue
                 if kind in (b"O", b"F"):
                     self._listed(peer, body[1:].decode(), kind == b"O")
+                    continue
+                if kind == b"Q":
+                    flags = (b"1" if user in self._online else b"0" for user in json.loads(body[1:]))
+                    self._send(peer, _frame(b"N", b"".join(flags)))
                     continue
                 fields = body[1:].split(_SEP, 3)  # a user id comes last: whatever it holds, it is one field
                 if kind == b"T":
@@ -534,6 +542,15 @@ class HubPresenceLink:
     def __init__(self, url: str) -> None:
         self._path = _path(url)
         self._connection: _Connection | None = None
+
+    async def ask(self, users: list[str], timeout: float) -> set[str]:
+        """Those of users online on any worker, by the hub's table once it read what this worker
+        told it; BusBroken (or TimeoutError) while there is no connection or no answer."""
+        connection = self._connection
+        if connection is None or not connection.usable:
+            raise BusBroken("no connection to the hub")
+        [flags] = await connection.request(_frame(b"Q", json.dumps(users).encode()), timeout)
+        return {user for user, flag in zip(users, flags, strict=True) if flag == ord("1")}
 
     def tell(self, user: str, online: bool) -> None:
         connection = self._connection

@@ -11,11 +11,13 @@ within presence_ttl. Changes are written by the heartbeat loop (woken at once), 
 websocket's own path. One hash tag: every key is in one Redis Cluster slot.
 
 On the hub (events/hub.py), each worker tells its supervisor's hub as its users come and go, at
-once, on a connection of its own; the supervisor, whose deliverer asks, reads the hub's table in
+once, on a connection of its own, and asks the hub on that connection about the users it has no
+socket of (one round trip; the hub has read what the worker told before it answers, as Redis has
+a process's entry after settled()); the supervisor, whose deliverer asks, reads the hub's table in
 process. A worker whose connection ends drops out of it (it dies with its supervisor anyway).
 
-A user is online when any live process lists them. When Redis does not answer, only this
-process's sockets count: a member is then taken for offline (pushed to), never silently skipped.
+A user is online when any live process lists them. When Redis (or the hub) does not answer, only
+this process's sockets count: a member is then taken for offline (pushed to), never silently skipped.
 
 on_change, when set, is told (user, here) as a user's first socket in this process opens and as
 their last one here closes; settled() waits until this process's entry says so (services/presence.py
@@ -120,6 +122,16 @@ class Presence:
         rest = [user for user in users if user not in found]
         if rest and self._hub is not None:
             listed = self._hub.online(str(user) for user in rest)
+            found.update(user for user in rest if str(user) in listed)
+            return found
+        if rest and self._hub_link is not None:
+            try:
+                listed = await self._hub_link.ask([str(user) for user in rest], self._timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001  the hub is away: this worker's sockets only
+                log.warning("presence: the hub did not answer (%r); counting this worker's sockets only", error)
+                return found
             found.update(user for user in rest if str(user) in listed)
             return found
         if not rest or self._redis_url is None:

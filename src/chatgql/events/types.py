@@ -531,9 +531,9 @@ class UserUnbanned(UserEvent):
 class PresenceChanged(UserEvent):
     """user_id's presence may have changed: online (any process holds a connection of theirs) as the
     process that saw a connection of theirs open or close found it, and their last seen then (None:
-    never seen). Ephemeral, like typing: never in PostgreSQL or the outbox (events/ephemeral.py). The
-    dispatcher offers it to the subscriptions registered under user_id for it: those watching them
-    (graphql/features/presence.py), which check who may see it."""
+    as stored, which each watcher reads). Ephemeral, like typing: never in PostgreSQL or the outbox
+    (events/ephemeral.py). The dispatcher offers it to the subscriptions registered under user_id for
+    it: those watching them (graphql/features/presence.py), which check who may see it."""
 
     TYPE: ClassVar[str] = "presence.changed"
     conversation_id: int = NO_CONVERSATION

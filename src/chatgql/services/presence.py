@@ -6,7 +6,8 @@ as a user's first connection in this process opens and their last one here close
 this process's presence entry says so, asks whether the user is online anywhere, writes their last
 seen (at most once a minute per user: LAST_SEEN_EVERY_SECONDS, by this process's memory and by the
 statement, which refuses an earlier write of any process) and puts a presence.changed event on the
-bus (ephemeral, like typing). Because each process asks only after its own entry changed, the last of
+bus (ephemeral, like typing); a last connection here closing while the user is online elsewhere
+writes and tells nothing. Because each process asks only after its own entry changed, the last of
 two processes to let a user go finds them offline. Time is the API's clock (Deps.clock).
 
 Who sees a user's presence (online and last seen): the user; others who share a conversation with
@@ -66,15 +67,18 @@ class PresenceTracker:
 
     def changed(self, user: Hashable, here: bool) -> None:
         """A user's first connection here opened (here) or their last one here closed."""
-        task = process_task(self.settle(str(user)), "presence-settle")  # not the connection's work
+        task = process_task(self.settle(str(user), here), "presence-settle")  # not the connection's work
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def settle(self, user: str) -> None:
-        """Find whether user is online anywhere, write their last seen, tell their watchers."""
+    async def settle(self, user: str, here: bool) -> None:
+        """Find whether user is online anywhere, write their last seen, tell their watchers; a
+        last connection here closing while one elsewhere stays open changes nothing they see."""
         try:
             await self._settled()
             online = bool(await self._online([user]))
+            if online and not here:
+                return
             last_seen = await self._touch(user)
             await self._publish(PresenceChanged(user_id=user, online=online, last_seen_at=last_seen))
         except asyncio.CancelledError:
@@ -86,7 +90,7 @@ class PresenceTracker:
         now = self._clock()
         before = self._written.get(user)
         if before is not None and now - before < LAST_SEEN_EVERY:
-            return before  # written less than a minute ago: no statement
+            return None  # written here less than a minute ago: no statement (watchers read the stored one)
         async with self._database.connection() as conn:
             stored = await presence.touch_last_seen(conn, user, now)
         if stored == now:
