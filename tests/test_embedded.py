@@ -352,7 +352,7 @@ def test_serve_with_workers_starts_its_killed_postgresql_again(tmp_path: Path) -
             except OSError:
                 return False
 
-        _wait(serving_again, 150, lambda: f"workers serving again:\n{serve.tail()}", interval=0.2)
+        _wait(serving_again, 150, lambda: f"workers serving again:\n{serve.tail(150)}", interval=0.2)
         seqs = [seq for seq, _ in serve.seqs(conversation)]
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 2, seqs
         # The watch thread logs once restart() returns; the workers may serve on the new
