@@ -16,10 +16,10 @@ from datetime import datetime
 
 from ..db import Connection, Database, Row
 from ..errors import BadUserInput, Forbidden, conversation_not_found
-from ..events.types import SETTINGS_CHANGED, ConversationUpdated
-from ..store import changes, conversations, disappearing, outbox
+from ..store import changes, conversations, disappearing
 from .changes import tombstone_txn
 from .groups import MANAGERS
+from .moderation import settings_changed_txn
 from .scheduler import DueSource, register
 
 EXPIRED = "EXPIRED"  # the reason of the change that erases an expired message (MessageChange.reason)
@@ -45,22 +45,7 @@ async def do_set_message_ttl(database: Database, viewer_id: str, conversation_id
             raise Forbidden("only the OWNER or an ADMIN may change a group's settings", reason="NOT_GROUP_ADMIN")
         if not await disappearing.set_ttl_txn(conn, conversation_id, seconds):
             return
-        await _settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
-
-
-async def _settings_changed_txn(
-    database: Database, conn: Connection, conversation_id: int, viewer_id: str, conv: Row
-) -> None:
-    event = ConversationUpdated(
-        conversation_id=conversation_id,
-        change=SETTINGS_CHANGED,
-        user_id=viewer_id,
-        member_id=viewer_id,
-        title=conv.title or "",
-        role=conv.role,
-    )
-    await outbox.append(conn, [event.outbox_row()])
-    database.events_written(conn)
+        await settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
 
 
 async def fire_expiry(database: Database, conn: Connection, row: Row, now: datetime) -> None:

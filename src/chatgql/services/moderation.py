@@ -39,7 +39,7 @@ async def do_set_slow_mode(database: Database, viewer_id: str, conversation_id: 
         conv = await lock_group_as_manager_txn(conn, conversation_id, viewer_id, "have slow mode", SETTINGS)
         if not await groups.set_slow_mode_txn(conn, conversation_id, seconds):
             return
-        await _settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
+        await settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
 
 
 async def do_set_history_visibility(database: Database, viewer_id: str, conversation_id: int, hide: bool) -> None:
@@ -49,12 +49,14 @@ async def do_set_history_visibility(database: Database, viewer_id: str, conversa
         conv = await lock_group_as_manager_txn(conn, conversation_id, viewer_id, "hide its history", SETTINGS)
         if not await groups.set_hide_history_txn(conn, conversation_id, hide):
             return
-        await _settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
+        await settings_changed_txn(database, conn, conversation_id, viewer_id, conv)
 
 
-async def _settings_changed_txn(
+async def settings_changed_txn(
     database: Database, conn: Connection, conversation_id: int, viewer_id: str, conv: Row
 ) -> None:
+    """The members told that viewer_id changed the conversation's settings (conversationUpdated,
+    SETTINGS_CHANGED), in the change's transaction."""
     event = ConversationUpdated(
         conversation_id=conversation_id,
         change=SETTINGS_CHANGED,
