@@ -52,7 +52,7 @@ FIGURES = SCENARIOS + PHASES  # what --only picks from
 # the verdicts each figure gives
 FIGURE_VERDICTS = {
     **{name: (name,) for name in SCENARIOS},
-    "live": ("live_p99_ms", "live_vs_kafka_p99"),
+    "live": ("live_p99_ms", "live_vs_kafka_p99", "live_p50_added_ms"),
     "fanout": ("fanout_last_ms",),
     "connections": ("kb_per_subscription",),
 }
@@ -61,6 +61,7 @@ TARGET_TEXT = {
     **{name: ">= {}" for name in SCENARIOS},
     "live_p99_ms": "< {} ms",
     "live_vs_kafka_p99": "<= {}x",
+    "live_p50_added_ms": "<= {} ms",
     "fanout_last_ms": "< {} ms (median of rounds)",
     "kb_per_subscription": "<= {} KB",
 }
@@ -466,6 +467,15 @@ def _verdicts(results: dict) -> dict:
             "met": lv["ratio_p99"] is not None and lv["ratio_p99"] <= TARGETS["live_vs_kafka_p99"],
             "baseline": lv["baseline"]["kind"],
         }
+        p50, base_p50 = lv["product"]["latency_ms"].get("p50"), lv["baseline"]["latency_ms"].get("p50")
+        if p50 is not None and base_p50 is not None:
+            kafka = lv["transport"].startswith("kafka")
+            bound = TARGETS["live_p50_added_ms"] if kafka else TARGETS["live_p50_no_kafka_ms"]
+            v["live_p50_added_ms"] = {
+                "value": round(p50 - base_p50, 3),
+                "target": f"<= {bound} ms" if kafka else f"< {bound} ms (no Kafka: the p50 itself)",
+                "met": complete and (p50 - base_p50 <= bound if kafka else p50 < bound),
+            }
     fo = results.get("fanout")
     if fo and "error" not in fo:
         v["fanout_last_ms"] = {
