@@ -45,7 +45,7 @@ TABLES = (
     " message_attachment, message_reaction, message_reaction_count, message_edit, message_change, message,"
     " message_mention, pinned_message, user_setting, conversation_member, conversation, conversation_ban, send_verdict,"
     " user_block, user_ban, report, moderation_action, persisted_document, thread, thread_reply, thread_member,"
-    " message_draft, user_presence"
+    " thread_clock, message_draft, user_presence"
 )
 
 

@@ -455,9 +455,27 @@ thread_member = Table(
     Column("last_read_reply_seq", BigInteger, nullable=False, server_default="0"),
     Column("following", Boolean, nullable=False, server_default="true"),
     Column("first_reply_seq", BigInteger),
+    # the member's version of the thread in its conversation, and what took it (0032_thread_versions)
+    Column("version", BigInteger, nullable=False, server_default="0"),
+    Column("last_change", Text),
     PrimaryKeyConstraint("conversation_id", "root_seq", "user_id"),
     CheckConstraint("last_read_reply_seq >= 0", name="thread_member_last_read_reply_seq_check"),
+    CheckConstraint(
+        "last_change IN ('REPLY', 'READ', 'FOLLOW', 'UNFOLLOW', 'DELETE')", name="thread_member_last_change_check"
+    ),
     Index("thread_member_following_idx", "user_id", postgresql_where=text("following")),
+    Index("thread_member_version_idx", "conversation_id", "user_id", "version"),
+)
+
+# a member's newest thread version in a conversation: every change of their thread state takes the next
+# (0032_thread_versions)
+thread_clock = Table(
+    "thread_clock",
+    metadata,
+    Column("conversation_id", BigInteger, nullable=False),
+    Column("user_id", USER_ID_TYPE, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "user_id"),
 )
 
 # what the before-send hook decided for a clientMsgId it rejected or rewrote (0020_send_verdicts)

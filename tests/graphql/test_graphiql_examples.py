@@ -37,6 +37,7 @@ OPERATIONS = [
     "Live",
     "Resume",
     "Sync",
+    "SyncThreads",
     "Quotes",
     "Saved",
     "MyThreads",

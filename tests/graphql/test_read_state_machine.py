@@ -31,6 +31,10 @@ The rules, as the docs state them (docs/guide/read-state.md):
   (firstUnreadReplySeq: the first); the root's author and each replier follow (an unfollow holds for
   the author, a reply follows again); myThreads: the followed threads with a reply in the member's
   conversations, newest reply first; threadUnread/unreadThreads: their sum and how many are unread;
+- thread catch-up (docs/guide/threads.md#catch-up): a device of each member syncs its threads
+  (sync(afterThreadVersion:), in pages of two) after the first state, at random points and when the
+  example ends, from the lastThreadVersion it held; each time it holds every thread the member follows as the model has it,
+  and any other thread it holds as not followed;
 - delivered: the higher of the delivered mark and the watermark; private receipts freeze both;
 - leaving drops the membership; being added again starts with nothing unread, the user's default.
 
@@ -49,7 +53,13 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from chatgql.graphql.ids import message_id
 from tests.support.live import ChatApi
@@ -101,6 +111,11 @@ MY_THREADS = f"myThreads(first: 50) {{ nodes {{ conversationId {THREAD} }} }}"
 MARK_THREAD = f"mutation($r: ID!, $s: Long!) {{ markThreadRead(rootId: $r, replySeq: $s) {{ {THREAD} }} }}"
 FOLLOW = f"mutation($r: ID!) {{ followThread(rootId: $r) {{ {THREAD} }} }}"
 UNFOLLOW = f"mutation($r: ID!) {{ unfollowThread(rootId: $r) {{ {THREAD} }} }}"
+SYNC_THREADS = f"""
+query($cursors: [SyncCursor!]!) {{
+  sync(cursors: $cursors, limit: 2) {{ lastThreadVersion threadsHaveMore threads {{ version {THREAD} }} }}
+}}
+"""
 
 _example_users = itertools.count(7_000_000, USERS)  # fresh users per example: their totals start at 0
 
@@ -297,6 +312,8 @@ class ReadStateMachine(RuleBasedStateMachine):
         self.activity = itertools.count(1)
         ids = [self.call(self.api.create_group(self.users[0], self.users[1:])) for _ in range(CONVS)]
         self.model = ReadStateModel(ids)
+        # each member's device: per conversation, the thread version it holds and the threads it got
+        self.devices: dict[tuple[int, int], tuple[int, dict[int, dict]]] = {}
         for conv in self.model.convs:
             conv.members = {who: Member(0, 0) for who in range(USERS)}
         for who, choice in enumerate(private):
@@ -317,6 +334,9 @@ class ReadStateMachine(RuleBasedStateMachine):
                 self.read(0, who, seq)
         for who, to, thread_only in replies:  # threads to read, follow and delete in
             self.reply(0, who, to, thread_only)
+        for c in range(CONVS):  # each device holds a thread version from here: the steps reach it as changes
+            for who in range(USERS):
+                self.sync_threads(c, who)
 
     def conv_of(self, who: int, c: int) -> Conv | None:
         conv = self.model.convs[c]
@@ -603,6 +623,39 @@ class ReadStateMachine(RuleBasedStateMachine):
         else:
             conv.members[who].private = value
         self.after_answer(conv, who, body["data"]["updateMembership"])
+
+    @rule(c=CONV, who=WHO)
+    def sync_threads(self, c: int, who: int) -> None:
+        """who's device syncs its threads of the conversation from the version it holds, a page of two at a
+        time, and then holds every thread who follows as the model has it (and any other as not followed)."""
+        conv = self.model.convs[c]
+        if who not in conv.members:
+            return
+        held, threads = self.devices.get((who, c), (0, {}))
+        while True:
+            cursors = [{"conversationId": conv.id, "afterSeq": 0, "afterThreadVersion": held}]
+            page = self.ok(SYNC_THREADS, {"cursors": cursors}, who)["sync"][0]
+            versions = [t.pop("version") for t in page["threads"]]
+            assert versions == sorted(versions) and all(v > held for v in versions), (held, versions)
+            threads.update((t["rootSeq"], t) for t in page["threads"])
+            if not page["threadsHaveMore"]:
+                held = page["lastThreadVersion"]
+                break
+            held = versions[-1]
+        self.devices[(who, c)] = (held, threads)
+        for root in conv.threads:
+            now = conv.thread(root, who)
+            if now["following"]:
+                assert threads.get(root) == now, ("the device did not converge", who, root, threads.get(root), now)
+        for root, kept in threads.items():
+            assert kept["following"] == conv.thread(root, who)["following"], (who, root, kept)
+
+    def teardown(self) -> None:
+        """The example's end: every member's device syncs its threads once more and converges."""
+        if hasattr(self, "model"):
+            for c in range(CONVS):
+                for who in range(USERS):
+                    self.sync_threads(c, who)
 
     @rule(c=CONV, who=MEMBER_ONLY)
     def leave_or_rejoin(self, c: int, who: int) -> None:

@@ -327,8 +327,10 @@ class ReminderDue(Event):
 @register
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadUpdated(Event):
-    """A thread changed for a member (docs/guide/threads.md): a reply in a thread they follow (REPLY), or their
-    own markThreadRead (READ), followThread (FOLLOW) or unfollowThread (UNFOLLOW): their thread state after it."""
+    """A thread changed for a member (docs/guide/threads.md): a reply in a thread they follow (REPLY), a deleted
+    reply in one (DELETE), or their own markThreadRead (READ), followThread (FOLLOW) or unfollowThread
+    (UNFOLLOW): their thread state after it, and the version the change took (the member's thread versions in
+    the conversation grow with each change: resuming threadUpdated after one skips what it already told)."""
 
     TYPE: ClassVar[str] = "thread.updated"
     OWN: ClassVar[bool] = True
@@ -340,9 +342,11 @@ class ThreadUpdated(Event):
     last_read_reply_seq: int
     unread_count: int
     following: bool
+    version: int
 
 
 THREAD_REPLY, THREAD_READ, THREAD_FOLLOW, THREAD_UNFOLLOW = "REPLY", "READ", "FOLLOW", "UNFOLLOW"
+THREAD_DELETE = "DELETE"
 
 
 @register

@@ -92,6 +92,17 @@ query Sync($cursors: [SyncCursor!]!) {
         {"cursors": [{"conversationId": "1", "afterSeq": 0}]},
     ),
     Example(
+        """# Catch up on threads: the threads of yours that changed after the thread version you hold (0: all), as they are now.
+query SyncThreads($cursors: [SyncCursor!]!) {
+  sync(cursors: $cursors, limit: 50) {
+    conversationId lastThreadVersion threadsHaveMore
+    threads { rootSeq version following lastReplySeq lastReadReplySeq unreadCount }
+  }
+}
+""",
+        {"cursors": [{"conversationId": "1", "afterSeq": 0, "afterThreadVersion": 0}]},
+    ),
+    Example(
         """# Quotes and forwards: sendMessage(quote: <Message.id>) quotes, forwardMessage copies; each reader sees what they may.
 query Quotes($c: ID!) {
   messages(conversationId: $c, last: 20) {

@@ -58,7 +58,7 @@ PRICING.declare(
             ("Query", "sync"): _sync_page,
         },
         page_lists={"nodes", "edges"},
-        page_items={("ConversationSync", "messages"), ("ConversationSync", "changes")},
+        page_items={("ConversationSync", "messages"), ("ConversationSync", "changes"), ("ConversationSync", "threads")},
         bounds={
             "body_chars": Bound(4000, lambda s: s.max_body_chars),
             "title_chars": Bound(200, lambda s: s.max_title_chars),

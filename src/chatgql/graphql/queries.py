@@ -15,6 +15,7 @@ from ..errors import conversation_not_found
 from ..services.changes import read_changes
 from ..services.checks import check_id, check_page_size
 from ..services.history import read_sync, sync_page
+from ..services.threads import read_thread_sync
 from ..store import conversations
 from .nodes import load_node, load_nodes
 from .prebuilt import INBOX_NODE, reads_lifecycle, reads_settings
@@ -43,6 +44,7 @@ from .types import (
     selections_at,
     selects_only,
 )
+from .types.thread import Thread
 
 
 async def load_conversation(info: Info, conversation_id: int) -> Conversation:
@@ -252,4 +254,25 @@ class Query:
                     answer.last_change_seq = Long(page.last_change_seq)
                     answer.changes_have_more = page.has_more
                     answer.changes_too_long = page.too_long
+        thread_cursors = [
+            (cid, c.after_thread_version)
+            for (cid, _), c in zip(parsed, cursors, strict=True)
+            if c.after_thread_version is not None
+        ]
+        if thread_cursors:
+            synced = await read_thread_sync(
+                info.context.database,
+                info.context.viewer_id,
+                thread_cursors,
+                limit,
+                max_cursors=info.context.settings.max_sync_cursors,
+                max_threads=info.context.settings.max_sync_messages,  # the budget the page is priced at, as above
+            )
+            by_cid = {t.conversation_id: t for t in synced}
+            for answer in answers:
+                found = by_cid.get(int(answer.conversation_id))
+                if found is not None:
+                    answer.threads = [Thread.of(found.conversation_id, row) for row in found.threads]
+                    answer.last_thread_version = Long(found.last_version)
+                    answer.threads_have_more = found.has_more
         return answers

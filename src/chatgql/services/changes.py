@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..db import Connection, Database, Row
-from ..errors import Conflict, Forbidden, LimitExceeded, NotFound, conversation_not_found
+from ..errors import Conflict, Forbidden, LimitExceeded, conversation_not_found
 from ..events.types import REGISTRY, MessageChange, MessageDeleted, MessageEdited, ReactionChanged
 from ..models import MESSAGE_FIELDS
 from ..store import changes, conversations, outbox, reactions, webhooks
-from .checks import check_page_size, check_seq
+from .checks import check_page_size, check_seq, message_not_found
 from .history import check_cursors, replay_ranges, sync_page, too_far_behind, visible_conversations
 from .mentions import check_edit_mentions_txn, do_edit_mentions_txn
+from .threads import delete_replies_txn
 
 GROUP_ADMINS = frozenset({"OWNER", "ADMIN"})  # who may delete any message of a group
 # The event kinds that carry a message's body (all but the tombstone's own): what a delete erases
@@ -27,10 +28,6 @@ GROUP_ADMINS = frozenset({"OWNER", "ADMIN"})  # who may delete any message of a 
 CONTENT_KINDS = sorted(
     kind for kind, cls in REGISTRY.items() if cls is not MessageDeleted and any(w.name == "body" for w in cls.FIELDS)
 )
-
-
-def message_not_found(conversation_id: int, seq: int) -> NotFound:
-    return NotFound(f"message {seq} not found in conversation {conversation_id}", conversationId=str(conversation_id))
 
 
 def change_event(
@@ -140,6 +137,9 @@ async def tombstone_txn(
     tombstones = await changes.tombstone_txn(conn, conversation_id, seqs, deleted_by)
     if not tombstones:
         return []
+    replies = [t["seq"] for t in tombstones if t["reply_to_seq"] is not None]  # only a reply is in a thread
+    if replies:  # each follower of their threads takes a version (DELETE), and is told
+        await delete_replies_txn(conn, conversation_id, replies)
     kind = MessageDeleted.KIND
     seqs = [t["seq"] for t in tombstones]
     await outbox.erase_txn(conn, str(conversation_id), seqs, CONTENT_KINDS)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import BadUserInput, LimitExceeded
+from ..errors import BadUserInput, LimitExceeded, NotFound
 
 MAX_ID = 2**63 - 1
 MIN_PAGE, MAX_PAGE, DEFAULT_PAGE = 1, 200, 50
@@ -159,3 +159,7 @@ def check_attachments(items: Sequence[Attachment], *, max_count: int, max_bytes:
                 raise BadUserInput(f"{what}.{dimension} must be between 1 and {MAX_DIMENSION}")
         checked.append((url, mime, name, size, width, height))
     return checked
+
+
+def message_not_found(conversation_id: int, seq: int) -> NotFound:
+    return NotFound(f"message {seq} not found in conversation {conversation_id}", conversationId=str(conversation_id))

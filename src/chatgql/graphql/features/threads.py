@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
+from typing import Annotated
 
 import strawberry
 from strawberry import ID
@@ -18,12 +19,19 @@ from ...db import Row
 from ...edge.ratelimit import declare_limits
 from ...engine.registry import PRICING, Bound, Pricing, at_most, count
 from ...errors import BadUserInput, conversation_not_found
-from ...events.types import THREAD_UPDATED, ThreadUpdated
-from ...services.checks import DEFAULT_PAGE, MAX_PAGE, check_id, check_page_size, check_seq_cursor
-from ...services.threads import do_follow, do_mark_thread_read, read_followed, read_replies, read_thread
+from ...events.types import THREAD_REPLY, THREAD_UPDATED, ThreadUpdated
+from ...services.checks import DEFAULT_PAGE, MAX_PAGE, check_id, check_page_size
+from ...services.threads import (
+    do_follow,
+    do_mark_thread_read,
+    read_followed,
+    read_thread,
+    read_thread_replay,
+)
 from .. import ids
 from ..scalars import Long
-from ..types import Message, PageInfo
+from ..types import PageInfo
+from ..types.thread import Thread
 
 declare_limits({"markThreadRead": "read", "followThread": "read", "unfollowThread": "read"})
 PRICING.declare(
@@ -36,89 +44,6 @@ PRICING.declare(
         bounds={"max_group_members": Bound(1000, lambda s: s.max_group_members)},
     )
 )
-
-
-@strawberry.type(description="A thread: the replies to a root message, with their own gap-free replySeq.")
-class Thread:
-    conversation_id: ID
-    root_seq: Long = strawberry.field(description="The root's seq in its conversation.")
-    reply_count: int = strawberry.field(description="Its replies that are not deleted.")
-    last_reply_seq: Long = strawberry.field(
-        description="The thread's own counter: the replySeq of its newest reply (replies are numbered 1, 2, 3... "
-        "per thread, gap-free, beside the conversation seq every reply also takes); 0 without a reply."
-    )
-    last_reply_at: datetime | None = strawberry.field(
-        description="When its newest reply was sent (deleting it does not move this): the order of myThreads."
-    )
-    last_read_reply_seq: Long = strawberry.field(
-        description="The viewer's thread watermark (markThreadRead; their own reply reads up to it)."
-    )
-    unread_count: Long = strawberry.field(
-        description="lastReplySeq - lastReadReplySeq, less the deleted replies above lastReadReplySeq."
-    )
-    first_unread_reply_seq: Long | None = strawberry.field(
-        description="The replySeq of the viewer's first unread reply (the first above lastReadReplySeq that is not "
-        "deleted); null when none."
-    )
-    following: bool = strawberry.field(
-        description="The viewer follows it: they wrote its root, replied in it, or followed it (followThread), "
-        "and did not unfollow it since."
-    )
-    participants: list[ID] = strawberry.field(
-        description="The root's author, then whoever replied, each once, in the order of their first reply."
-    )
-    last_reply_message_seq: strawberry.Private[int | None]
-
-    @classmethod
-    def of(cls, conversation_id: int, row: Row) -> Thread:
-        first_unread = row["first_unread_reply_seq"]
-        return cls(
-            conversation_id=ID(str(conversation_id)),
-            root_seq=Long(row["root_seq"]),
-            reply_count=row["reply_count"],
-            last_reply_seq=Long(row["last_reply_seq"]),
-            last_reply_at=row["last_reply_at"],
-            last_read_reply_seq=Long(row["last_read_reply_seq"]),
-            unread_count=Long(row["unread_count"]),
-            first_unread_reply_seq=None if first_unread is None else Long(first_unread),
-            following=row["following"],
-            participants=[ID(p) for p in row["participants"]],
-            last_reply_message_seq=row["last_reply"],
-        )
-
-    @strawberry.field(description="Its root message.")
-    async def root(self, info: Info) -> Message:
-        row = await info.context.loaders.message.load((int(self.conversation_id), self.root_seq))
-        return Message.from_row(row)
-
-    @strawberry.field(
-        description="Its replies in replySeq order, tombstones of deleted ones included: at most `first` (1..200, "
-        'default 50) with replySeq > `after` (a replySeq in decimal; "0" or none: from the first). Page with after '
-        "= the last one's replySeq until fewer than `first` come back."
-    )
-    async def replies(self, info: Info, first: int | None = 50, after: str | None = None) -> list[ThreadReply]:
-        limit = check_page_size(first, "first")
-        after_seq = check_seq_cursor(after, "after") or 0
-        if after_seq >= self.last_reply_seq:
-            return []
-        ctx = info.context
-        rows = await read_replies(
-            ctx.database, ctx.viewer_id, int(self.conversation_id), self.root_seq, after_seq, limit
-        )
-        return [ThreadReply(reply_seq=Long(row["reply_seq"]), message=Message.from_row(row)) for row in rows]
-
-    @strawberry.field(description="Its newest reply that is not deleted; null without one.")
-    async def last_reply(self, info: Info) -> Message | None:
-        if self.last_reply_message_seq is None:
-            return None
-        row = await info.context.loaders.message.load((int(self.conversation_id), self.last_reply_message_seq))
-        return None if row is None else Message.from_row(row)
-
-
-@strawberry.type(description="A reply in its thread: its replySeq there, and the message.")
-class ThreadReply:
-    reply_seq: Long
-    message: Message
 
 
 @strawberry.type(
@@ -219,28 +144,83 @@ class Mutation:
 
 @strawberry.type(
     description="A thread changed for the subscriber (docs/guide/threads.md): a reply in a thread they follow "
-    "(change REPLY), or their own markThreadRead (READ), followThread (FOLLOW) or unfollowThread (UNFOLLOW) on any "
-    "of their devices: their thread state after it. Nobody else gets it."
+    "(change REPLY), a deleted reply in one (DELETE), or their own markThreadRead (READ), followThread (FOLLOW) or "
+    "unfollowThread (UNFOLLOW) on any of their devices: their thread state after it. Nobody else gets it."
 )
 class ThreadUpdatedEvent:
     conversation_id: ID
     root_seq: Long
     root_id: ID = strawberry.field(description="The root's Message id: thread(rootId:) reads the thread whole.")
-    change: str = strawberry.field(description="REPLY, READ, FOLLOW or UNFOLLOW.")
+    change: str = strawberry.field(description="REPLY, READ, FOLLOW, UNFOLLOW or DELETE.")
     last_reply_seq: Long
     last_read_reply_seq: Long
     unread_count: Long
     following: bool
+    version: Long = strawberry.field(
+        description="The version this change took (Thread.version): resume with ThreadCursor.afterVersion = the "
+        "highest one received for the conversation.",
+    )
+
+    @classmethod
+    def of(cls, own: ThreadUpdated) -> ThreadUpdatedEvent:
+        return cls(
+            conversation_id=ID(str(own.conversation_id)),
+            root_seq=Long(own.root_seq),
+            root_id=ID(ids.message_id(own.conversation_id, own.root_seq)),
+            change=own.change,
+            last_reply_seq=Long(own.last_reply_seq),
+            last_read_reply_seq=Long(own.last_read_reply_seq),
+            unread_count=Long(own.unread_count),
+            following=own.following,
+            version=Long(own.version),
+        )
+
+    @classmethod
+    def replayed(cls, conversation_id: int, row: Row) -> ThreadUpdatedEvent:
+        """A thread read by a resumed subscription: its state now, its change the one that took its version."""
+        return cls(
+            conversation_id=ID(str(conversation_id)),
+            root_seq=Long(row["root_seq"]),
+            root_id=ID(ids.message_id(conversation_id, row["root_seq"])),
+            change=row["last_change"] or THREAD_REPLY,
+            last_reply_seq=Long(row["last_reply_seq"]),
+            last_read_reply_seq=Long(row["last_read_reply_seq"]),
+            unread_count=Long(row["unread_count"]),
+            following=row["following"],
+            version=Long(row["version"]),
+        )
+
+
+@strawberry.input(description="Where a device stopped in the viewer's threads of a conversation.")
+class ThreadCursor:
+    conversation_id: ID
+    after_version: Long = strawberry.field(
+        description="The highest thread version the device holds there (ThreadUpdatedEvent.version, Thread.version, "
+        "or sync's lastThreadVersion; 0 for none)."
+    )
 
 
 @strawberry.type
 class Subscription:
     @strawberry.subscription(
         description="The viewer's threads, in one conversation or in all of theirs: a reply in a thread they follow, "
-        "and their own thread reads and follows from any of their devices (ThreadUpdatedEvent)."
+        "a deleted reply in one, and their own thread reads and follows from any of their devices "
+        "(ThreadUpdatedEvent)."
     )
     async def thread_updated(
-        self, info: Info, conversation_id: ID | None = None
+        self,
+        info: Info,
+        conversation_id: ID | None = None,
+        cursors: Annotated[
+            list[ThreadCursor] | None,
+            strawberry.argument(
+                description="Resume: first every thread of these conversations whose version is above the cursor, "
+                "as it is now (change: the change that took its version), from the database, ascending by version, "
+                "then live, with no gap and no duplicate (by conversationId and version). More than "
+                "CHATGQL_SUBSCRIBER_BUFFER versions behind in all, or more than CHATGQL_MAX_CATCH_UP in one "
+                "conversation: LIMIT_EXCEEDED with resync: true (catch up with sync's afterThreadVersion)."
+            ),
+        ] = None,
     ) -> AsyncGenerator[ThreadUpdatedEvent, None]:
         ctx = info.context
         viewer = ctx.viewer_id
@@ -249,16 +229,29 @@ class Subscription:
             cid = check_id(conversation_id, "conversationId")
             if await ctx.fresh_loaders().conversation.load(cid) is None:  # asked afresh: the connection may be old
                 raise conversation_not_found(cid)
+        parsed = [(check_id(c.conversation_id, "conversationId"), int(c.after_version)) for c in cursors or ()]
+        if cid is not None and any(c != cid for c, _ in parsed):
+            raise BadUserInput("with conversationId, every cursor must be for that conversation")
+        # Registered before the database is read (the order messageNew's resume keeps: subscriptions.py), so a
+        # change is in the replay, in the buffer, or both; both is dropped by its version.
         async with ctx.deps.dispatcher.subscribe(viewer, cid, THREAD_UPDATED) as subscription:
+            held: dict[int, int] = {}
+            if cursors is not None:
+                replay = await read_thread_replay(
+                    ctx.database,
+                    viewer,
+                    parsed,
+                    bound=ctx.settings.subscriber_buffer,
+                    max_cursors=ctx.settings.max_sync_cursors,
+                    max_catch_up=ctx.settings.max_catch_up,
+                )
+                held = replay.held
+                for conversation, row in replay.threads:
+                    yield ThreadUpdatedEvent.replayed(conversation, row)
             async for event in subscription:
                 own = ThreadUpdated.from_wire(event)
-                yield ThreadUpdatedEvent(
-                    conversation_id=ID(str(own.conversation_id)),
-                    root_seq=Long(own.root_seq),
-                    root_id=ID(ids.message_id(own.conversation_id, own.root_seq)),
-                    change=own.change,
-                    last_reply_seq=Long(own.last_reply_seq),
-                    last_read_reply_seq=Long(own.last_read_reply_seq),
-                    unread_count=Long(own.unread_count),
-                    following=own.following,
-                )
+                if cursors is not None:
+                    if own.version <= held.get(own.conversation_id, 0):
+                        continue
+                    held[own.conversation_id] = own.version
+                yield ThreadUpdatedEvent.of(own)

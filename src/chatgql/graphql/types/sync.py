@@ -13,6 +13,7 @@ from ...events.types import CHANGE_KINDS
 from ...events.types import MessageChange as MessageChange_
 from ..scalars import Long
 from .message import Message
+from .thread import Thread
 
 
 @strawberry.type
@@ -44,6 +45,22 @@ class ConversationSync:
         description="True when afterChangeSeq was more than CHATGQL_MAX_CATCH_UP changes behind lastChangeSeq: "
         "no changes are returned; re-read the messages the client holds (messages(after:)) and go on from "
         "lastChangeSeq.",
+    )
+    threads: list[Thread] = strawberry.field(
+        default_factory=list,
+        description="With afterThreadVersion: the viewer's threads of this conversation whose version "
+        "(Thread.version) is above it, ascending by version, at most `limit`, each as the viewer sees it now: "
+        "replies while they follow it, deleted replies, their reads, follows and unfollows on any device "
+        "(unfollowed threads come too, following: false). Empty without afterThreadVersion.",
+    )
+    last_thread_version: Long = strawberry.field(
+        default=Long(0),
+        description="The viewer's newest thread version in this conversation (0 for none): the next "
+        "afterThreadVersion once threadsHaveMore is false.",
+    )
+    threads_have_more: bool = strawberry.field(
+        default=False,
+        description="More threads changed after the last one returned: sync again from its version.",
     )
 
 
@@ -132,4 +149,10 @@ class SyncCursor:
         default=None,
         description="The change cursor the client holds (the conversation's lastChangeSeq when it last read it; "
         "0 for none). Given: sync also answers the changes after it (ConversationSync.changes); null: no changes.",
+    )
+    after_thread_version: Long | None = strawberry.field(
+        default=None,
+        description="The thread version the client holds for this conversation (lastThreadVersion when it last "
+        "synced, or the version of the last thread it got; 0 for none). Given: sync also answers the viewer's "
+        "threads that changed after it (ConversationSync.threads); null: no threads.",
     )
