@@ -549,6 +549,8 @@ class ReadStateMachine(RuleBasedStateMachine):
         replies = [seq for thread in self.model.convs[c].threads.values() for seq in thread.replies]
         if replies:
             self.delete(c, replies[pick % len(replies)], by_sender)
+            for who in range(USERS):  # a deleted reply reaches the followers' devices as a change of its own
+                self.sync_threads(c, who)
 
     @rule(c=CONV, who=WHO, seq=SEQ)
     def deliver(self, c: int, who: int, seq: int) -> None:
