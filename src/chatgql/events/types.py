@@ -342,7 +342,9 @@ class ThreadUpdated(Event):
     last_read_reply_seq: int
     unread_count: int
     following: bool
-    version: int
+    # 0: written before thread versions existed (an outbox row from the previous release, relayed after
+    # the upgrade); a resumed threadUpdated then counts it as already told
+    version: int = 0
 
 
 THREAD_REPLY, THREAD_READ, THREAD_FOLLOW, THREAD_UNFOLLOW = "REPLY", "READ", "FOLLOW", "UNFOLLOW"
