@@ -82,9 +82,14 @@ async def _load(conn: asyncpg.Connection) -> None:
         INSERT INTO thread_reply (conversation_id, seq, root_seq, reply_seq, thread_only)
         SELECT m.conversation_id, m.seq, m.reply_to_seq, 1, false FROM message m
          WHERE m.conversation_id > {BIG} AND m.reply_to_seq IS NOT NULL;
-        INSERT INTO thread_member (conversation_id, root_seq, user_id, last_read_reply_seq, following, first_reply_seq)
-        SELECT t.conversation_id, t.root_seq, 'f', (t.root_seq / 2) % 2, true, NULL FROM thread t
+        INSERT INTO thread_member
+               (conversation_id, root_seq, user_id, last_read_reply_seq, following, first_reply_seq, version, last_change)
+        SELECT t.conversation_id, t.root_seq, 'f', (t.root_seq / 2) % 2, true, NULL,
+               row_number() OVER (PARTITION BY t.conversation_id ORDER BY t.root_seq), 'REPLY'
+          FROM thread t
          WHERE t.conversation_id > {BIG};
+        INSERT INTO thread_clock (conversation_id, user_id, version)
+        SELECT conversation_id, 'f', max(version) FROM thread_member WHERE user_id = 'f' GROUP BY conversation_id;
         ANALYZE
         """
     )
@@ -156,6 +161,25 @@ async def _page_times(url: str, runs: int) -> list[tuple[str, float, float, str]
                 "",
             )
         )
+        # catch-up (sync's threads): a conversation of the follower's, from a version PAGE below its newest, and
+        # from 0 (all of its threads changed: a page of PAGE of them)
+        per = FOLLOWED // CONVERSATIONS
+
+        async def catch_up(after: int):
+            changed = await threads.changed_since(conn, [(BIG + 1, after)], "f", PAGE + 1)
+            keys = [(BIG + 1, r["root_seq"]) for r in changed if r["root_seq"] is not None]
+            return changed, await threads.threads_of(conn, keys[:PAGE], "f")
+
+        for after, label in ((per - 10, "10 threads changed"), (0, f"all {per} changed, a page of {PAGE}")):
+            changed, _ = await catch_up(after)
+            rows.append(
+                (
+                    f"sync(afterThreadVersion:) in one of the follower's conversations: {label}"
+                    " (changed_since + threads_of)",
+                    *await _timed(runs, lambda after=after: catch_up(after)),
+                    f"{len(changed)} rows",
+                )
+            )
         totals = await threads.followed_totals(conn, "f")
         rows.append(
             (
