@@ -122,11 +122,33 @@ async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
+# Who may hold what the TRUNCATE waited for (shown when it could not get its locks): every other session of
+# this database inside a transaction.
+_BLOCKERS = """
+    SELECT b.pid, b.application_name, b.state, now() - b.xact_start AS in_transaction, left(b.query, 300) AS query
+      FROM pg_stat_activity b
+     WHERE b.datname = current_database() AND b.pid <> pg_backend_pid() AND b.xact_start IS NOT NULL
+"""
+
+
 @pytest.fixture(autouse=True)
 async def clean_database(engine: AsyncEngine) -> None:
-    """Every test starts from empty tables."""
-    async with engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {TABLES} RESTART IDENTITY"))
+    """Every test starts from empty tables. The session's server runs work of its own at any moment (the
+    relay, the scheduler's claims, a request a test left in flight); a TRUNCATE that meets it in a deadlock,
+    or waits for it past the lock timeout, is tried again, and one that still cannot says who held it."""
+    for attempt in range(1, 6):
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text("SET LOCAL lock_timeout = '20s'"))
+                await conn.execute(text(f"TRUNCATE {TABLES} RESTART IDENTITY"))
+            return
+        except Exception as error:  # asyncpg's DeadlockDetectedError or LockNotAvailableError, through SQLAlchemy
+            if "deadlock detected" not in str(error) and "lock timeout" not in str(error):
+                raise
+            async with engine.connect() as conn:
+                blockers = (await conn.execute(text(_BLOCKERS))).mappings().all()
+            print(f"clean_database: attempt {attempt}: {str(error).splitlines()[0]}; blocked by {blockers}")
+    raise RuntimeError("clean_database: the TRUNCATE could not take its locks in 5 attempts (see the output)")
 
 
 def free_port() -> int:
