@@ -17,8 +17,8 @@ from ..errors import Conflict, Forbidden, LimitExceeded, conversation_not_found
 from ..events.types import REGISTRY, MessageChange, MessageDeleted, MessageEdited, ReactionChanged
 from ..models import MESSAGE_FIELDS
 from ..store import changes, conversations, outbox, reactions, webhooks
-from .checks import check_page_size, check_seq, message_not_found
-from .history import check_cursors, replay_ranges, sync_page, too_far_behind, visible_conversations
+from .checks import check_seq, message_not_found
+from .history import check_cursors, replay_ranges, sync_cursors_page, too_far_behind, visible_conversations
 from .mentions import check_edit_mentions_txn, do_edit_mentions_txn
 from .threads import delete_replies_txn
 
@@ -212,10 +212,9 @@ async def read_changes(
     it is now; two statements whatever the number of cursors. More than max_catch_up changes behind: none,
     too_long set (the client re-reads the messages it holds, then goes on from last_change_seq). With
     max_changes, each page is sync's page under that budget (history.sync_page), as sync's messages are."""
-    limit = check_page_size(limit, "limit")
-    check_cursors(cursors, max_cursors, within="at once", field="afterChangeSeq")
-    if max_changes is not None:
-        limit = sync_page(limit, len(cursors), max_changes)
+    limit = sync_cursors_page(
+        limit, cursors, max_cursors=max_cursors, budget=max_changes, within="at once", field="afterChangeSeq"
+    )
     if not cursors:
         return []
     async with database.connection() as conn:

@@ -49,6 +49,22 @@ def sync_page(limit: int, cursors: int, max_messages: int) -> int:
     return min(limit, max(1, max_messages // max(1, cursors)))
 
 
+def sync_cursors_page(
+    limit: int | None,
+    cursors: Sequence[tuple[int, int]],
+    *,
+    max_cursors: int,
+    budget: int | None,
+    within: str,
+    field: str,
+) -> int:
+    """A sync's page for each of its cursors, after checking both (check_page_size, check_cursors): limit, or
+    under a budget of that many rows in all (sync_page); each of sync's parts (messages, changes, threads)."""
+    limit = check_page_size(limit, "limit")
+    check_cursors(cursors, max_cursors, within=within, field=field)
+    return limit if budget is None else sync_page(limit, len(cursors), budget)
+
+
 def check_cursors(cursors: Sequence[tuple[int, int]], max_cursors: int, *, within: str, field: str) -> None:
     """Resume cursors (conversation_id, after): at most max_cursors of them, each conversation once,
     each `after` a valid seq (named `field` in the error)."""
@@ -96,10 +112,9 @@ async def read_sync(
 
     With max_messages, the answer holds at most that many messages in all (at least one per
     cursor): each page is min(limit, max_messages // len(cursors)), and hasMore says where more wait."""
-    limit = check_page_size(limit, "limit")
-    check_cursors(cursors, max_cursors, within="in one sync", field="afterSeq")
-    if max_messages is not None:
-        limit = sync_page(limit, len(cursors), max_messages)
+    limit = sync_cursors_page(
+        limit, cursors, max_cursors=max_cursors, budget=max_messages, within="in one sync", field="afterSeq"
+    )
     if not cursors:
         return []
     async with database.connection() as conn:

@@ -29,8 +29,8 @@ from ..events.types import (
     ThreadUpdated,
 )
 from ..store import outbox, threads
-from .checks import check_page_size, check_seq, message_not_found
-from .history import check_cursors, replay_ranges, sync_page
+from .checks import check_seq, message_not_found
+from .history import check_cursors, replay_ranges, sync_cursors_page
 
 
 async def _root_txn(conn: Connection, viewer_id: str, conversation_id: int, seq: int) -> int:
@@ -203,10 +203,9 @@ async def read_thread_sync(
     limit (with max_threads, sync's page under that budget, as its messages), each as the viewer sees it now,
     and the viewer's clock there (last_version, 0 for none). Two statements whatever the number of cursors;
     NOT_FOUND for a conversation the viewer is not in."""
-    limit = check_page_size(limit, "limit")
-    check_cursors(cursors, max_cursors, within="at once", field="afterThreadVersion")
-    if max_threads is not None:
-        limit = sync_page(limit, len(cursors), max_threads)
+    limit = sync_cursors_page(
+        limit, cursors, max_cursors=max_cursors, budget=max_threads, within="at once", field="afterThreadVersion"
+    )
     if not cursors:
         return []
     async with database.connection() as conn:
