@@ -27,6 +27,7 @@ import pytest
 from chatgql.compat import strawberry as strawberry_compat
 from chatgql.engine.cost import CostCache, CostLimits
 from chatgql.graphql.examples import CLIENT_MSG_ID, EXAMPLES
+from chatgql.graphql.ids import message_id
 from chatgql.graphql.schema import schema
 
 from ..conftest import REPO, GraphQLClient, RunningServer, drop_database, make_settings, scratch_database
@@ -146,6 +147,13 @@ async def world(prod: RunningServer, http: httpx.AsyncClient) -> GraphQLClient:
     for seq in range(1, 10):
         await client.data(edit, {"s": seq, "b": f"hello again {seq}"}, user=2)
     await client.data('mutation { markRead(conversationId: "7", seq: 45) { lastReadSeq } }', user=1)
+    # user 1's thread versions in group 7 up to 13 (each reply of theirs takes one): threads.md resumes after 12
+    reply = (
+        "mutation($m: UUID!, $r: ID!) { sendMessage(conversationId: \"7\", clientMsgId: $m, body: \"in the thread\","
+        " replyTo: $r, threadOnly: true) { message { seq } } }"
+    )
+    for _ in range(13):
+        await client.data(reply, {"m": str(uuid.uuid4()), "r": message_id(7, 1)}, user=1)
     return client
 
 
