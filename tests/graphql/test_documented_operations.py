@@ -149,7 +149,7 @@ async def world(prod: RunningServer, http: httpx.AsyncClient) -> GraphQLClient:
     await client.data('mutation { markRead(conversationId: "7", seq: 45) { lastReadSeq } }', user=1)
     # user 1's thread versions in group 7 up to 13 (each reply of theirs takes one): threads.md resumes after 12
     reply = (
-        "mutation($m: UUID!, $r: ID!) { sendMessage(conversationId: \"7\", clientMsgId: $m, body: \"in the thread\","
+        'mutation($m: UUID!, $r: ID!) { sendMessage(conversationId: "7", clientMsgId: $m, body: "in the thread",'
         " replyTo: $r, threadOnly: true) { message { seq } } }"
     )
     for _ in range(13):
