@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -96,6 +97,7 @@ def _segment(
     base: int,
     profile: Path | None = None,
     pg: Postgres | None = None,
+    broker: Kafka | None = None,
 ) -> dict:
     """One segment of load on `server`; with pg, PostgreSQL's CPU during it too (the other server is
     idle meanwhile, so what PostgreSQL spends is this server's requests' and its relay's)."""
@@ -105,9 +107,13 @@ def _segment(
         recorder.attached()
     user0, sys0 = _cpu(server)
     pg0 = pg.cpu_seconds() if pg is not None else 0.0
+    machine0 = psutil.cpu_times()
+    kafka0 = broker.cpu_seconds() if broker is not None else 0.0
     load = httpload.run(server.port, scenario, workdir, seconds, base)
     user1, sys1 = _cpu(server)
     pg1 = pg.cpu_seconds() if pg is not None else 0.0
+    machine1 = psutil.cpu_times()
+    kafka1 = broker.cpu_seconds() if broker is not None else 0.0
     if recorder is not None and profile is not None:
         recorder.wait()
         with profile.open("a") as out:
@@ -115,7 +121,17 @@ def _segment(
     errors = load["bad_status"] + load["gql_errors"] + load["socket_errors"]
     if errors:
         raise RuntimeError(f"{scenario.name}: {errors} failed requests ({load['first_error']})")
-    return {"ok": load["ok"], "user": user1 - user0, "sys": sys1 - sys0, "rps": load["rps"], "pg": pg1 - pg0}
+    idle = (machine1.idle + machine1.iowait) - (machine0.idle + machine0.iowait)
+    total = sum(machine1) - sum(machine0)
+    return {
+        "ok": load["ok"],
+        "user": user1 - user0,
+        "sys": sys1 - sys0,
+        "rps": load["rps"],
+        "pg": pg1 - pg0,
+        "kafka": kafka1 - kafka0,
+        "idle": idle / total if total > 0 else 0.0,
+    }
 
 
 def _per_request(segments: list[dict]) -> dict:
@@ -133,6 +149,8 @@ def _per_request(segments: list[dict]) -> dict:
         "pg_ms": 1000 * sum(s.get("pg", 0.0) for s in segments) / ok,
         "pg_segments_ms": [1000 * s.get("pg", 0.0) / s["ok"] for s in segments],
         "rps_spread": max(s["rps"] for s in segments) - min(s["rps"] for s in segments),
+        "idle": statistics.median(s.get("idle", 0.0) for s in segments),
+        "kafka_ms": 1000 * sum(s.get("kafka", 0.0) for s in segments) / ok,
     }
 
 
@@ -184,8 +202,10 @@ def run(
     workers_ab: tuple[int, int] | None = None,
     kafka: bool = False,
     persisted: bool = False,
+    env: dict[str, str] | None = None,
 ) -> dict:
-    """workers_ab (A, B): both sides run this tree, the first as A workers, the second as B (instead of
+    """env: more environment for this tree's server only (a setting's A/B: `--baseline HEAD --env
+    CHATGQL_X=...`). workers_ab (A, B): both sides run this tree, the first as A workers, the second as B (instead of
     a baseline commit against this tree). kafka: a broker for both, a topic and consumer group each."""
     raise_fd_limit()
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-perf-"))
@@ -209,6 +229,9 @@ def run(
             counts = {"baseline": workers_ab[0], "this tree": workers_ab[1]}
         pg = Postgres.start(scratch / "pg")
         broker = Kafka.start(scratch) if kafka else None
+        warming = None
+        if broker is not None:  # while the servers start and their databases are seeded
+            warming = concurrent.futures.ThreadPoolExecutor(1).submit(broker.warm_up)
         # Each server has a database of its own in the one PostgreSQL, migrated by its own code
         # (the baseline may predate a migration that changed a column's type), seeded alike.
         sides = {"baseline": base_src, "this tree": REPO / "src"}
@@ -221,12 +244,16 @@ def run(
                 server.env["CHATGQL_KAFKA_GROUP"] = f"fanout-{i}"
             server.env["PYTHONPATH"] = str(src)
             server.env["CHATGQL_MIGRATE_ON_START"] = "true"
+            if name == "this tree":
+                server.env.update(env or {})
             server.log_path = scratch / f"chatgql-{name.replace(' ', '-')}.log"
             server.spawn()
             servers[name] = server
         for name, server in servers.items():
             server.wait_ready()
             asyncio.run(_seed(_database_url(pg, databases[name])))
+        if warming is not None:
+            log(f"Kafka warmed up: {warming.result()}")
         if persisted:
             asyncio.run(_load_documents(_database_url(pg, databases["this tree"])))
         read_base = 1
@@ -244,7 +271,7 @@ def run(
                 for name in order if round_ % 2 == 0 else reversed(order):
                     stacks = None if profile is None else profile / f"{figure}-{name.replace(' ', '-')}.txt"
                     segments[name].append(
-                        _segment(servers[name], scenarios[name], workdir, seconds, read_base, stacks, pg)
+                        _segment(servers[name], scenarios[name], workdir, seconds, read_base, stacks, pg, broker)
                     )
                     read_base += 10_000_000
             results[figure] = {name: _per_request(s) for name, s in segments.items()}
@@ -262,6 +289,8 @@ def run(
         text = _report_workers(results, workers_ab, rounds, seconds, kafka)
     else:
         text = _report(results, base_rev, rounds, seconds, workers)
+    if env:
+        text += "\nThis tree's server ran with " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".\n"
     if persisted:
         text += "\nThis tree's requests named their documents by id (`documentId`); the baseline's sent the text.\n"
     report.write_text(text)
@@ -289,8 +318,9 @@ def _report(results: dict, base_rev: str, rounds: int, seconds: float, workers: 
         f"Load average at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())} (2 cores, shared).",
         "",
         "| figure | target | baseline ms (user + sys) | this tree ms (user + sys) | change | segments (this tree) "
-        "| PostgreSQL ms: baseline, this tree (change) |",
-        "|---|---|---|---|---|---|---|",
+        "| PostgreSQL ms: baseline, this tree (change) | Kafka ms: baseline, this tree | req/s (median): baseline, this tree "
+        "| machine idle (median): baseline, this tree |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for figure, r in results.items():
         base, new = r["baseline"], r["this tree"]
@@ -299,7 +329,9 @@ def _report(results: dict, base_rev: str, rounds: int, seconds: float, workers: 
             f"| {figure} | {TARGETS_MS[figure]} | {base['ms']:.3f} ({base['user_ms']:.3f} + {base['sys_ms']:.3f}) "
             f"| **{new['ms']:.3f}** ({new['user_ms']:.3f} + {new['sys_ms']:.3f}) "
             f"| {100 * (new['ms'] / base['ms'] - 1):+.0f}% | {segs} "
-            f"| {base['pg_ms']:.3f}, {new['pg_ms']:.3f} ({100 * (new['pg_ms'] / base['pg_ms'] - 1):+.0f}%) |"
+            f"| {base['pg_ms']:.3f}, {new['pg_ms']:.3f} ({100 * (new['pg_ms'] / base['pg_ms'] - 1):+.0f}%) "
+            f"| {base['kafka_ms']:.3f}, {new['kafka_ms']:.3f} | {base['rps_median']:,.0f}, {new['rps_median']:,.0f} "
+            f"| {100 * base['idle']:.0f}%, {100 * new['idle']:.0f}% |"
         )
     lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
     return "\n".join(lines)
@@ -323,14 +355,17 @@ def _report_workers(results: dict, workers_ab: tuple[int, int], rounds: int, sec
         f"per figure. Load average at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())} (2 cores, shared).",
         "",
         f"| figure | {a} worker(s): req/s (median, spread) | {b} worker(s): req/s | {b} / {a} req/s "
-        f"| {a}: server CPU ms a request | {b}: server CPU ms |",
-        "|---|---|---|---|---|---|",
+        f"| {a}: server CPU ms a request | {b}: server CPU ms | PostgreSQL CPU ms: {a}, {b} "
+        f"| Kafka CPU ms: {a}, {b} | machine idle (median): {a}, {b} |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for figure, r in results.items():
         x, y = r["baseline"], r["this tree"]
         lines.append(
             f"| {figure} | {x['rps_median']:,.0f} ({x['rps_spread']:,.0f}) | {y['rps_median']:,.0f} ({y['rps_spread']:,.0f}) "
-            f"| **{y['rps_median'] / x['rps_median']:.2f}** | {x['ms']:.3f} | {y['ms']:.3f} |"
+            f"| **{y['rps_median'] / x['rps_median']:.2f}** | {x['ms']:.3f} | {y['ms']:.3f} "
+            f"| {x['pg_ms']:.3f}, {y['pg_ms']:.3f} | {x['kafka_ms']:.3f}, {y['kafka_ms']:.3f} "
+            f"| {100 * x['idle']:.0f}%, {100 * y['idle']:.0f}% |"
         )
     lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
     return "\n".join(lines)
@@ -365,7 +400,15 @@ def main() -> None:
     parser.add_argument(
         "--persisted", action="store_true", help="this tree sends documentId (the sha256) instead of the text"
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for this tree's server only (a setting's A/B with --baseline HEAD); repeatable",
+    )
     args = parser.parse_args()
+    env = dict(item.split("=", 1) for item in args.env)
     workers_ab = tuple(int(n) for n in args.workers_ab.split(",")) if args.workers_ab else None
     if workers_ab is not None and len(workers_ab) != 2:
         parser.error("--workers-ab takes two counts, A,B")
@@ -386,6 +429,7 @@ def main() -> None:
         workers_ab,
         args.kafka,
         args.persisted,
+        env,
     )
 
 

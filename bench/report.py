@@ -445,6 +445,14 @@ def render(r: dict) -> str:
         + "), "
         + ("Kafka" if cfg.get("kafka", bool(v.get("kafka"))) else "no Kafka (events go straight to the bus)")
     )
+    warm = r.get("kafka_warm_up")
+    if warm:
+        add(
+            f"- Kafka warmed up before the first figure: {warm['seconds']:g} s of produces and fetches on a topic of "
+            f"its own ({warm['events']:,} events; the broker's CPU an event in the last quarter: "
+            f"{warm['last_quarter_ms_per_event']} ms). A broker just started runs in the JVM's interpreter at "
+            "first (infra.Kafka.warm_up)"
+        )
     if workers == 1:
         shape = "one process: API, outbox relay and Kafka consumer; uvicorn with uvloop and httptools"
     else:

@@ -20,6 +20,14 @@ which subscribers dedupe by seq). Partitions taken away by a rebalance get their
 handed-on offsets committed first (for at most FINAL_COMMIT_SECONDS: what was not
 committed then comes again).
 
+Its own relay's records are not fetched back while that relay is the only one (deliver_own):
+a partition the consumer has handed on to its end is paused, and each record the relay then
+has acknowledged there is handed on by the relay's publish, when its offset is exactly the
+partition's next; any other record (another producer's) ends the pause, and the consumer
+fetches from the first record not handed on. Offsets are committed alike either way. Kafka
+then serves one produce an event instead of a produce and a fetch, and this process decodes
+no fetch response for it (bench/results/perf-round4.md).
+
 What waits here is bounded: aiokafka buffers at most one fetch per partition
 (max_partition_fetch_bytes each, FETCH_MAX_BYTES a request), and the loop holds
 one batch of at most MAX_RECORDS records at a time; the sink is awaited, so a
@@ -31,11 +39,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import RecordMetadata
 
 from ..runtime import tracing
 from .bus import Bus, envelope
@@ -57,6 +66,19 @@ COMMIT_INTERVAL_SECONDS = 0.1
 FINAL_COMMIT_SECONDS = 5.0
 # How long a consumer's stop() may take after that; past it the consumer is left behind (logged).
 STOP_SECONDS = 15.0
+
+
+class OwnRecord:
+    """A record this process's relay published and Kafka acknowledged, as a sink takes it."""
+
+    __slots__ = ("key", "offset", "timestamp", "tp", "value")
+
+    def __init__(self, key: str, value: bytes, timestamp: int, acked: RecordMetadata) -> None:
+        self.key = key.encode()
+        self.value = value
+        self.timestamp = timestamp  # ms, the outbox row's commit time (as the record's)
+        self.tp = TopicPartition(acked.topic, acked.partition)
+        self.offset = acked.offset
 
 
 class Sink(Protocol):
@@ -130,6 +152,11 @@ class FanoutConsumer:
         self.restarts = 0  # runs that failed and were started again
         self._consumer: AIOKafkaConsumer | None = None
         self._to_commit = asyncio.Event()
+        # This process's relay leads every outbox shard: nobody else publishes (deliver_own).
+        self.sole: Callable[[], bool] = lambda: False
+        self.own: dict[TopicPartition, int] = {}  # paused for deliver_own -> the offset its next record has
+        self.own_records = 0  # handed on by deliver_own, over restarts
+        self._handing = asyncio.Lock()  # one hand-off at a time: the fetched and the own keep their order
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions the current run holds (none between runs)."""
@@ -150,6 +177,7 @@ class FanoutConsumer:
             self._consumer = consumer
             self.handed.clear()
             self.committed.clear()
+            self.own.clear()
             committer: asyncio.Task | None = None
             try:
                 await consumer.start()
@@ -167,6 +195,7 @@ class FanoutConsumer:
                 await asyncio.sleep(1)
             finally:
                 self.assigned.clear()
+                self.own.clear()  # deliver_own hands on nothing more of this run
                 if committer is not None:
                     committer.cancel()
                     with contextlib.suppress(BaseException):
@@ -192,17 +221,97 @@ class FanoutConsumer:
                     records = next(iter(batches.values()))
                 else:
                     records = [record for partition in batches.values() for record in partition]
-                await self.sink.hand_on(records)
+                async with self._handing:
+                    await self.sink.hand_on(records)
                 assignment = consumer.assignment()
                 for tp, partition in batches.items():
                     if tp in assignment:  # taken away meanwhile: its next owner has them again
                         self.handed[tp] = partition[-1].offset + 1
                 self.records += len(records)
                 self._to_commit.set()
+            await self._settle(consumer)
             now = loop.time()
             if now - lag_at >= 1.0:
                 lag_at = now
                 self.lag = self._lag(consumer)
+
+    async def _settle(self, consumer: AIOKafkaConsumer) -> None:
+        """While this process's relay is the only one, pause each partition handed on to its end:
+        deliver_own hands on what comes next there. Else fetch them all again."""
+        if not self.sole() or tracing.ON:  # traced records go the consumer's way (their spans)
+            self.release()
+            return
+        for tp in consumer.assignment():
+            if tp in self.own:
+                continue
+            end = consumer.highwater(tp)
+            if end is None:
+                continue  # no fetch answered for it yet
+            done = self.handed.get(tp)
+            if done is None:  # nothing handed on in this run: where the consumer is
+                done = await consumer.position(tp)
+                if tp not in consumer.assignment() or tp in self.own:
+                    continue  # taken away, or paused, meanwhile
+            if done == end:
+                consumer.pause(tp)
+                self.own[tp] = end
+                self.handed.setdefault(tp, end)
+
+    def release(self, tp: TopicPartition | None = None) -> None:
+        """The consumer fetches again what was paused for deliver_own (tp: that partition only),
+        from the first record not handed on."""
+        consumer = self._consumer
+        for partition in [tp] if tp is not None else list(self.own):
+            after = self.own.pop(partition, None)
+            if after is not None and consumer is not None and partition in consumer.assignment():
+                consumer.seek(partition, after)
+                consumer.resume(partition)
+
+    async def deliver_own(self, records: Sequence[OwnRecord]) -> None:
+        """Records this process's relay has just had acknowledged, in its publish's order. Each one
+        that is exactly the next record of a partition paused for it is handed on here, and its offset
+        committed as the consumer's would be; any other ends its partition's pause, and the consumer
+        fetches it (and what follows) instead. A hand-off that fails gives every partition back to
+        the consumer, from the first record not handed on (at least once)."""
+        if not self.own:
+            return
+        sole = self.sole()
+        # No more of a partition at once than one fetch would bring (a subscriber's buffer is sized
+        # for the fetch's bursts): a bigger batch is left to the fetch.
+        sizes: dict[TopicPartition, int] = {}
+        for record in records:
+            sizes[record.tp] = sizes.get(record.tp, 0) + len(record.value)
+        mine: list[OwnRecord] = []
+        for record in records:
+            after = self.own.get(record.tp)
+            if after is None:
+                continue
+            if sole and record.offset == after and sizes[record.tp] <= MAX_PARTITION_FETCH_BYTES:
+                mine.append(record)
+                self.own[record.tp] = record.offset + 1
+            else:  # another producer's record came first, or too many at once, or no longer the only relay
+                self.release(record.tp)
+        if not mine:
+            return
+        async with self._handing:
+            try:
+                await self.sink.hand_on(mine)
+            except BaseException as error:  # failed, or cancelled (the relay's publish timed out or stopped)
+                for tp in list(self.own):
+                    self.own[tp] = self.handed.get(tp, self.own[tp])
+                self.release()
+                if not isinstance(error, Exception):
+                    raise
+                log.warning("own records not handed on; the consumer fetches them", exc_info=True)
+                return
+        consumer = self._consumer
+        assignment = consumer.assignment() if consumer is not None else set()
+        for record in mine:
+            if record.tp in assignment:
+                self.handed[record.tp] = record.offset + 1
+        self.records += len(mine)
+        self.own_records += len(mine)
+        self._to_commit.set()
 
     def _lag(self, consumer: AIOKafkaConsumer) -> int:
         """Records on the broker not yet handed on, over this process's partitions (as of the last fetch)."""
@@ -272,6 +381,7 @@ class _Rebalance(ConsumerRebalanceListener):
         for tp in revoked:
             self._owner.handed.pop(tp, None)
             self._owner.committed.pop(tp, None)
+            self._owner.own.pop(tp, None)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         for tp in assigned:

@@ -10,7 +10,7 @@ alongside the event handed to the Dispatcher.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from ..compat import aiokafka as aiokafka_compat
 from ..runtime import tracing
 from .bus import Bus, envelope
+from .consumer import OwnRecord
 from .dispatch import Dispatcher
 
 
@@ -78,6 +79,9 @@ class KafkaPublisher:
 
     The relay's shards publish through one producer concurrently (their keys never
     overlap, so each key's order is one shard's order); one of them replaces it.
+
+    on_acked: this process's consumer of the topic (consumer.FanoutConsumer.deliver_own), given
+    each publish's records once Kafka acknowledged them, to hand on those it need not fetch back.
     """
 
     takes_text = True  # payloads as JSON text (a dict is encoded)
@@ -88,6 +92,7 @@ class KafkaPublisher:
         self.producer = self._new_producer()
         self._usable = False  # started, and no publish failed on it since
         self._replacing = asyncio.Lock()
+        self.on_acked: Callable[[Sequence[OwnRecord]], Awaitable[None]] | None = None
 
     def _new_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
@@ -144,11 +149,18 @@ class KafkaPublisher:
                     await send(topic, value=payload, key=key, timestamp_ms=int(at * 1000))
                     for (key, payload), at in zip(batch, created, strict=True)
                 ]
-            await asyncio.gather(*pending)
+            acked = await asyncio.gather(*pending)
         except BaseException:  # an error, or cancelled (timed out): don't trust this producer again
             if producer is self.producer:
                 self._usable = False
             raise
+        if self.on_acked is not None and created is not None and not headers:
+            await self.on_acked(
+                [
+                    OwnRecord(key, _json_bytes(payload), int(at * 1000), metadata)
+                    for (key, payload), at, metadata in zip(batch, created, acked, strict=True)
+                ]
+            )
 
     async def _replace_producer(self) -> None:
         old, self.producer = self.producer, self._new_producer()

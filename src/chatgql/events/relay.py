@@ -77,13 +77,15 @@ class OutboxRelay:
         standby_seconds: float = 0.5,
         publish_timeout: float = 30.0,
         on_relayed: Callable[[int, int], None] = lambda shard, n: None,
+        on_hand_back: Callable[[], None] = lambda: None,
         local: bool = False,
         webhook_kinds: Sequence[str] = (),
     ) -> None:
         """local: the publisher reaches this process's subscribers only (the memory bus, no Kafka),
         so a relay of another process on the same database takes events away from them.
         webhook_kinds: relayed rows of these kinds are copied into the webhook queue as they are
-        deleted (events/webhooks.py)."""
+        deleted (events/webhooks.py). on_hand_back: called before a shard is handed back to be led
+        elsewhere (this process's consumer then fetches what it had left to this relay)."""
         if outbox.SLOTS % shards:
             raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
         self._database = database
@@ -96,6 +98,7 @@ class OutboxRelay:
         self._standby_seconds = standby_seconds
         self._publish_timeout = publish_timeout
         self._on_relayed = on_relayed
+        self.on_hand_back = on_hand_back
         self._local = local
         self._webhook_kinds = tuple(webhook_kinds)
         self._shared_noted = False
@@ -166,6 +169,7 @@ class OutboxRelay:
             )
         while len(self._led) > quota:
             shard = self._led[max(self._led)]
+            self.on_hand_back()
             await self._stop(shard)
             await outbox.release_slots(conn, shard.slots)
             log.info("relay shard %d handed back (%d relay processes)", shard.index, len(relays))

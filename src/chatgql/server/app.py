@@ -308,6 +308,7 @@ async def running(
                 )
                 runtime.deps.presence.on_change = tracker.changed
                 stack.push_async_callback(tracker.close)
+        own_producer: KafkaPublisher | None = None
         if settings.run_relay:
             publisher: Publisher
             if kafka:
@@ -318,7 +319,7 @@ async def running(
                 producer = KafkaPublisher(kafka, settings.kafka_topic)
                 await producer.start()
                 stack.push_async_callback(producer.stop)
-                publisher = producer
+                publisher = own_producer = producer
             elif direct is not None:
                 publisher = DispatchPublisher(direct)
             else:
@@ -369,6 +370,13 @@ async def running(
                 heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
             )
             metrics.track(metrics.consumer_lag, lambda: consumer.lag)
+            metrics.track(metrics.consumer_own_records, lambda: consumer.own_records)
+            if own_producer is not None and runtime.relay is not None:
+                # This process's relay hands its acknowledged records on itself while it is the only relay.
+                led_here = runtime.relay
+                consumer.sole = lambda: led_here.is_leader
+                own_producer.on_acked = consumer.deliver_own
+                led_here.on_hand_back = consumer.release
             await _task(stack, consumer.run(), "kafka-consumer")
 
         if settings.webhook_url is not None and settings.run_webhooks:

@@ -38,6 +38,11 @@ class Metrics:
         self.consumer_lag = Gauge(
             "chatgql_consumer_lag", "Kafka records not yet handed to the bus", registry=self.registry
         )
+        self.consumer_own_records = Gauge(
+            "chatgql_consumer_own_records",
+            "Kafka records this process's relay published and handed on itself, not fetched back",
+            registry=self.registry,
+        )
         self.bus_published = Gauge(
             "chatgql_bus_published", "Events this process published on the bus", registry=self.registry
         )
