@@ -32,16 +32,6 @@ def default_workers() -> int:
     return max(1, available_cores() - 1)
 
 
-def default_pool_size() -> int:
-    """PostgreSQL connections a process opens at most unless told: two per core, at least four (the
-    relay and the background work draw on the pool too). The database runs
-    on the same cores, where more statements at once only take turns: with 20 (the earlier default)
-    against 4 on 2 cores, PostgreSQL spent 6-19% more CPU a request and one process served 8-17%
-    fewer inbox pages (bench/results/perf-round4.md); a request waits for a connection in the pool
-    instead."""
-    return max(4, 2 * available_cores())
-
-
 def otel_traces_wanted() -> bool:
     """The OTEL_* variables ask for traces: an OTLP endpoint is named, or OTEL_TRACES_EXPORTER is
     otlp; OTEL_SDK_DISABLED=true and OTEL_TRACES_EXPORTER=none say no (docs/operating/tracing.md)."""
@@ -76,8 +66,8 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     data_dir: Path = Path(".chatgql")
     # The asyncpg pool holds at most db_pool_size + db_max_overflow connections, opened as needed.
-    db_pool_size: int = Field(default_factory=default_pool_size, ge=1)
-    db_max_overflow: int = Field(default=0, ge=0)
+    db_pool_size: int = Field(default=10, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
     migrate_on_start: bool = True
 
     # Kafka. Unset: events go through the in-process bus.
