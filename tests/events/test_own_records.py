@@ -23,8 +23,12 @@ class _Kept:
 
     def __init__(self) -> None:
         self.records: list[tuple[str, int]] = []
+        self.fail_next = False  # the next hand-off raises (a bus that is away)
 
     async def hand_on(self, records) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("the bus is away")
         self.records.extend((r.key.decode(), orjson.loads(r.value)["n"]) for r in records)
 
     def of(self, key: str) -> list[int]:
@@ -111,6 +115,14 @@ async def test_own_records_are_handed_on_without_a_fetch_and_foreign_ones_in_the
         await wait_until(lambda: sink.of(key)[-1:] == [n], 60, "the big batch fetched")
         assert consumer.own_records == 41
         await wait_until(lambda: len(consumer.own) == PARTITIONS, 60, "the partition left to the relay again")
+
+        # A hand-off of the relay's that fails: the consumer fetches those records instead, from the
+        # first one not handed on.
+        sink.fail_next = True
+        await publish("k1", "k2")
+        await wait_until(lambda: n - 1 in sink.of("k1") and n in sink.of("k2"), 60, "the failed ones fetched")
+        assert consumer.own_records == 41
+        await wait_until(lambda: len(consumer.own) == PARTITIONS, 60, "the partitions left to the relay again")
 
         # The relay no longer alone: every partition goes back to the consumer, which delivers
         # what others publish anywhere.

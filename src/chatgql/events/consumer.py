@@ -157,6 +157,9 @@ class FanoutConsumer:
         self.own: dict[TopicPartition, int] = {}  # paused for deliver_own -> the offset its next record has
         self.own_records = 0  # handed on by deliver_own, over restarts
         self._handing = asyncio.Lock()  # one hand-off at a time: the fetched and the own keep their order
+        # Hand-offs of deliver_own's that failed, and runs that ended: own records taken before one and
+        # still waiting for the lock are left to the consumer, which fetches again from before them.
+        self._setbacks = 0
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions the current run holds (none between runs)."""
@@ -196,6 +199,7 @@ class FanoutConsumer:
             finally:
                 self.assigned.clear()
                 self.own.clear()  # deliver_own hands on nothing more of this run
+                self._setbacks += 1
                 if committer is not None:
                     committer.cancel()
                     with contextlib.suppress(BaseException):
@@ -293,10 +297,14 @@ class FanoutConsumer:
                 self.release(record.tp)
         if not mine:
             return
+        setbacks = self._setbacks
         async with self._handing:
+            if self._setbacks != setbacks:
+                return  # the consumer fetches them again, in their order
             try:
                 await self.sink.hand_on(mine)
             except BaseException as error:  # failed, or cancelled (the relay's publish timed out or stopped)
+                self._setbacks += 1
                 for tp in list(self.own):
                     self.own[tp] = self.handed.get(tp, self.own[tp])
                 self.release()
