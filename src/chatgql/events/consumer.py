@@ -160,6 +160,9 @@ class FanoutConsumer:
         # Hand-offs of deliver_own's that failed, and runs that ended: own records taken before one and
         # still waiting for the lock are left to the consumer, which fetches again from before them.
         self._setbacks = 0
+        # Per partition, the offset after the last record this process's relay had acknowledged there:
+        # a partition is not paused while one of those may not have been fetched yet.
+        self._acked: dict[TopicPartition, int] = {}
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions the current run holds (none between runs)."""
@@ -256,7 +259,7 @@ class FanoutConsumer:
                 done = await consumer.position(tp)
                 if tp not in consumer.assignment() or tp in self.own:
                     continue  # taken away, or paused, meanwhile
-            if done == end:
+            if done == end and self._acked.get(tp, end) <= end:
                 consumer.pause(tp)
                 self.own[tp] = end
                 self.handed.setdefault(tp, end)
@@ -277,6 +280,10 @@ class FanoutConsumer:
         committed as the consumer's would be; any other ends its partition's pause, and the consumer
         fetches it (and what follows) instead. A hand-off that fails gives every partition back to
         the consumer, from the first record not handed on (at least once)."""
+        acked = self._acked
+        for record in records:
+            if record.offset >= acked.get(record.tp, 0):
+                acked[record.tp] = record.offset + 1
         if not self.own:
             return
         sole = self.sole()

@@ -371,8 +371,10 @@ async def running(
             )
             metrics.track(metrics.consumer_lag, lambda: consumer.lag)
             metrics.track(metrics.consumer_own_records, lambda: consumer.own_records)
-            if own_producer is not None and runtime.relay is not None:
-                # This process's relay hands its acknowledged records on itself while it is the only relay.
+            if own_producer is not None and runtime.relay is not None and direct is not None:
+                # One process (memory://): its relay hands its acknowledged records on itself while it is
+                # the only relay. With a Redis bus the group's partitions are shared between processes'
+                # consumers: left to the fetch there (not measured).
                 led_here = runtime.relay
                 consumer.sole = lambda: led_here.is_leader
                 own_producer.on_acked = consumer.deliver_own
