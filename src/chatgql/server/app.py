@@ -374,7 +374,7 @@ async def running(
             if own_producer is not None and runtime.relay is not None and direct is not None:
                 # One process (memory://): its relay hands its acknowledged records on itself while it is
                 # the only relay. With a Redis bus the group's partitions are shared between processes'
-                # consumers: left to the fetch there (not measured).
+                # consumers: everything goes the fetch's way there.
                 led_here = runtime.relay
                 consumer.sole = lambda: led_here.is_leader
                 own_producer.on_acked = consumer.deliver_own
