@@ -66,8 +66,8 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     data_dir: Path = Path(".chatgql")
     # The asyncpg pool holds at most db_pool_size + db_max_overflow connections, opened as needed.
-    db_pool_size: int = Field(default=10, ge=1)
-    db_max_overflow: int = Field(default=10, ge=0)
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
     migrate_on_start: bool = True
 
     # Kafka. Unset: events go through the in-process bus.
