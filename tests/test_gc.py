@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 from graphql import parse
 
+from chatgql import db
 from chatgql.edge.auth import issue_token
 from chatgql.engine.acyclic import unlink_tokens
 from chatgql.runtime import collector
@@ -288,3 +289,31 @@ async def test_copies_of_a_document_being_validated_are_not_validated_again(monk
     assert await asyncio.gather(*ok) == [[]] * 5
     assert await asyncio.gather(*bad) == [["refused"]] * 3  # refusals are not shared: each copy on its own
     assert len(calls) == 4 and not validation._validating
+
+
+async def test_cached_statements_hold_no_timers_that_would_make_cycles(migrated_url):
+    """asyncpg gives each cached prepared statement a lifetime by default (300 s): a timer whose
+    callback holds the cache entry, which holds the timer. Once the timer fired the pair was a
+    cycle; in `chatgql serve`, frozen while it lived, it stayed for good, with the statement's
+    state and the context of the request that prepared it (found as CPU meters in this file's
+    counts, five minutes into a test run). chatgql's connections cache statements without a
+    lifetime: no such timer exists, on the pool's connections or a dedicated one."""
+    loop = asyncio.get_running_loop()
+
+    def expiring() -> int:  # the loop's timers (asyncio's own heap) that expire a cached statement
+        return sum("_on_entry_expired" in getattr(h._callback, "__qualname__", "") for h in loop._scheduled)
+
+    before = expiring()  # other connections of the test process (asyncpg's defaults) may hold some
+    database = await db.Database(migrated_url, max_size=2).open()
+    try:
+        async with database.connection() as conn:
+            for n in range(5):
+                await conn.fetchval(f"SELECT {n}::int + $1::int", n)  # five statements prepared and cached
+        dedicated = await database.dedicated()
+        try:
+            await dedicated.fetchval("SELECT $1::int", 1)
+            assert expiring() == before, f"{expiring() - before} statement-cache timers scheduled"
+        finally:
+            await dedicated.close()
+    finally:
+        await database.close()

@@ -129,8 +129,7 @@ class Database:
             max_inactive_connection_lifetime=300,
             init=_setup_connection,
             reset=_keep_session,
-            record_class=Row,
-            **_traced(),
+            **_connection_options(),
         )
         return self
 
@@ -194,14 +193,27 @@ class Database:
 
         application_name: how pg_stat_activity names it (relays find each other by it)."""
         settings = {"application_name": application_name} if application_name else None
-        conn = await asyncpg.connect(self._dsn, record_class=Row, server_settings=settings, **_traced())
+        conn = await asyncpg.connect(self._dsn, server_settings=settings, **_connection_options())
         await _setup_connection(conn)
         return conn
 
 
-def _traced() -> dict[str, Any]:
-    """asyncpg's connection class while tracing is on: each statement a span (runtime/tracing.py)."""
-    return {"connection_class": tracing.TracedConnection} if tracing.ON else {}
+def _connection_options() -> dict[str, Any]:
+    """How every connection of chatgql's is made.
+
+    - Rows as Row.
+    - Prepared statements cached with no lifetime, only the cache's size (asyncpg's LRU of 100 per
+      connection) bounds them. With a lifetime (asyncpg's default: 300 s) each cached statement
+      holds a timer whose callback holds the statement's entry, and the entry the timer: once the
+      timer fired, that pair is a reference cycle. A process that froze it while it lived
+      (runtime/collector.py) never freed it: every statement's entry, its state and the context
+      of the request that prepared it, every five minutes, on every connection.
+    - asyncpg's connection class while tracing is on: each statement a span (runtime/tracing.py).
+    """
+    options: dict[str, Any] = {"record_class": Row, "max_cached_statement_lifetime": 0}
+    if tracing.ON:
+        options["connection_class"] = tracing.TracedConnection
+    return options
 
 
 def _run(callbacks: list[Callable[[], None]]) -> None:
