@@ -362,8 +362,6 @@ class Settings(BaseSettings):
     mark_read_window_ms: float = Field(default=0.0, ge=0, le=1000)
     # (conversation, user) keys in one flush at most; more wait for the next flush.
     mark_read_max_batch: int = Field(default=500, ge=1, le=10_000)
-    # markRead flushes in flight at once: the next goes while the others wait on PostgreSQL.
-    mark_read_flushes: int = Field(default=1, ge=1, le=8)
     # markDelivered(Many) calls coalesced the same way (services/delivery_coalescing.py), with the
     # same window and batch size; off: one transaction per call.
     mark_delivered_coalescing: bool = True

@@ -44,7 +44,6 @@ from chatgql.services.reads import do_mark_read
 from chatgql.store import conversations, reads
 
 from ..conftest import create_engine, database_name, drop_database, make_settings, scratch_database
-from ..support.live import wait_until
 from ..support.writepath import TIMEOUT, Quiet, open_quiet_server, wave
 
 MARK_READ = (
@@ -537,93 +536,3 @@ async def test_a_key_raised_by_another_process_while_the_flush_waits_for_its_loc
     result = answer(row, 20)
     assert (row.moved, result.last_read_seq, result.advanced) == (False, 30, False)
     assert result.own_read == 30, "the own read position of the snapshot (0), below the watermark answered"
-
-
-async def test_with_two_flushes_in_flight_one_held_at_a_lock_does_not_hold_the_next_and_each_answer_stays_exact(
-    database,
-) -> None:
-    """CHATGQL_MARK_READ_FLUSHES=2: while one flush waits on PostgreSQL (here: a member row another
-    transaction holds), the next goes. A key in both waits for the first (rows are locked in key
-    order), and each caller's answer is the one an uncoalesced markRead would give in commit order."""
-    # Flushes wait on a held row for as long as it is held (the scratch database's 300 ms would end it).
-    pooled = [await database.pool.acquire() for _ in range(database.pool.get_max_size())]
-    for conn in pooled:
-        await conn.execute("SET lock_timeout = 0")
-    for conn in pooled:
-        await database.pool.release(conn)
-    flushed: list[tuple[int, int]] = []
-    coalescer = ReadCoalescer(database, flushes=2, on_flush=lambda keys, calls: flushed.append((keys, calls)))
-    coalescer.start()
-    cid = await group(database, ["1", "2"], last_seq=50)
-    holder = await database.dedicated()
-    try:
-        lock = holder.transaction()
-        await lock.start()
-        await holder.execute(
-            "SELECT 1 FROM conversation_member WHERE conversation_id = $1 AND user_id = '1' FOR UPDATE", cid
-        )
-        held = asyncio.create_task(do_mark_read(database, "1", cid, 10, coalescer=coalescer))
-
-        async def waiting() -> bool:
-            return await holder.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted") > 0
-
-        await wait_until(waiting, 60, "the first flush to wait for the held row")
-        # Not held behind it: another key's flush commits while the first still waits.
-        other = await asyncio.wait_for(do_mark_read(database, "2", cid, 20, coalescer=coalescer), 60)
-        assert (other.last_read_seq, other.advanced) == (20, True)
-        assert not held.done()
-        later = asyncio.create_task(do_mark_read(database, "1", cid, 30, coalescer=coalescer))  # waits on the row too
-        await lock.rollback()
-        first, second = await asyncio.gather(held, later)
-    finally:
-        await holder.close()
-        await coalescer.close()
-    assert (first.last_read_seq, first.advanced) == (10, True)
-    assert (second.last_read_seq, second.advanced) == (30, True)
-    assert len(flushed) == 3
-
-
-async def test_two_flushes_in_flight_keep_every_watermark_invariant_under_racing_calls(database) -> None:
-    """Many tasks race markRead over a few shared keys with two flushes in flight: every answer is
-    at or above its own clamped seq and never below an answer of that key committed before it was
-    asked; the final watermark is the largest clamped seq asked; the outbox holds one read.updated
-    per raise, increasing per key."""
-    coalescer = ReadCoalescer(database, flushes=2)
-    coalescer.start()
-    members = ["1", "2", "3"]
-    cids = [await group(database, members, last_seq=40) for _ in range(2)]
-    rng = random.Random(7)
-    asked: dict[tuple[int, str], int] = defaultdict(int)
-    committed: dict[tuple[int, str], int] = defaultdict(int)  # the highest answer seen so far
-
-    async def caller(n: int) -> None:
-        for _ in range(25):
-            cid, user, seq = rng.choice(cids), rng.choice(members), rng.randint(0, 45)
-            key = (cid, user)
-            asked[key] = max(asked[key], min(seq, 40))
-            floor = committed[key]
-            result = await do_mark_read(database, user, cid, seq, coalescer=coalescer)
-            assert result.last_read_seq >= min(seq, 40)
-            assert result.last_read_seq >= floor, "an answer below one committed before the call"
-            committed[key] = max(committed[key], result.last_read_seq)
-
-    try:
-        await asyncio.gather(*(caller(n) for n in range(12)))
-    finally:
-        await coalescer.close()
-    async with database.connection() as conn:
-        rows = await conn.fetch(
-            "SELECT conversation_id, user_id, last_read_seq FROM conversation_member WHERE conversation_id = ANY($1)",
-            cids,
-        )
-        events = await conn.fetch(
-            "SELECT msg_key, payload FROM outbox WHERE msg_key = ANY($1) ORDER BY id", [str(c) for c in cids]
-        )
-    assert {(r["conversation_id"], r["user_id"]): r["last_read_seq"] for r in rows} == {
-        key: asked.get(key, 0) for key in [(c, u) for c in cids for u in members]
-    }
-    raised: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for event in events:
-        raised[(event["msg_key"], event["payload"]["userId"])].append(event["payload"]["lastReadSeq"])
-    for key, seqs in raised.items():
-        assert seqs == sorted(set(seqs)), f"{key}: {seqs}"

@@ -183,7 +183,6 @@ async def running(
                 database,
                 window_seconds=settings.mark_read_window_ms / 1000,
                 max_keys=settings.mark_read_max_batch,
-                flushes=settings.mark_read_flushes,
                 on_flush=metrics.mark_read_flushed,
             )
             coalescer.start()

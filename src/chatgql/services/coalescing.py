@@ -5,10 +5,7 @@ Calls are queued; a background loop (owned by the app's lifespan) flushes what i
 Nothing waits on a timer when the process is idle: the first call is flushed at once, and calls
 that arrive while a flush is in flight go together into the next one (at most `max_keys` keys a
 flush; the rest wait for the one after). `window_seconds` > 0 adds a short wait before each
-flush, so that more calls share it (fewer commits, more latency). `flushes` > 1 lets that many
-flushes be in flight at once: the next one goes as soon as calls are queued, while the others
-wait on PostgreSQL (the statement must then take its locks in one order, so that two flushes
-never deadlock).
+flush, so that more calls share it (fewer commits, more latency).
 
 Every caller is answered only after its flush committed. A flush that fails fails all of its
 callers with its error; one cancelled mid-flush (whether it committed is unknown) cancels them.
@@ -43,13 +40,11 @@ class Coalescer(Generic[Batch, Written]):
         *,
         window_seconds: float = 0.0,
         max_keys: int = 500,
-        flushes: int = 1,
         on_flush: Callable[[int, int], None] | None = None,
     ) -> None:
         self._database = database
         self._window = window_seconds
         self._max_keys = max_keys
-        self._flushes = flushes
         self._on_flush = on_flush  # (keys, calls) of every flush that committed
         self._wake = asyncio.Event()
         self._closing = False
@@ -79,7 +74,6 @@ class Coalescer(Generic[Batch, Written]):
         return asyncio.get_running_loop().create_future()
 
     async def run(self) -> None:
-        in_flight: set[asyncio.Task[None]] = set()
         try:
             while True:
                 await self._wake.wait()
@@ -88,26 +82,13 @@ class Coalescer(Generic[Batch, Written]):
                 self._wake.clear()
                 if not self._queued():
                     if self._closing:
-                        if in_flight:
-                            await asyncio.wait(in_flight)
                         return
                     continue
-                if len(in_flight) >= self._flushes:  # the calls queued meanwhile go together
-                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 batch = self._take()
                 if self._queued():
                     self._wake.set()  # more than one flush's worth: the next goes right after
-                if self._flushes == 1:
-                    await self._flush(batch)
-                    continue
-                flush = asyncio.create_task(self._flush(batch), name=self.task_name)
-                in_flight.add(flush)
-                flush.add_done_callback(in_flight.discard)
+                await self._flush(batch)
         finally:
-            for flush in in_flight:
-                flush.cancel()  # its callers are cancelled with it (_flush)
-            if in_flight:
-                await asyncio.wait(in_flight)
             for future in self._drop_queued():  # cancelled: nothing will flush these
                 future.cancel()
 
