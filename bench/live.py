@@ -273,6 +273,9 @@ async def product(
     got, ended = await asyncio.to_thread(_collect, proc, out, stop)
     pool.close()
     lat, missing = _latencies(starts, got, set(warm_starts))
+    # The event path alone: from the send's answer (its commit done) to the subscriber. Below 0 when
+    # the event reached the subscriber before the answer reached the sender.
+    after_answer = [got[k] - acked[k] for k in starts if k in got and k in acked and k not in warm_starts]
     if keep is not None:
         keep.update(starts=starts, acked=acked, got=got)
     return {
@@ -284,6 +287,7 @@ async def product(
         "missing": missing,
         "subscription_ended": ended,
         "latency_ms": stats_ms(lat),
+        "answer_to_subscriber_ms": stats_ms(after_answer),
         **sched,
         "send_errors": errors[:3],
         "cpu": cpu,
@@ -413,7 +417,10 @@ async def _pair(
     bus_url: str | None,
     backlog=None,
     keep: dict | None = None,
+    commit_baseline=None,
 ) -> dict:
+    """commit_baseline(rate): the database's own latency for the send's statement at that rate
+    (pgbench.fixed_rate_latency), run after the product's sends; None: not measured."""
     if kafka is not None:
         log(f"live: bare Kafka round trip at {rate:g}/s")
         baseline = await kafka_baseline(kafka.bootstrap, sizes, cpu_sources, rate)
@@ -423,9 +430,17 @@ async def _pair(
     result = await product(server, sizes, cpu_sources, rate, backlog, keep)
     p99, base_p99 = result["latency_ms"].get("p99"), baseline["latency_ms"].get("p99")
     p50, base_p50 = result["latency_ms"].get("p50"), baseline["latency_ms"].get("p50")
+    commits = None
+    if commit_baseline is not None:
+        log(f"live: the send's statement alone (pgbench) at {rate:g}/s")
+        try:
+            commits = await commit_baseline(rate)
+        except Exception as error:  # noqa: BLE001 - a baseline that failed is reported, not fatal
+            commits = {"error": str(error)[:500]}
     return {
         "product": result,
         "baseline": baseline,
+        "commit_baseline": commits,
         "ratio_p99": round(p99 / base_p99, 2) if p99 and base_p99 else None,
         "ratio_p50": round(p50 / base_p50, 2) if p50 and base_p50 else None,
     }
@@ -440,12 +455,14 @@ async def run(
     bus_url: str | None = None,
     backlog=None,
     profile_dir=None,
+    commit_baseline=None,
 ) -> dict:
     """The target rate, and first a lower one (what the path costs when the server is not saturated).
     settle(): waits until the server has relayed everything (between the two). bus_url: the redis://
     bus the server's workers share (None: the in-process bus). backlog(): the outbox's row count.
     profile_dir: after the measured runs, one more run at the target rate (not counted) with py-spy
-    recording the server, so the report can say where its time goes."""
+    recording the server, so the report can say where its time goes. commit_baseline(rate): see _pair
+    (at the target rate only)."""
     bus = "redis bus" if bus_url else "in-process bus"
     out: dict = {
         "transport": f"kafka + {bus}" if kafka is not None and bus_url else "kafka" if kafka is not None else bus
@@ -453,7 +470,11 @@ async def run(
     if sizes.live_low_rate:
         out["lower_rate"] = await _pair(server, kafka, sizes, cpu_sources, sizes.live_low_rate, bus_url)
         await settle()
-    out.update(await _pair(server, kafka, sizes, cpu_sources, sizes.live_rate, bus_url, backlog))
+    out.update(
+        await _pair(
+            server, kafka, sizes, cpu_sources, sizes.live_rate, bus_url, backlog, commit_baseline=commit_baseline
+        )
+    )
     if profile_dir is not None:
         await settle()
         out["profile"] = await _profiled(server, sizes, cpu_sources, profile_dir, out["product"])

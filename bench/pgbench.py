@@ -122,3 +122,63 @@ def run(
         "pgbench_cpu_s": round(cpu, 3),
         "script": str(path.name),
     }
+
+
+def fixed_rate_latency(
+    pg: Postgres, script: Script, sizes: layout.Sizes, workdir: Path, rate: float, seconds: float
+) -> dict:
+    """pgbench of the script at a fixed rate (open loop, `-R`), every transaction logged (`-l`): the
+    database's own latency for the statement at that rate, percentiles in ms. bench/live.py puts it
+    beside the send's answer time at the same rate: what a commit's tail alone costs on this machine."""
+    prefix = workdir / f"pgbench_{script.name}_rate"
+    for old in workdir.glob(f"{prefix.name}.*"):
+        old.unlink()
+    path = workdir / f"pgbench_{script.name}.sql"
+    path.write_text(script.text)
+    cmd = [
+        str(Postgres.bin_dir() / "pgbench"),
+        "-h",
+        pg.socket_dir,
+        "-U",
+        "postgres",
+        "-n",
+        "-M",
+        "prepared",
+        "-c",
+        str(sizes.clients),
+        "-j",
+        str(sizes.threads),
+        "-R",
+        f"{rate:g}",
+        "-T",
+        str(max(1, int(round(seconds)))),
+        "-l",
+        f"--log-prefix={prefix}",
+        "-f",
+        str(path),
+    ]
+    for name, value in script.defines.items():
+        cmd += ["-D", f"{name}={value}"]
+    cmd.append("postgres")
+    status, out, _, wall = run_with_rusage(cmd, workdir / f"pgbench_{script.name}_rate_stdout.txt", cwd=str(workdir))
+    if status != 0:
+        raise RuntimeError(f"pgbench {script.name} at {rate:g}/s failed (exit {status}):\n{out[-3000:]}")
+    # Each line: client_id transaction_no time_us script_no time_epoch time_us_part [schedule_lag_us]
+    latencies_us = sorted(
+        int(line.split()[2])
+        for log in workdir.glob(f"{prefix.name}.*")
+        for line in log.read_text().splitlines()
+        if line
+    )
+    if not latencies_us:
+        raise RuntimeError(f"pgbench {script.name} at {rate:g}/s logged no transaction:\n{out[-3000:]}")
+
+    def pct(p: float) -> float:
+        return round(latencies_us[min(len(latencies_us) - 1, int(round(p / 100 * (len(latencies_us) - 1))))] / 1000, 3)
+
+    return {
+        "rate_per_s": rate,
+        "seconds": round(wall, 1),
+        "transactions": len(latencies_us),
+        "latency_ms": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": round(latencies_us[-1] / 1000, 3)},
+    }

@@ -658,6 +658,22 @@ def render(r: dict) -> str:
                 f"- sendMessage answered after p50 {p['send_ack_ms'].get('p50')} ms, p99 {p['send_ack_ms'].get('p99')} ms; "
                 f"the sender's schedule ran late by p99 {p['schedule_late_ms'].get('p99')} ms."
             )
+            after = p.get("answer_to_subscriber_ms")
+            if after and after.get("count"):
+                add(
+                    f"- From the send's answer to the subscriber (the event path alone, after the commit): "
+                    f"p50 {after.get('p50')} ms, p90 {after.get('p90')} ms, p99 {after.get('p99')} ms, max {after.get('max')} ms."
+                )
+            commits = pair.get("commit_baseline")
+            if commits and commits.get("error"):
+                add(f"- The send's statement alone (pgbench at the same rate) failed: `{commits['error'][:300]}`")
+            elif commits:
+                c = commits["latency_ms"]
+                add(
+                    f"- The send's statement alone, pgbench at the same rate ({commits['transactions']:,} transactions, "
+                    f"{r.get('sizes', {}).get('clients')} clients, same PostgreSQL, right after): p50 {c.get('p50')} ms, p90 {c.get('p90')} ms, "
+                    f"p99 {c.get('p99')} ms, max {c.get('max')} ms: the commit's own tail on this machine."
+                )
             if p.get("subscription_ended"):
                 add(
                     f"- **The server ended the subscription during the run:** `{p['subscription_ended'][:400]}`; "
@@ -773,7 +789,9 @@ def render(r: dict) -> str:
     add(
         f"- live: user {layout.LIVE_USER:,} subscribes to messageNew over all its conversations in its own process; "
         "a raw keep-alive HTTP client sends at a fixed rate (open loop) to its "
-        f"{s.get('live_conversations')} conversations; latency = receive time - request start."
+        f"{s.get('live_conversations')} conversations; latency = receive time - request start, broken down "
+        "into the send's answer (its commit) and the event path after it, beside pgbench running the send's "
+        "statement at the same rate right after (the commit's own tail on this machine)."
     )
     add(
         "- Client and server share the machine's cores: the generators, PostgreSQL, Kafka"

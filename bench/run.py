@@ -544,6 +544,15 @@ async def _phases(
                         server_opts.get("broadcast_url"),
                         backlog=lambda: _count(conn, "outbox"),
                         profile_dir=profile_dir,
+                        commit_baseline=lambda rate: asyncio.to_thread(
+                            pgbench.fixed_rate_latency,
+                            pg,
+                            pgbench.send_script(sizes, hot=False),
+                            sizes,
+                            scratch / "work",
+                            rate,
+                            sizes.live_seconds,
+                        ),
                     ),
                 )
             if "error" not in results["live"]:
