@@ -64,6 +64,24 @@ def inbox_script(sizes: layout.Sizes) -> Script:
     return Script("inbox", text, {})
 
 
+def _command(
+    pg: Postgres,
+    path: Path,
+    sizes: layout.Sizes,
+    seconds: float,
+    defines: dict[str, str],
+    database: str,
+    options: list[str] | None = None,
+) -> list[str]:
+    """pgbench running the script at path with the HTTP load's clients and threads, prepared."""
+    cmd = [str(Postgres.bin_dir() / "pgbench"), "-h", pg.socket_dir, "-U", "postgres", "-n", "-M", "prepared"]
+    cmd += ["-c", str(sizes.clients), "-j", str(sizes.threads), "-T", str(max(1, int(round(seconds))))]
+    cmd += [*(options or []), "-f", str(path)]
+    for name, value in defines.items():
+        cmd += ["-D", f"{name}={value}"]
+    return [*cmd, database]
+
+
 _TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
 _PROCESSED = re.compile(r"number of transactions actually processed: (\d+)")
 _FAILED = re.compile(r"number of failed transactions: (\d+)")
@@ -84,27 +102,7 @@ def run(
     database: the database it runs in (bench/userids.py runs two schemas side by side)."""
     path = workdir / f"pgbench_{script.name}.sql"
     path.write_text(script.text)
-    cmd = [
-        str(Postgres.bin_dir() / "pgbench"),
-        "-h",
-        pg.socket_dir,
-        "-U",
-        "postgres",
-        "-n",
-        "-M",
-        "prepared",
-        "-c",
-        str(sizes.clients),
-        "-j",
-        str(sizes.threads),
-        "-T",
-        str(max(1, int(round(seconds)))),
-        "-f",
-        str(path),
-    ]
-    for name, value in {**script.defines, **(defines or {})}.items():
-        cmd += ["-D", f"{name}={value}"]
-    cmd.append(database)
+    cmd = _command(pg, path, sizes, seconds, {**script.defines, **(defines or {})}, database)
     status, out, cpu, wall = run_with_rusage(cmd, workdir / f"pgbench_{script.name}.out")
     if status != 0 or not _TPS.search(out):
         raise RuntimeError(f"pgbench {script.name} failed (exit {status}):\n{out[-3000:]}")
@@ -135,31 +133,9 @@ def fixed_rate_latency(
         old.unlink()
     path = workdir / f"pgbench_{script.name}.sql"
     path.write_text(script.text)
-    cmd = [
-        str(Postgres.bin_dir() / "pgbench"),
-        "-h",
-        pg.socket_dir,
-        "-U",
-        "postgres",
-        "-n",
-        "-M",
-        "prepared",
-        "-c",
-        str(sizes.clients),
-        "-j",
-        str(sizes.threads),
-        "-R",
-        f"{rate:g}",
-        "-T",
-        str(max(1, int(round(seconds)))),
-        "-l",
-        f"--log-prefix={prefix}",
-        "-f",
-        str(path),
-    ]
-    for name, value in script.defines.items():
-        cmd += ["-D", f"{name}={value}"]
-    cmd.append("postgres")
+    cmd = _command(
+        pg, path, sizes, seconds, script.defines, "postgres", ["-R", f"{rate:g}", "-l", f"--log-prefix={prefix}"]
+    )
     status, out, _, wall = run_with_rusage(cmd, workdir / f"pgbench_{script.name}_rate_stdout.txt", cwd=str(workdir))
     if status != 0:
         raise RuntimeError(f"pgbench {script.name} at {rate:g}/s failed (exit {status}):\n{out[-3000:]}")
