@@ -66,3 +66,13 @@ async def test_database_unavailable_tells_an_outage_from_a_bug(migrated_url):
         raise RuntimeError("wrapped") from refused.value
     except RuntimeError as wrapped:
         assert db.database_unavailable(wrapped)  # what caused it counts
+
+
+async def test_the_servers_pool_keeps_db_pool_size_connections_open_from_its_start(server) -> None:
+    """CHATGQL_DB_POOL_SIZE connections are open before the first request, and stay (the overflow
+    opens on demand). Opened on demand instead, the first burst of a load waited for new
+    connections, up to 170 ms each on a busy machine: the live p99 at 500 msg/s was that wait."""
+    pool = server.runtime.deps.database.pool
+    assert pool.get_min_size() == server.settings.db_pool_size == 10
+    assert pool.get_max_size() == server.settings.db_pool_size + server.settings.db_max_overflow
+    assert pool.get_size() >= server.settings.db_pool_size

@@ -172,7 +172,9 @@ async def running(
         url = runtime.database_url = await _database_url(settings, runtime, stack)
         if settings.migrate_on_start:
             await db.upgrade(url)
-        database = Database(url, max_size=settings.db_pool_size + settings.db_max_overflow)
+        database = Database(
+            url, max_size=settings.db_pool_size + settings.db_max_overflow, min_size=settings.db_pool_size
+        )
         await _open(database, patient=settings.supervisor_hub is not None)
         stack.push_async_callback(database.close)
         runtime.deps.database = database
