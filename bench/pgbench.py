@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from . import layout, product_sql
+from . import layout, live, product_sql
 from .infra import Postgres, run_with_rusage
 
 
@@ -140,21 +140,17 @@ def fixed_rate_latency(
     if status != 0:
         raise RuntimeError(f"pgbench {script.name} at {rate:g}/s failed (exit {status}):\n{out[-3000:]}")
     # Each line: client_id transaction_no time_us script_no time_epoch time_us_part [schedule_lag_us]
-    latencies_us = sorted(
-        int(line.split()[2])
+    latencies_ns = [
+        int(line.split()[2]) * 1000
         for log in workdir.glob(f"{prefix.name}.*")
         for line in log.read_text().splitlines()
         if line
-    )
-    if not latencies_us:
+    ]
+    if not latencies_ns:
         raise RuntimeError(f"pgbench {script.name} at {rate:g}/s logged no transaction:\n{out[-3000:]}")
-
-    def pct(p: float) -> float:
-        return round(latencies_us[min(len(latencies_us) - 1, int(round(p / 100 * (len(latencies_us) - 1))))] / 1000, 3)
-
     return {
         "rate_per_s": rate,
         "seconds": round(wall, 1),
-        "transactions": len(latencies_us),
-        "latency_ms": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": round(latencies_us[-1] / 1000, 3)},
+        "transactions": len(latencies_ns),
+        "latency_ms": live.stats_ms(latencies_ns),
     }
