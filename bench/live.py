@@ -208,6 +208,48 @@ def _gc_during(before: dict, after: dict, seconds: float) -> dict:
     }
 
 
+# The server's waits (server/metrics.py): histograms read before and after the measured window.
+WAITS = {
+    "event_loop_lag": ("chatgql_event_loop_lag_seconds", ""),
+    "pool_wait": ("chatgql_db_pool_wait_seconds", ""),
+    "relay_read": ("chatgql_relay_step_seconds", 'step="read"'),
+    "relay_publish": ("chatgql_relay_step_seconds", 'step="publish"'),
+    "relay_delete": ("chatgql_relay_step_seconds", 'step="delete"'),
+}
+
+
+def _buckets(metrics: dict[str, float], name: str, label: str) -> dict[float, float]:
+    """A histogram's cumulative bucket counts by upper bound (seconds), from a /metrics reading."""
+    out: dict[float, float] = {}
+    prefix = name + "_bucket{"
+    for key, value in metrics.items():
+        if key.startswith(prefix) and (not label or label in key):
+            bound = key.split('le="', 1)[1].split('"', 1)[0]
+            out[float(bound)] = value
+    return out
+
+
+def _waits_during(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Each of WAITS in the window: how many, how many took over 25 ms and over 100 ms, and the
+    bucket bound its p99 is under (None: too few)."""
+    out = {}
+    for what, (name, label) in WAITS.items():
+        then, now = _buckets(before, name, label), _buckets(after, name, label)
+        counts = {bound: now[bound] - then.get(bound, 0.0) for bound in sorted(now)}
+        total = counts.get(float("inf"), 0.0)
+        if not total:
+            out[what] = {"count": 0}
+            continue
+        p99 = next((bound for bound, count in counts.items() if count >= 0.99 * total), float("inf"))
+        out[what] = {
+            "count": int(total),
+            "over_25ms": int(total - counts.get(0.025, 0.0)),
+            "over_100ms": int(total - counts.get(0.1, 0.0)),
+            "p99_under_ms": None if p99 == float("inf") else round(1000 * p99, 1),
+        }
+    return out
+
+
 async def _sample_backlog(backlog, samples: list[int]) -> None:
     while True:
         samples.append(await backlog())
@@ -252,7 +294,8 @@ async def product(
     warm_starts, _ = await fixed_rate(min(50.0, rate), max(10, int(rate // 10)), send_one)
     await asyncio.sleep(1.0)
     count = int(rate * sizes.live_seconds)
-    gc_before = _gc(await asyncio.to_thread(server.metrics))
+    metrics_before = await asyncio.to_thread(server.metrics)
+    gc_before = _gc(metrics_before)
     backlog_samples: list[int] = []
     sampler = asyncio.create_task(_sample_backlog(backlog, backlog_samples)) if backlog is not None else None
     meter = CpuMeter({**cpu_sources, "subscriber": lambda: process_cpu(proc.pid)}).start()
@@ -263,7 +306,11 @@ async def product(
     if sampler is not None:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
-    diagnosis = {"gc": _gc_during(gc_before, _gc(await asyncio.to_thread(server.metrics)), time.monotonic() - t0)}
+    metrics_after = await asyncio.to_thread(server.metrics)
+    diagnosis = {
+        "gc": _gc_during(gc_before, _gc(metrics_after), time.monotonic() - t0),
+        "waits": _waits_during(metrics_before, metrics_after),
+    }
     if backlog_samples:
         diagnosis["outbox_backlog"] = {
             "mean": round(sum(backlog_samples) / len(backlog_samples), 1),

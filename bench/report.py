@@ -255,7 +255,32 @@ def _live_diagnosis(p: dict) -> list[str]:
             f"{gc['gen0']['pause_ms']} / {gc['gen1']['pause_ms']} / {gc['gen2']['pause_ms']} ms); the longest "
             f"pause since the server started: {gc['longest_since_start_ms']} ms (`chatgql_gc_pause_seconds`)."
         )
+    waits = d.get("waits")
+    if waits:
+        parts = []
+        for what, label in _WAITS.items():
+            w = waits.get(what) or {}
+            if w.get("count"):
+                p99 = w["p99_under_ms"]
+                parts.append(
+                    f"{label} {w['count']}, {w['over_25ms']} over 25 ms, {w['over_100ms']} over 100 ms, "
+                    f"p99 {'over 1 s' if p99 is None else f'under {_f(p99, 1)} ms'}"
+                )
+        if parts:
+            out.append(
+                "- the server's waits while measuring (`chatgql_event_loop_lag_seconds`, "
+                f"`chatgql_db_pool_wait_seconds`, `chatgql_relay_step_seconds`): {'; '.join(parts)}."
+            )
     return out
+
+
+_WAITS = {
+    "event_loop_lag": "the event loop's lag (sampled every 25 ms)",
+    "pool_wait": "pool acquires",
+    "relay_read": "relay reads",
+    "relay_publish": "relay publishes",
+    "relay_delete": "relay deletes",
+}
 
 
 def _live_profile(prof: dict) -> list[str]:

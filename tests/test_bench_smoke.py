@@ -55,6 +55,10 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert live["product"]["latency_ms"]["p50"] > 0 and live["product"]["latency_ms"]["p99"] > 0
     assert live["baseline"]["received"] > 0 and live["baseline"]["latency_ms"]["p50"] > 0
     assert live["ratio_p99"] > 0
+    waits = live["product"]["diagnosis"]["waits"]
+    for what in ("event_loop_lag", "pool_wait", "relay_publish"):  # each sampled or timed in the window
+        assert waits[what]["count"] > 0 and waits[what]["over_25ms"] <= waits[what]["count"], waits
+    assert "the server's waits while measuring" in (out / "RESULTS.smoke.md").read_text()
 
     fanout = results["fanout"]
     assert "error" not in fanout, fanout

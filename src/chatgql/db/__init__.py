@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -111,10 +112,16 @@ class Database:
     (never after a rollback); `events_written(conn)` is the one the services
     use: once per commit that wrote outbox rows, every `event_hooks` callback
     runs (events.wakeup.RelayWakeup adds the relay's wake-up there).
+
+    on_wait, when given, hears how long each taking of a pooled connection
+    waited, in seconds (the server's chatgql_db_pool_wait_seconds).
     """
 
-    def __init__(self, url: str, *, max_size: int = 20, min_size: int = 1) -> None:
+    def __init__(
+        self, url: str, *, max_size: int = 20, min_size: int = 1, on_wait: Callable[[float], None] | None = None
+    ) -> None:
         self._dsn = dsn(url)
+        self._on_wait = on_wait
         self._max_size = max_size
         self._min_size = min(min_size, max_size)
         self._pool: asyncpg.Pool | None = None
@@ -145,9 +152,14 @@ class Database:
 
     def connection(self):
         """A pooled connection in autocommit (async context manager)."""
+        acquire = self._acquire()
         if tracing.ON:
-            return tracing.unit(self.pool.acquire())
-        return self.pool.acquire()
+            return tracing.unit(acquire)
+        return acquire
+
+    def _acquire(self) -> Any:
+        acquire = self.pool.acquire()
+        return acquire if self._on_wait is None else _TimedAcquire(acquire, self._on_wait)
 
     def transaction(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
         """A pooled connection inside one transaction, committed on a clean exit; then the
@@ -159,7 +171,7 @@ class Database:
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
         callbacks: list[Callable[[], None]] = []
-        async with self.pool.acquire() as conn:
+        async with self._acquire() as conn:
             self._on_commit[conn] = callbacks
             try:
                 async with conn.transaction():
@@ -196,6 +208,25 @@ class Database:
         conn = await asyncpg.connect(self._dsn, server_settings=settings, **_connection_options())
         await _setup_connection(conn)
         return conn
+
+
+class _TimedAcquire:
+    """asyncpg's pool.acquire() context, telling on_wait how long taking the connection waited."""
+
+    __slots__ = ("_acquire", "_on_wait")
+
+    def __init__(self, acquire: Any, on_wait: Callable[[float], None]) -> None:
+        self._acquire = acquire
+        self._on_wait = on_wait
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        started = time.perf_counter()
+        conn = await self._acquire.__aenter__()
+        self._on_wait(time.perf_counter() - started)
+        return conn
+
+    def __aexit__(self, *exc_info: Any) -> Any:
+        return self._acquire.__aexit__(*exc_info)
 
 
 def _connection_options() -> dict[str, Any]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -77,6 +78,7 @@ class OutboxRelay:
         standby_seconds: float = 0.5,
         publish_timeout: float = 30.0,
         on_relayed: Callable[[int, int], None] = lambda shard, n: None,
+        on_step: Callable[[str, float], None] = lambda step, seconds: None,
         on_hand_back: Callable[[], None] = lambda: None,
         local: bool = False,
         webhook_kinds: Sequence[str] = (),
@@ -84,7 +86,8 @@ class OutboxRelay:
         """local: the publisher reaches this process's subscribers only (the memory bus, no Kafka),
         so a relay of another process on the same database takes events away from them.
         webhook_kinds: relayed rows of these kinds are copied into the webhook queue as they are
-        deleted (events/webhooks.py). on_hand_back: called before a shard is handed back to be led
+        deleted (events/webhooks.py). on_step: each read of a batch (with the previous one's delete
+        when a drain goes on), publish, and delete on its own, with the seconds it took. on_hand_back: called before a shard is handed back to be led
         elsewhere (this process's consumer then fetches what it had left to this relay)."""
         if outbox.SLOTS % shards:
             raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
@@ -98,6 +101,7 @@ class OutboxRelay:
         self._standby_seconds = standby_seconds
         self._publish_timeout = publish_timeout
         self._on_relayed = on_relayed
+        self._on_step = on_step
         self.on_hand_back = on_hand_back
         self._local = local
         self._webhook_kinds = tuple(webhook_kinds)
@@ -235,6 +239,7 @@ class OutboxRelay:
             if not idle:
                 continue
             try:
+                started = time.perf_counter()
                 async with self._database.connection() as conn:
                     rows = await outbox.oldest(
                         conn,
@@ -243,6 +248,7 @@ class OutboxRelay:
                         text=self._text,
                         traced=tracing.ON,
                     )
+                self._on_step("read", time.perf_counter() - started)
             except Exception:
                 log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
                 await asyncio.sleep(self._standby_seconds)
@@ -288,6 +294,7 @@ class OutboxRelay:
                     if rows is None:
                         for shard in shards:
                             shard.dirty = False
+                        started = time.perf_counter()
                         async with self._database.connection() as conn:
                             rows = await outbox.oldest(
                                 conn,
@@ -298,10 +305,13 @@ class OutboxRelay:
                                 queue_kinds=self._webhook_kinds,
                                 traced=tracing.ON,
                             )
+                        self._on_step("read", time.perf_counter() - started)
                         relayed = []
                         complete = len(rows) < self._batch_size
                     if rows:
+                        started = time.perf_counter()
                         await self._publish(rows)
+                        self._on_step("publish", time.perf_counter() - started)
                         relayed = [row.id for row in rows]
                         self._count(shards, rows)
                 except Exception:
@@ -360,8 +370,10 @@ class OutboxRelay:
         its next leader publishes them again)."""
         while True:
             try:
+                started = time.perf_counter()
                 async with self._database.connection() as conn:
                     await outbox.delete(conn, ids, self._webhook_kinds)
+                self._on_step("delete", time.perf_counter() - started)
                 return
             except Exception:
                 log.warning("outbox relay shard %s could not delete relayed rows; retrying", name, exc_info=True)

@@ -164,6 +164,7 @@ async def running(
         tracing.start(settings.tracing, "chatgql", settings.tracing_protocol, settings.tracing_frames_per_event)
         stack.callback(tracing.stop)  # last: what the others' closing traced is exported
         stack.callback(metrics.watch_gc())
+        stack.callback(metrics.watch_loop())
         stack.callback(
             collector.freeze_survivors(
                 settings.gc_young_threshold, settings.gc_freeze_every_young, run=validation.between_validations
@@ -173,7 +174,10 @@ async def running(
         if settings.migrate_on_start:
             await db.upgrade(url)
         database = Database(
-            url, max_size=settings.db_pool_size + settings.db_max_overflow, min_size=settings.db_pool_size
+            url,
+            max_size=settings.db_pool_size + settings.db_max_overflow,
+            min_size=settings.db_pool_size,
+            on_wait=metrics.pool_wait.observe,
         )
         await _open(database, patient=settings.supervisor_hub is not None)
         stack.push_async_callback(database.close)
@@ -338,6 +342,7 @@ async def running(
                 poll_seconds=settings.relay_poll_seconds,
                 standby_seconds=settings.relay_standby_seconds,
                 on_relayed=relayed,
+                on_step=lambda step, seconds: metrics.relay_step.labels(step).observe(seconds),
                 local=isinstance(publisher, DispatchPublisher),
                 webhook_kinds=parse_kinds(settings.webhook_events) if settings.webhook_url else (),
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from collections.abc import Callable
@@ -9,6 +10,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
+
+# Waits that are latency for a request: a millisecond and up, to a second.
+_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+# How often the event loop's lag is sampled (watch_loop): a stall this long or longer is seen.
+LOOP_LAG_EVERY_SECONDS = 0.025
 
 
 class Metrics:
@@ -136,6 +143,33 @@ class Metrics:
             registry=self.registry,
         )
 
+        # Where a request's latency goes besides its own work: waiting for the event loop (any
+        # callback, sampled by a timer: watch_loop), for a pooled connection, for the relay.
+        self.loop_lag = Histogram(
+            "chatgql_event_loop_lag_seconds",
+            f"How late the event loop ran a timer due every {LOOP_LAG_EVERY_SECONDS:g} s (what every callback waited then)",
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.loop_lag_longest = Gauge(
+            "chatgql_event_loop_lag_longest_seconds",
+            "The event loop's longest lag since the process started",
+            registry=self.registry,
+        )
+        self.pool_wait = Histogram(
+            "chatgql_db_pool_wait_seconds",
+            "How long taking a connection from the database pool waited",
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.relay_step = Histogram(
+            "chatgql_relay_step_seconds",
+            "The outbox relay's steps: read (a batch; the previous one deleted with it while a drain goes on), publish (until the broker acknowledged), delete (on its own)",
+            ["step"],
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+
         self.gc_frozen = Gauge(
             "chatgql_gc_frozen_objects",
             "Objects frozen out of the collector's passes (collector.py)",
@@ -167,6 +201,31 @@ class Metrics:
 
         gc.callbacks.append(on_gc)
         return lambda: gc.callbacks.remove(on_gc)
+
+    def watch_loop(self, every: float = LOOP_LAG_EVERY_SECONDS) -> Callable[[], None]:
+        """Sample the running event loop's lag: a timer due every `every` seconds notes how late it ran.
+        Returns the function that stops it."""
+        loop = asyncio.get_running_loop()
+        longest = 0.0
+        handle: asyncio.TimerHandle | None = None
+
+        def tick(due: float) -> None:
+            nonlocal handle, longest
+            now = loop.time()
+            lag = max(0.0, now - due)
+            self.loop_lag.observe(lag)
+            if lag > longest:
+                longest = lag
+                self.loop_lag_longest.set(lag)
+            handle = loop.call_at(now + every, tick, now + every)
+
+        handle = loop.call_at(loop.time() + every, tick, loop.time() + every)
+
+        def stop() -> None:
+            if handle is not None:
+                handle.cancel()
+
+        return stop
 
     def watch_planner(self, stats: Any) -> None:
         """Report the plan-once executor's counters (engine/plan/: a PlanStats it keeps itself)."""
