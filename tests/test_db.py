@@ -9,6 +9,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 from chatgql import db
+from chatgql.settings import DB_CONNECTIONS, Settings, default_pool_size
 
 
 def test_the_head_read_from_the_migration_files_is_alembics_head():
@@ -69,10 +70,21 @@ async def test_database_unavailable_tells_an_outage_from_a_bug(migrated_url):
 
 
 async def test_the_servers_pool_keeps_db_pool_size_connections_open_from_its_start(server) -> None:
-    """CHATGQL_DB_POOL_SIZE connections are open before the first request, and stay (the overflow
-    opens on demand). Opened on demand instead, the first burst of a load waited for new
+    """CHATGQL_DB_POOL_SIZE connections are open before the first request, and stay; by default no
+    overflow opens on demand. Opened on demand, the first burst of a load waited for new
     connections, up to 170 ms each on a busy machine: the live p99 at 500 msg/s was that wait."""
     pool = server.runtime.deps.database.pool
-    assert pool.get_min_size() == server.settings.db_pool_size == 10
-    assert pool.get_max_size() == server.settings.db_pool_size + server.settings.db_max_overflow
-    assert pool.get_size() >= server.settings.db_pool_size
+    settings = server.settings
+    assert settings.db_max_overflow == 0
+    assert pool.get_min_size() == pool.get_max_size() == settings.db_pool_size == default_pool_size(settings.workers)
+    assert pool.get_size() == settings.db_pool_size
+
+
+def test_the_default_pool_shares_its_connections_among_the_workers(monkeypatch) -> None:
+    """Unset, CHATGQL_DB_POOL_SIZE is DB_CONNECTIONS over the workers (each serves its share of the
+    traffic), at least 4 each: many workers do not open many times PostgreSQL's connections."""
+    monkeypatch.delenv("CHATGQL_DB_POOL_SIZE", raising=False)
+    assert [Settings(workers=n).db_pool_size for n in (1, 2, 3, 7, 16)] == [DB_CONNECTIONS, 10, 6, 4, 4]
+    assert Settings(workers=2, db_pool_size=3).db_pool_size == 3  # told: as told
+    monkeypatch.setenv("CHATGQL_DB_POOL_SIZE", "12")
+    assert Settings(workers=7).db_pool_size == 12

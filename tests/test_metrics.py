@@ -9,7 +9,7 @@ import time
 
 from chatgql.db import Database, asyncpg_url
 
-from .conftest import RunningServer, make_settings
+from .conftest import RunningServer, drop_database, make_settings, scratch_database
 from .support.live import ChatApi, metrics, wait_until
 
 
@@ -62,8 +62,17 @@ async def _in_transaction(database: Database) -> int:
         return await conn.fetchval("SELECT 2")
 
 
-async def test_the_relays_steps_and_the_pools_waits_are_in_metrics(migrated_url, http):
-    async with RunningServer(make_settings(migrated_url)) as server:
+async def test_the_relays_steps_and_the_pools_waits_are_in_metrics(database_url, http):
+    # A database of its own: its relay leads every shard (the suite's servers lead those of theirs).
+    url = await scratch_database(database_url, "chatgql_metrics")
+    try:
+        await _relay_steps_in_metrics(url, http)
+    finally:
+        await drop_database(database_url, "chatgql_metrics")
+
+
+async def _relay_steps_in_metrics(url: str, http) -> None:
+    async with RunningServer(make_settings(url)) as server:
         api = ChatApi.of(server, http)
         conversation = await api.create_group(1, [2], "metrics")
         await api.send(1, conversation, "hello")

@@ -32,6 +32,17 @@ def default_workers() -> int:
     return max(1, available_cores() - 1)
 
 
+# What one `chatgql serve` opens to PostgreSQL from its start, its workers' pools together (each
+# worker's traffic is its share of the whole): PostgreSQL's default max_connections (100) leaves
+# room for the supervisor, the relays' own connections and the operator's commands.
+DB_CONNECTIONS = 20
+
+
+def default_pool_size(workers: int) -> int:
+    """Each process's pool unless told (CHATGQL_DB_POOL_SIZE): DB_CONNECTIONS over the workers, at least 4."""
+    return max(4, DB_CONNECTIONS // workers)
+
+
 def otel_traces_wanted() -> bool:
     """The OTEL_* variables ask for traces: an OTLP endpoint is named, or OTEL_TRACES_EXPORTER is
     otlp; OTEL_SDK_DISABLED=true and OTEL_TRACES_EXPORTER=none say no (docs/operating/tracing.md)."""
@@ -66,9 +77,10 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     data_dir: Path = Path(".chatgql")
     # The asyncpg pool keeps db_pool_size connections open from the start (a burst does not wait for
-    # new ones), and opens up to db_max_overflow more as needed (closed again after five idle minutes).
-    db_pool_size: int = 10
-    db_max_overflow: int = 10
+    # PostgreSQL to start new backends), and opens up to db_max_overflow more as needed (closed again
+    # after five idle minutes). Unset: DB_CONNECTIONS shared by the workers, at least 4 each.
+    db_pool_size: int = Field(default_factory=lambda data: default_pool_size(data["workers"]), ge=1)
+    db_max_overflow: int = Field(default=0, ge=0)
     migrate_on_start: bool = True
 
     # Kafka. Unset: events go through the in-process bus.
