@@ -105,7 +105,8 @@ def database_url() -> Any:
     if _docker_available():
         from testcontainers.postgres import PostgresContainer
 
-        with PostgresContainer("postgres:17", driver="asyncpg") as container:
+        image = PostgresContainer("postgres:17", driver="asyncpg")
+        with image.with_command(f"postgres -c max_connections={TEST_MAX_CONNECTIONS}") as container:
             yield container.get_connection_url()
         return
     scratch = Path(tempfile.mkdtemp(prefix="chatgql-test-pg-"))
