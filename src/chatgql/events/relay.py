@@ -32,7 +32,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from ..db import Database
 from ..runtime import tracing
@@ -87,8 +88,9 @@ class OutboxRelay:
         so a relay of another process on the same database takes events away from them.
         webhook_kinds: relayed rows of these kinds are copied into the webhook queue as they are
         deleted (events/webhooks.py). on_step: each read of a batch (with the previous one's delete
-        when a drain goes on), publish, and delete on its own, with the seconds it took. on_hand_back: called before a shard is handed back to be led
-        elsewhere (this process's consumer then fetches what it had left to this relay)."""
+        when a drain goes on), publish, and delete on its own that succeeded, with its seconds.
+        on_hand_back: called before a shard is handed back to be led elsewhere (this process's
+        consumer then fetches what it had left to this relay)."""
         if outbox.SLOTS % shards:
             raise ValueError(f"the relay shard count must divide {outbox.SLOTS}")
         self._database = database
@@ -239,8 +241,7 @@ class OutboxRelay:
             if not idle:
                 continue
             try:
-                started = time.perf_counter()
-                async with self._database.connection() as conn:
+                async with self._timed_connection("read") as conn:
                     rows = await outbox.oldest(
                         conn,
                         [slot for s in idle.values() for slot in s.slots],
@@ -248,7 +249,6 @@ class OutboxRelay:
                         text=self._text,
                         traced=tracing.ON,
                     )
-                self._on_step("read", time.perf_counter() - started)
             except Exception:
                 log.warning("outbox relay could not read the outbox; retrying", exc_info=True)
                 await asyncio.sleep(self._standby_seconds)
@@ -294,8 +294,7 @@ class OutboxRelay:
                     if rows is None:
                         for shard in shards:
                             shard.dirty = False
-                        started = time.perf_counter()
-                        async with self._database.connection() as conn:
+                        async with self._timed_connection("read") as conn:
                             rows = await outbox.oldest(
                                 conn,
                                 slots,
@@ -305,7 +304,6 @@ class OutboxRelay:
                                 queue_kinds=self._webhook_kinds,
                                 traced=tracing.ON,
                             )
-                        self._on_step("read", time.perf_counter() - started)
                         relayed = []
                         complete = len(rows) < self._batch_size
                     if rows:
@@ -342,6 +340,14 @@ class OutboxRelay:
                 # Ended for a shard handed back: the others are idle again, with what came meanwhile.
                 self._wakeup.set()
 
+    @contextlib.asynccontextmanager
+    async def _timed_connection(self, step: str) -> AsyncIterator[Any]:
+        """A pooled connection for one step (read, delete), its seconds told to on_step if it succeeds."""
+        started = time.perf_counter()
+        async with self._database.connection() as conn:
+            yield conn
+        self._on_step(step, time.perf_counter() - started)
+
     def _count(self, shards: list[_Shard], rows: list) -> None:
         if len(shards) == 1:
             self._on_relayed(shards[0].index, len(rows))
@@ -370,10 +376,8 @@ class OutboxRelay:
         its next leader publishes them again)."""
         while True:
             try:
-                started = time.perf_counter()
-                async with self._database.connection() as conn:
+                async with self._timed_connection("delete") as conn:
                     await outbox.delete(conn, ids, self._webhook_kinds)
-                self._on_step("delete", time.perf_counter() - started)
                 return
             except Exception:
                 log.warning("outbox relay shard %s could not delete relayed rows; retrying", name, exc_info=True)

@@ -219,7 +219,8 @@ class Metrics:
                 self.loop_lag_longest.set(lag)
             handle = loop.call_at(now + every, tick, now + every)
 
-        handle = loop.call_at(loop.time() + every, tick, loop.time() + every)
+        first = loop.time() + every
+        handle = loop.call_at(first, tick, first)
 
         def stop() -> None:
             if handle is not None:
